@@ -1,0 +1,266 @@
+//! The lock-free token bucket: one atomic word, one compare-and-swap loop.
+
+use std::time::Duration;
+
+use crossbeam_utils::{Backoff, CachePadded};
+
+use crate::gcra::{FULL, Gcra};
+use crate::sync::{AtomicU64, Ordering};
+use crate::{AcquireError, Clock, MonotonicClock, Quota};
+
+/// A token bucket whose whole state is one cache-padded `AtomicU64`.
+///
+/// Every decision reads the clock once, then runs a compare-and-swap loop on
+/// the state; a denial never writes. The quota beside the state is immutable.
+///
+/// Linearization points (see `docs/design.md`):
+/// - an admission ([`try_acquire`](Self::try_acquire), [`reserve`](Self::reserve))
+///   takes effect at its successful compare-and-swap;
+/// - a denial and [`available`](Self::available) at the load (or failed
+///   compare-and-swap) whose value they decided on;
+/// - [`refund`](Self::refund) at its successful compare-and-swap;
+/// - [`reset`](Self::reset) at its store.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, Quota, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// let bucket = TokenBucket::with_clock(Quota::new(3, 2, Duration::from_secs(1))?, clock.clone());
+/// for _ in 0..3 {
+///     bucket.try_acquire(1)?;
+/// }
+/// assert!(bucket.try_acquire(1).is_err());
+/// clock.advance(Duration::from_millis(500));
+/// bucket.try_acquire(1)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct TokenBucket<C = MonotonicClock> {
+    /// The GCRA theoretical arrival time, in the quota's ticks.
+    tat: CachePadded<AtomicU64>,
+    quota: Quota,
+    clock: C,
+}
+
+impl TokenBucket<MonotonicClock> {
+    /// A bucket on the default monotonic clock.
+    ///
+    /// ```
+    /// use tollgate::{Quota, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::new(Quota::per_second(100)?);
+    /// assert!(bucket.try_acquire(1).is_ok());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn new(quota: Quota) -> Self {
+        TokenBucket::with_clock(quota, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> TokenBucket<C> {
+    /// A bucket reading time from `clock`, starting with the quota's initial
+    /// credit.
+    ///
+    /// ```
+    /// use tollgate::{InitialCredit, ManualClock, Quota, TokenBucket};
+    ///
+    /// let quota = Quota::per_second(5)?.with_initial_credit(InitialCredit::Empty)?;
+    /// let bucket = TokenBucket::with_clock(quota, ManualClock::new());
+    /// assert_eq!(bucket.available(), 0);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        let gcra = quota.gcra();
+        let tat = gcra.initial_tat(quota.initial_credit(), gcra.ticks(clock.now_nanos()));
+        TokenBucket {
+            tat: CachePadded::new(AtomicU64::new(tat)),
+            quota,
+            clock,
+        }
+    }
+
+    /// Takes `cost` tokens now, or refuses without spending anything.
+    ///
+    /// A refusal carries the exact wait until `cost` would fit, rounded up to
+    /// the nanosecond. A cost above the capacity can never fit and gets
+    /// [`AcquireError::ExceedsCapacity`]; a cost of zero gets
+    /// [`AcquireError::ZeroCost`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{AcquireError, ManualClock, Quota, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(3)?, ManualClock::new());
+    /// bucket.try_acquire(3)?;
+    /// // 3/s is an emission interval of 333_333_333.3 ns, rounded up.
+    /// assert_eq!(
+    ///     bucket.try_acquire(1),
+    ///     Err(AcquireError::Insufficient { retry_after: Duration::from_nanos(333_333_334) }),
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
+        self.acquire_within(cost, 0).map(drop)
+    }
+
+    /// Takes `cost` tokens now and tells the caller how long to wait before
+    /// using them, provided that wait is at most `max_wait`; otherwise refuses
+    /// without spending anything.
+    ///
+    /// This is *delay* rather than denial: the tokens are spent at once (the
+    /// bucket goes into debt), and the caller starts its work after the
+    /// returned wait, which keeps the start times within the quota. A refusal
+    /// reports how much later the same call would succeed. Nothing queues:
+    /// the wait is the caller's to honour.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
+    /// assert_eq!(bucket.reserve(2, Duration::ZERO)?, Duration::ZERO);
+    /// assert_eq!(bucket.reserve(1, Duration::from_secs(1))?, Duration::from_millis(500));
+    /// assert_eq!(bucket.reserve(1, Duration::from_secs(1))?, Duration::from_secs(1));
+    /// assert!(bucket.reserve(1, Duration::from_secs(1)).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn reserve(&self, cost: u64, max_wait: Duration) -> Result<Duration, AcquireError> {
+        let gcra = self.quota.gcra();
+        self.acquire_within(cost, gcra.ticks_of(max_wait))
+            .map(|wait| gcra.duration(wait))
+    }
+
+    /// The one admission path: returns the wait in ticks.
+    #[inline]
+    fn acquire_within(&self, cost: u64, slack: u64) -> Result<u64, AcquireError> {
+        let gcra: &Gcra = self.quota.gcra();
+        let cost_ticks = gcra.cost_ticks(cost)?;
+        let now = gcra.ticks(self.clock.now_nanos());
+        let backoff = Backoff::new();
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            let new_tat = gcra.admit(tat, now, cost_ticks, slack).map_err(|early| {
+                AcquireError::Insufficient {
+                    retry_after: gcra.duration(early),
+                }
+            })?;
+            match self.tat.compare_exchange_weak(
+                tat,
+                new_tat,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(gcra.wait(new_tat, now)),
+                Err(actual) => {
+                    tat = actual;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+
+    /// Returns `cost` tokens, for work that was admitted but not done. Credit
+    /// is clipped at the capacity. A cost of zero is a no-op.
+    ///
+    /// Refunding more than was taken grants credit that was never spent: the
+    /// caller is trusted to return only what it holds.
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(4)?, ManualClock::new());
+    /// bucket.try_acquire(3)?;
+    /// bucket.refund(2);
+    /// assert_eq!(bucket.available(), 3);
+    /// bucket.refund(100);
+    /// assert_eq!(bucket.available(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund(&self, cost: u64) {
+        if cost == 0 {
+            return;
+        }
+        let gcra = self.quota.gcra();
+        let backoff = Backoff::new();
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            match self.tat.compare_exchange_weak(
+                tat,
+                gcra.refunded(tat, cost),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(actual) => {
+                    tat = actual;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+
+    /// Whole tokens available now (zero while reservations hold the bucket in
+    /// debt).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, clock.clone());
+    /// bucket.try_acquire(2)?;
+    /// clock.advance(Duration::from_millis(999));
+    /// assert_eq!(bucket.available(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn available(&self) -> u64 {
+        let gcra = self.quota.gcra();
+        let now = gcra.ticks(self.clock.now_nanos());
+        gcra.available(self.tat.load(Ordering::Acquire), now)
+    }
+
+    /// Refills the bucket to capacity, cancelling any debt.
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
+    /// bucket.try_acquire(2)?;
+    /// bucket.reset();
+    /// assert_eq!(bucket.available(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reset(&self) {
+        self.tat.store(FULL, Ordering::Release);
+    }
+
+    /// The quota this bucket enforces.
+    ///
+    /// ```
+    /// use tollgate::{Quota, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::new(Quota::per_second(2)?);
+    /// assert_eq!(bucket.quota().capacity(), 2);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The clock this bucket reads.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
+    /// bucket.clock().advance(Duration::from_secs(1));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}

@@ -1,0 +1,99 @@
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+
+use super::{Clock, saturating_nanos};
+
+/// A clock read with a single atomic load: a background thread stores the
+/// monotonic time every `resolution`.
+///
+/// Hand-written rather than `quanta`'s `Upkeep`/`recent()`, because that
+/// keeps one process-global time with a single upkeep thread, while this one
+/// lives and dies with the limiters that hold it.
+///
+/// Trade-offs: readings lag real time by up to one resolution plus the
+/// updater's scheduling delay, so a bucket refills in steps of about one
+/// resolution. A lagging reading only ever *denies* (it sees less credit,
+/// never more), and the one writer stores increasing values, so readings are
+/// monotonic on every core. The thread wakes once per resolution and exits
+/// within one resolution of the last clone being dropped.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Clock, CoarseClock};
+///
+/// let clock = CoarseClock::new(Duration::from_millis(1))?;
+/// let a = clock.now_nanos();
+/// assert!(clock.now_nanos() >= a);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct CoarseClock {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    nanos: CachePadded<AtomicU64>,
+    epoch: Instant,
+    resolution: Duration,
+}
+
+impl CoarseClock {
+    /// Starts the updater thread. Fails only if the thread cannot be spawned.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let clock = tollgate::CoarseClock::new(Duration::from_micros(100))?;
+    /// assert_eq!(clock.resolution(), Duration::from_micros(100));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn new(resolution: Duration) -> io::Result<Self> {
+        let shared = Arc::new(Shared {
+            nanos: CachePadded::new(AtomicU64::new(0)),
+            epoch: Instant::now(),
+            resolution,
+        });
+        let weak = Arc::downgrade(&shared);
+        thread::Builder::new()
+            .name("tollgate-coarse-clock".into())
+            .spawn(move || update(&weak))?;
+        Ok(CoarseClock { shared })
+    }
+
+    /// How often the time is refreshed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let clock = tollgate::CoarseClock::new(Duration::from_millis(2))?;
+    /// assert_eq!(clock.resolution(), Duration::from_millis(2));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn resolution(&self) -> Duration {
+        self.shared.resolution
+    }
+}
+
+/// Runs until the last `CoarseClock` handle is gone.
+fn update(shared: &Weak<Shared>) {
+    while let Some(shared) = shared.upgrade() {
+        let now = saturating_nanos(shared.epoch.elapsed());
+        // Relaxed is enough: readers need no other memory than this word, and
+        // coherence keeps one writer's increasing values increasing for all.
+        shared.nanos.store(now, Ordering::Relaxed);
+        let resolution = shared.resolution;
+        drop(shared);
+        thread::sleep(resolution);
+    }
+}
+
+impl Clock for CoarseClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        self.shared.nanos.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,63 @@
+//! Where a bucket's time comes from.
+//!
+//! A [`Clock`] reports nanoseconds since its own epoch. Buckets only compare
+//! readings of the same clock, so the epoch is arbitrary. Clocks need not be
+//! strictly monotonic: a reading that is stale (taken before another thread's
+//! update) or that goes backwards can only make a bucket see *less* credit,
+//! never more (see `docs/semantics.md`).
+//!
+//! | clock | cost of a reading (this machine) | resolution | notes |
+//! |---|---|---|---|
+//! | [`MonotonicClock`] | ~28 ns | 1 ns | `Instant::now()`; the default |
+//! | [`CoarseClock`] | ~1 ns (one load) | its update period | a background thread |
+//! | `TscClock` (feature `tsc`) | ~7 ns | ~1 ns | CPU time-stamp counter through `quanta` |
+//! | [`ManualClock`] | one load | 1 ns | tests and simulations |
+
+mod coarse;
+mod manual;
+mod monotonic;
+#[cfg(feature = "tsc")]
+mod tsc;
+
+pub use coarse::CoarseClock;
+pub use manual::ManualClock;
+pub use monotonic::MonotonicClock;
+#[cfg(feature = "tsc")]
+pub use tsc::TscClock;
+
+/// A source of time for buckets, in nanoseconds since the clock's epoch.
+///
+/// ```
+/// use tollgate::Clock;
+///
+/// /// A clock that never moves: every bucket on it only spends its credit.
+/// struct Frozen;
+/// impl Clock for Frozen {
+///     fn now_nanos(&self) -> u64 { 42 }
+/// }
+/// assert_eq!(Frozen.now_nanos(), 42);
+/// ```
+pub trait Clock: Send + Sync {
+    /// Nanoseconds elapsed since this clock's epoch, saturating at `u64::MAX`.
+    fn now_nanos(&self) -> u64;
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        (**self).now_nanos()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        (**self).now_nanos()
+    }
+}
+
+/// Nanoseconds in a duration, saturating where `u64` ends (584 years).
+#[inline]
+pub(crate) fn saturating_nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,52 @@
+use super::Clock;
+
+/// A clock read from the CPU's time-stamp counter through `quanta`, which
+/// calibrates the counter against the OS clock and falls back to the OS clock
+/// where the counter is not invariant.
+///
+/// Trade-offs: about a quarter of the cost of `Instant::now()` on this
+/// machine. Counters on different cores may disagree by a few nanoseconds; a
+/// reading that appears to go backwards only makes a bucket see less credit,
+/// never more. Calibration drift against the OS clock is bounded by
+/// `quanta`'s calibration (parts per million), a refill-rate error far below
+/// any quota's precision.
+///
+/// ```
+/// use tollgate::{Clock, TscClock};
+///
+/// let clock = TscClock::new();
+/// let a = clock.now_nanos();
+/// assert!(clock.now_nanos() >= a);
+/// ```
+#[derive(Clone, Debug)]
+pub struct TscClock {
+    clock: quanta::Clock,
+    epoch: quanta::Instant,
+}
+
+impl TscClock {
+    /// A calibrated counter clock whose epoch is now.
+    ///
+    /// ```
+    /// let clock = tollgate::TscClock::new();
+    /// # let _ = clock;
+    /// ```
+    pub fn new() -> Self {
+        let clock = quanta::Clock::new();
+        let epoch = clock.now();
+        TscClock { clock, epoch }
+    }
+}
+
+impl Default for TscClock {
+    fn default() -> Self {
+        TscClock::new()
+    }
+}
+
+impl Clock for TscClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        super::saturating_nanos(self.clock.now().saturating_duration_since(self.epoch))
+    }
+}

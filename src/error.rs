@@ -1,0 +1,107 @@
+//! Typed outcomes for bad configuration and refused decisions.
+
+use std::time::Duration;
+
+/// Why a [`Quota`](crate::Quota) could not be built.
+///
+/// Every invalid configuration is reported here; none panics.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Quota, QuotaError};
+///
+/// assert_eq!(Quota::new(0, 1, Duration::from_secs(1)), Err(QuotaError::ZeroCapacity));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QuotaError {
+    /// The capacity was zero: such a bucket could never admit anything.
+    #[error("capacity must be at least one token")]
+    ZeroCapacity,
+    /// The refill amount was zero tokens per period.
+    #[error("refill must add at least one token per period")]
+    ZeroTokens,
+    /// The refill period was zero: the rate would be infinite.
+    #[error("refill period must be longer than zero")]
+    ZeroPeriod,
+    /// The refill period does not fit in 64 bits of nanoseconds (about 584 years).
+    #[error("refill period is longer than 2^64 - 1 nanoseconds")]
+    PeriodTooLong,
+    /// Capacity times the emission interval does not fit the bucket's 64-bit
+    /// time arithmetic: refilling the whole bucket would take centuries.
+    #[error("capacity {capacity} refilled at this rate overflows 64-bit time arithmetic")]
+    Overflow {
+        /// The requested capacity.
+        capacity: u64,
+    },
+    /// The rate is finer than the bucket's time resolution can represent to
+    /// within 0.1 % (more than about eight billion tokens per second, or an
+    /// emission interval that is both irregular and below a microsecond or so).
+    #[error("the rate cannot be represented to within 0.1% at sub-nanosecond resolution")]
+    Unrepresentable,
+    /// The initial credit was larger than the capacity.
+    #[error("initial credit {credit} exceeds capacity {capacity}")]
+    InitialCreditAboveCapacity {
+        /// The requested initial credit.
+        credit: u64,
+        /// The bucket's capacity.
+        capacity: u64,
+    },
+}
+
+/// Why a request for tokens was refused.
+///
+/// A refusal never changes the bucket: no credit is spent.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{AcquireError, ManualClock, Quota, TokenBucket};
+///
+/// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
+/// assert_eq!(bucket.try_acquire(3), Err(AcquireError::ExceedsCapacity { cost: 3, capacity: 2 }));
+/// bucket.try_acquire(2)?;
+/// let denied = bucket.try_acquire(1).unwrap_err();
+/// assert_eq!(denied.retry_after(), Some(Duration::from_millis(500)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AcquireError {
+    /// Not enough credit now. The same request would be admitted after
+    /// `retry_after` (exact, rounded up to the nanosecond) if nothing else
+    /// spends credit in the meantime.
+    #[error("rate limited: retry after {retry_after:?}")]
+    Insufficient {
+        /// The wait until the same request would fit.
+        retry_after: Duration,
+    },
+    /// The cost is larger than the capacity: it can never be admitted, so no
+    /// retry time exists.
+    #[error("cost {cost} exceeds capacity {capacity} and can never be admitted")]
+    ExceedsCapacity {
+        /// The requested cost.
+        cost: u64,
+        /// The bucket's capacity.
+        capacity: u64,
+    },
+    /// A cost of zero tokens was asked for. It is refused as input error
+    /// rather than admitted silently, since it usually means a mis-computed
+    /// weight.
+    #[error("cost must be at least one token")]
+    ZeroCost,
+}
+
+impl AcquireError {
+    /// The wait after which the same request would fit, if one exists.
+    ///
+    /// ```
+    /// use tollgate::AcquireError;
+    /// assert_eq!(AcquireError::ZeroCost.retry_after(), None);
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            AcquireError::Insufficient { retry_after } => Some(*retry_after),
+            AcquireError::ExceedsCapacity { .. } | AcquireError::ZeroCost => None,
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! The bucket's arithmetic, free of atomics and clocks.
+//!
+//! The state is the *theoretical arrival time* (TAT) of the generic cell rate
+//! algorithm: the instant at which the bucket would be full again. With
+//! capacity `B` and emission interval `T` (the time one token takes to
+//! refill), the credit at `now` is `B - max(0, tat - now) / T`. Keeping the
+//! state as one instant instead of a (credit, timestamp) pair is what lets a
+//! whole decision be a single compare-and-swap on one `u64`.
+//!
+//! Time is counted in *ticks* of `1/d` nanosecond, where `d` is the reduced
+//! denominator of the emission interval in nanoseconds, so that `T` is a whole
+//! number of ticks and every decision is exact (see `docs/design.md`).
+
+use std::time::Duration;
+
+use crate::{AcquireError, InitialCredit, QuotaError};
+
+/// The finest subdivision of a nanosecond a bucket uses. `u64::MAX` ticks of
+/// `1/8` ns are 73 years of clock time: beyond any process's uptime, while
+/// denominators up to eight (rates such as 3/s, 6/s or 7/s) stay exact.
+const MAX_TICKS_PER_NANO: u64 = 8;
+
+/// Relative error tolerated when an emission interval must be rounded up.
+const MAX_ROUNDING_ERROR_DENOMINATOR: u128 = 1000;
+
+/// A validated quota in tick units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Gcra {
+    /// `d`: ticks per nanosecond.
+    ticks_per_nano: u64,
+    /// `T`: ticks per token, never smaller than the exact interval.
+    token_ticks: u64,
+    /// `B * T`: how far the TAT may lie beyond `now` after an admission.
+    tolerance: u64,
+    capacity: u64,
+    exact: bool,
+}
+
+impl Gcra {
+    pub(crate) fn new(capacity: u64, tokens: u64, period: Duration) -> Result<Self, QuotaError> {
+        if capacity == 0 {
+            return Err(QuotaError::ZeroCapacity);
+        }
+        if tokens == 0 {
+            return Err(QuotaError::ZeroTokens);
+        }
+        let period = u64::try_from(period.as_nanos()).map_err(|_| QuotaError::PeriodTooLong)?;
+        if period == 0 {
+            return Err(QuotaError::ZeroPeriod);
+        }
+        // The emission interval is period/tokens ns = (period/g) / (tokens/g).
+        let g = gcd(period, tokens);
+        let (denominator, numerator) = (tokens / g, period / g);
+        let (ticks_per_nano, token_ticks, exact) = if denominator <= MAX_TICKS_PER_NANO {
+            (denominator, numerator, true)
+        } else {
+            // Round the interval *up*: a slower refill can only admit less.
+            let scaled = u128::from(period) * u128::from(MAX_TICKS_PER_NANO);
+            let ticks = scaled.div_ceil(u128::from(tokens));
+            let excess = ticks * u128::from(tokens) - scaled;
+            if excess * MAX_ROUNDING_ERROR_DENOMINATOR > scaled {
+                return Err(QuotaError::Unrepresentable);
+            }
+            // Lossless: this branch has tokens > 8, so ticks <= period.
+            (MAX_TICKS_PER_NANO, ticks as u64, false)
+        };
+        let tolerance = capacity
+            .checked_mul(token_ticks)
+            .ok_or(QuotaError::Overflow { capacity })?;
+        Ok(Gcra {
+            ticks_per_nano,
+            token_ticks,
+            tolerance,
+            capacity,
+            exact,
+        })
+    }
+
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub(crate) fn is_exact(&self) -> bool {
+        self.exact
+    }
+
+    /// Converts a clock reading to ticks. Saturation freezes time at the end
+    /// of the range, where refill stops: the bucket then only denies.
+    #[inline]
+    pub(crate) fn ticks(&self, nanos: u64) -> u64 {
+        nanos.saturating_mul(self.ticks_per_nano)
+    }
+
+    /// Converts a span of ticks to a duration, rounding up so that a caller
+    /// who waits that long is never early.
+    #[inline]
+    pub(crate) fn duration(&self, ticks: u64) -> Duration {
+        Duration::from_nanos(ticks.div_ceil(self.ticks_per_nano))
+    }
+
+    /// Converts a caller's wait budget to ticks, rounding down so that a
+    /// reservation never promises less waiting than it asks the caller for.
+    #[inline]
+    pub(crate) fn ticks_of(&self, wait: Duration) -> u64 {
+        self.ticks(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Validates a cost and converts it to ticks.
+    #[inline]
+    pub(crate) fn cost_ticks(&self, cost: u64) -> Result<u64, AcquireError> {
+        if cost == 0 {
+            return Err(AcquireError::ZeroCost);
+        }
+        if cost > self.capacity {
+            return Err(AcquireError::ExceedsCapacity {
+                cost,
+                capacity: self.capacity,
+            });
+        }
+        // cost <= capacity and capacity * token_ticks was checked to fit.
+        Ok(cost * self.token_ticks)
+    }
+
+    /// Decides an admission of `cost_ticks` at `now`, allowing the caller to
+    /// start up to `slack` ticks in the future.
+    ///
+    /// Returns the new TAT, or the number of ticks by which the request is
+    /// too early. Credit is `B - max(0, tat - now)/T`, so "cost fits" is
+    /// `max(tat, now) + cost*T <= now + B*T`. Taking `max(tat, now)` is what
+    /// makes a stale or backward `now` harmless: it can only see less credit.
+    #[inline]
+    pub(crate) fn admit(&self, tat: u64, now: u64, cost_ticks: u64, slack: u64) -> Result<u64, u64> {
+        // An overflow here means the clock reached the end of its range:
+        // nothing more can ever be admitted.
+        let Some(new_tat) = tat.max(now).checked_add(cost_ticks) else {
+            return Err(u64::MAX);
+        };
+        let limit = now.saturating_add(self.tolerance).saturating_add(slack);
+        if new_tat <= limit {
+            Ok(new_tat)
+        } else {
+            Err(new_tat - limit)
+        }
+    }
+
+    /// How long the caller of an admission that produced `new_tat` at `now`
+    /// must wait before its tokens exist (zero when credit covered it).
+    #[inline]
+    pub(crate) fn wait(&self, new_tat: u64, now: u64) -> u64 {
+        new_tat.saturating_sub(now.saturating_add(self.tolerance))
+    }
+
+    /// Whole tokens available at `now`: `floor(B - debt/T)`, clamped at zero
+    /// while reservations hold the bucket in debt.
+    #[inline]
+    pub(crate) fn available(&self, tat: u64, now: u64) -> u64 {
+        let debt = tat.saturating_sub(now);
+        if debt >= self.tolerance {
+            0
+        } else {
+            self.capacity - debt.div_ceil(self.token_ticks)
+        }
+    }
+
+    /// The TAT after returning `cost` tokens. It needs no clock: moving the
+    /// TAT back adds exactly `cost` of credit, and credit above `B` is clipped
+    /// by the `max(tat, now)` of every later decision.
+    #[inline]
+    pub(crate) fn refunded(&self, tat: u64, cost: u64) -> u64 {
+        tat.saturating_sub(cost.saturating_mul(self.token_ticks))
+    }
+
+    /// The TAT of a bucket created at `now` with the given credit.
+    pub(crate) fn initial_tat(&self, initial: InitialCredit, now: u64) -> u64 {
+        let missing = match initial {
+            InitialCredit::Full => return FULL,
+            InitialCredit::Empty => self.capacity,
+            // Quota validation guarantees k <= capacity.
+            InitialCredit::Tokens(k) => self.capacity - k,
+        };
+        now.saturating_add(missing * self.token_ticks)
+    }
+}
+
+/// A TAT at or before every `now`: a full bucket.
+pub(crate) const FULL: u64 = 0;
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gcra(capacity: u64, tokens: u64, period: Duration) -> Gcra {
+        Gcra::new(capacity, tokens, period).unwrap()
+    }
+
+    #[test]
+    fn reduced_denominators_scale_time_exactly() {
+        let seven = gcra(1, 7, Duration::from_secs(1));
+        assert_eq!((seven.ticks_per_nano, seven.token_ticks), (7, 1_000_000_000));
+        assert!(seven.is_exact());
+        let thousand_per_seven = gcra(1, 1000, Duration::from_secs(7));
+        assert_eq!((thousand_per_seven.ticks_per_nano, thousand_per_seven.token_ticks), (1, 7_000_000));
+    }
+
+    #[test]
+    fn irregular_intervals_round_towards_admitting_less() {
+        // 1e9/11 ns = 90_909_090.9..., in eighths: 727_272_727.27 -> 727_272_728.
+        let eleven = gcra(1, 11, Duration::from_secs(1));
+        assert!(!eleven.is_exact());
+        assert_eq!((eleven.ticks_per_nano, eleven.token_ticks), (8, 727_272_728));
+        assert!(u128::from(eleven.token_ticks) * 11 >= 8 * 1_000_000_000);
+    }
+
+    #[test]
+    fn unrepresentable_rates_are_errors() {
+        let err = Gcra::new(1, 3_000_000_000_001, Duration::from_secs(1));
+        assert_eq!(err, Err(QuotaError::Unrepresentable));
+    }
+
+    #[test]
+    fn end_of_clock_range_denies_forever() {
+        let g = gcra(3, 2, Duration::from_secs(1));
+        let end = g.ticks(u64::MAX);
+        assert_eq!(g.admit(FULL, end, g.cost_ticks(1).unwrap(), 0), Err(u64::MAX));
+    }
+}

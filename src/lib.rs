@@ -1,0 +1,43 @@
+//! A lock-free, in-process rate limiter for the hot paths of latency-sensitive
+//! servers.
+//!
+//! A [`TokenBucket`] keeps its whole state in one atomic word: refill, check
+//! and deduction are a single linearizable compare-and-swap, with no lock and
+//! no background timer. Its arithmetic is exact: for every quota whose
+//! emission interval has a reduced denominator of at most 8 in nanoseconds it
+//! makes the same decisions as a rational-arithmetic token bucket, and for
+//! the rest it rounds towards admitting less.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{AcquireError, Quota, TokenBucket};
+//!
+//! // A burst of 10, refilled at 5 tokens per second.
+//! let bucket = TokenBucket::new(Quota::new(10, 5, Duration::from_secs(1))?);
+//! match bucket.try_acquire(1) {
+//!     Ok(()) => { /* serve the request */ }
+//!     Err(AcquireError::Insufficient { retry_after }) => { /* 429, Retry-After */ let _ = retry_after; }
+//!     Err(other) => return Err(other.into()),
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The contract (units, initial credit, denial versus delay, clocks) is in
+//! `docs/semantics.md`; the state packing and linearization points are in
+//! `docs/design.md`.
+
+#![forbid(unsafe_code)]
+
+mod bucket;
+mod clock;
+mod error;
+mod gcra;
+mod quota;
+mod sync;
+
+pub use bucket::TokenBucket;
+pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock};
+#[cfg(feature = "tsc")]
+pub use clock::TscClock;
+pub use error::{AcquireError, QuotaError};
+pub use quota::{InitialCredit, Quota};

@@ -1,0 +1,165 @@
+//! What a bucket allows: capacity, refill rate and initial credit.
+
+use std::time::Duration;
+
+use crate::QuotaError;
+use crate::gcra::Gcra;
+
+/// How much credit a new (or re-created) bucket starts with.
+///
+/// ```
+/// use tollgate::{InitialCredit, ManualClock, Quota, TokenBucket};
+///
+/// let quota = Quota::per_second(10)?.with_initial_credit(InitialCredit::Tokens(4))?;
+/// let bucket = TokenBucket::with_clock(quota, ManualClock::new());
+/// assert_eq!(bucket.available(), 4);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum InitialCredit {
+    /// Start with `capacity` tokens: an immediate burst is allowed.
+    #[default]
+    Full,
+    /// Start with no tokens: the first token arrives one emission interval
+    /// after creation.
+    Empty,
+    /// Start with this many tokens (at most the capacity).
+    Tokens(u64),
+}
+
+/// A token-bucket contract: a capacity of `B` whole tokens, refilled at `n`
+/// tokens per `period`, with an initial credit.
+///
+/// Construction validates everything a bucket's arithmetic relies on, so a
+/// `Quota` in hand can always be used without further checks.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Quota;
+///
+/// // Bursts of up to 100 requests, 1000 requests per 7 seconds sustained.
+/// let quota = Quota::new(100, 1000, Duration::from_secs(7))?;
+/// assert_eq!(quota.capacity(), 100);
+/// assert!(quota.is_exact());
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Quota {
+    gcra: Gcra,
+    tokens: u64,
+    period: Duration,
+    initial: InitialCredit,
+}
+
+impl Quota {
+    /// A bucket of `capacity` tokens refilled at `tokens` per `period`,
+    /// starting full.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Quota, QuotaError};
+    ///
+    /// assert!(Quota::new(3, 2, Duration::from_secs(1)).is_ok());
+    /// assert_eq!(Quota::new(3, 0, Duration::from_secs(1)), Err(QuotaError::ZeroTokens));
+    /// assert_eq!(Quota::new(3, 2, Duration::ZERO), Err(QuotaError::ZeroPeriod));
+    /// ```
+    pub fn new(capacity: u64, tokens: u64, period: Duration) -> Result<Self, QuotaError> {
+        Ok(Quota {
+            gcra: Gcra::new(capacity, tokens, period)?,
+            tokens,
+            period,
+            initial: InitialCredit::Full,
+        })
+    }
+
+    /// `n` tokens per second with a burst capacity of `n`.
+    ///
+    /// ```
+    /// use tollgate::Quota;
+    /// assert_eq!(Quota::per_second(50)?.capacity(), 50);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn per_second(n: u64) -> Result<Self, QuotaError> {
+        Quota::new(n, n, Duration::from_secs(1))
+    }
+
+    /// The same quota with another initial credit.
+    ///
+    /// ```
+    /// use tollgate::{InitialCredit, Quota, QuotaError};
+    ///
+    /// let quota = Quota::per_second(5)?;
+    /// assert!(quota.with_initial_credit(InitialCredit::Empty).is_ok());
+    /// assert_eq!(
+    ///     quota.with_initial_credit(InitialCredit::Tokens(6)),
+    ///     Err(QuotaError::InitialCreditAboveCapacity { credit: 6, capacity: 5 }),
+    /// );
+    /// # Ok::<(), QuotaError>(())
+    /// ```
+    pub fn with_initial_credit(self, initial: InitialCredit) -> Result<Self, QuotaError> {
+        if let InitialCredit::Tokens(credit) = initial {
+            if credit > self.capacity() {
+                return Err(QuotaError::InitialCreditAboveCapacity {
+                    credit,
+                    capacity: self.capacity(),
+                });
+            }
+        }
+        Ok(Quota { initial, ..self })
+    }
+
+    /// The largest number of tokens the bucket holds, and so the largest cost
+    /// it can ever admit.
+    ///
+    /// ```
+    /// use tollgate::Quota;
+    /// assert_eq!(Quota::per_second(8)?.capacity(), 8);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn capacity(&self) -> u64 {
+        self.gcra.capacity()
+    }
+
+    /// The refill rate as given: `tokens` per `period`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// assert_eq!(Quota::per_second(8)?.refill(), (8, Duration::from_secs(1)));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn refill(&self) -> (u64, Duration) {
+        (self.tokens, self.period)
+    }
+
+    /// The initial-credit policy.
+    ///
+    /// ```
+    /// use tollgate::{InitialCredit, Quota};
+    /// assert_eq!(Quota::per_second(8)?.initial_credit(), InitialCredit::Full);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn initial_credit(&self) -> InitialCredit {
+        self.initial
+    }
+
+    /// Whether the emission interval (`period / tokens`) is represented
+    /// exactly. It is whenever its reduced denominator in nanoseconds is at
+    /// most 8 (1000/s, 3/s, 7/s, 1000 per 7 s, ...). Otherwise it is rounded
+    /// up by less than an eighth of a nanosecond, and at most 0.1 %, so the
+    /// bucket refills very slightly slower than asked and never faster.
+    ///
+    /// ```
+    /// use tollgate::Quota;
+    /// assert!(Quota::per_second(7)?.is_exact());
+    /// assert!(!Quota::per_second(11)?.is_exact());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn is_exact(&self) -> bool {
+        self.gcra.is_exact()
+    }
+
+    pub(crate) fn gcra(&self) -> &Gcra {
+        &self.gcra
+    }
+}

@@ -1,0 +1,17 @@
+//! The atomics the lock-free state machines are built from.
+//!
+//! Under `--cfg tollgate_loom` these are loom's instrumented types, so the
+//! models in `loom-tests/` explore the interleavings of the real code rather
+//! than of a copy. A project-specific cfg (not `loom`) keeps dependencies that
+//! test `cfg(loom)` themselves unchanged.
+
+#[cfg(tollgate_loom)]
+pub(crate) use loom::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
+#[cfg(not(tollgate_loom))]
+pub(crate) use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
