@@ -147,12 +147,10 @@ impl<C: Clock> TokenBucket<C> {
                     retry_after: gcra.duration(early),
                 }
             })?;
-            match self.tat.compare_exchange_weak(
-                tat,
-                new_tat,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match self
+                .tat
+                .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => return Ok(gcra.wait(new_tat, now)),
                 Err(actual) => {
                     tat = actual;

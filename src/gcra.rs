@@ -129,7 +129,13 @@ impl Gcra {
     /// `max(tat, now) + cost*T <= now + B*T`. Taking `max(tat, now)` is what
     /// makes a stale or backward `now` harmless: it can only see less credit.
     #[inline]
-    pub(crate) fn admit(&self, tat: u64, now: u64, cost_ticks: u64, slack: u64) -> Result<u64, u64> {
+    pub(crate) fn admit(
+        &self,
+        tat: u64,
+        now: u64,
+        cost_ticks: u64,
+        slack: u64,
+    ) -> Result<u64, u64> {
         // An overflow here means the clock reached the end of its range:
         // nothing more can ever be admitted.
         let Some(new_tat) = tat.max(now).checked_add(cost_ticks) else {
@@ -203,10 +209,19 @@ mod tests {
     #[test]
     fn reduced_denominators_scale_time_exactly() {
         let seven = gcra(1, 7, Duration::from_secs(1));
-        assert_eq!((seven.ticks_per_nano, seven.token_ticks), (7, 1_000_000_000));
+        assert_eq!(
+            (seven.ticks_per_nano, seven.token_ticks),
+            (7, 1_000_000_000)
+        );
         assert!(seven.is_exact());
         let thousand_per_seven = gcra(1, 1000, Duration::from_secs(7));
-        assert_eq!((thousand_per_seven.ticks_per_nano, thousand_per_seven.token_ticks), (1, 7_000_000));
+        assert_eq!(
+            (
+                thousand_per_seven.ticks_per_nano,
+                thousand_per_seven.token_ticks
+            ),
+            (1, 7_000_000)
+        );
     }
 
     #[test]
@@ -214,7 +229,10 @@ mod tests {
         // 1e9/11 ns = 90_909_090.9..., in eighths: 727_272_727.27 -> 727_272_728.
         let eleven = gcra(1, 11, Duration::from_secs(1));
         assert!(!eleven.is_exact());
-        assert_eq!((eleven.ticks_per_nano, eleven.token_ticks), (8, 727_272_728));
+        assert_eq!(
+            (eleven.ticks_per_nano, eleven.token_ticks),
+            (8, 727_272_728)
+        );
         assert!(u128::from(eleven.token_ticks) * 11 >= 8 * 1_000_000_000);
     }
 
@@ -228,6 +246,9 @@ mod tests {
     fn end_of_clock_range_denies_forever() {
         let g = gcra(3, 2, Duration::from_secs(1));
         let end = g.ticks(u64::MAX);
-        assert_eq!(g.admit(FULL, end, g.cost_ticks(1).unwrap(), 0), Err(u64::MAX));
+        assert_eq!(
+            g.admit(FULL, end, g.cost_ticks(1).unwrap(), 0),
+            Err(u64::MAX)
+        );
     }
 }

@@ -36,8 +36,8 @@ mod quota;
 mod sync;
 
 pub use bucket::TokenBucket;
-pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock};
 #[cfg(feature = "tsc")]
 pub use clock::TscClock;
+pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock};
 pub use error::{AcquireError, QuotaError};
 pub use quota::{InitialCredit, Quota};

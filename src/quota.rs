@@ -97,13 +97,13 @@ impl Quota {
     /// # Ok::<(), QuotaError>(())
     /// ```
     pub fn with_initial_credit(self, initial: InitialCredit) -> Result<Self, QuotaError> {
-        if let InitialCredit::Tokens(credit) = initial {
-            if credit > self.capacity() {
-                return Err(QuotaError::InitialCreditAboveCapacity {
-                    credit,
-                    capacity: self.capacity(),
-                });
-            }
+        if let InitialCredit::Tokens(credit) = initial
+            && credit > self.capacity()
+        {
+            return Err(QuotaError::InitialCreditAboveCapacity {
+                credit,
+                capacity: self.capacity(),
+            });
         }
         Ok(Quota { initial, ..self })
     }
