@@ -41,3 +41,9 @@ pub use clock::TscClock;
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock};
 pub use error::{AcquireError, QuotaError};
 pub use quota::{InitialCredit, Quota};
+
+/// Compiles and runs the README's examples as doc tests, so the quickstart
+/// cannot drift from the API.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
