@@ -97,3 +97,35 @@ impl Clock for CoarseClock {
         self.shared.nanos.load(Ordering::Relaxed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The updater must keep publishing: a reader sees the time move. The
+    /// bound on attempts only stops a broken updater from hanging the test.
+    #[test]
+    fn updater_advances_the_time() {
+        let clock = CoarseClock::new(Duration::from_micros(200)).expect("spawn updater");
+        let first = clock.now_nanos();
+        let advanced = (0..10_000).any(|_| {
+            thread::sleep(Duration::from_millis(1));
+            clock.now_nanos() > first
+        });
+        assert!(advanced, "coarse clock stuck at {first} ns");
+    }
+
+    /// The updater holds only a weak reference between updates, so dropping
+    /// the last handle frees the shared state and lets the thread exit.
+    #[test]
+    fn dropping_the_last_handle_releases_the_state() {
+        let clock = CoarseClock::new(Duration::from_micros(100)).expect("spawn updater");
+        let weak = Arc::downgrade(&clock.shared);
+        drop(clock);
+        let released = (0..10_000).any(|_| {
+            thread::sleep(Duration::from_millis(1));
+            weak.upgrade().is_none()
+        });
+        assert!(released, "the updater keeps the clock's state alive");
+    }
+}
