@@ -93,7 +93,7 @@ fn hammer(id: usize, buckets: &[Limited], slot: &Slot, stop: &AtomicBool) {
         }
         decisions += 2;
         tenant = (tenant + 1) % TENANTS;
-        if decisions % PUBLISH_EVERY == 0 {
+        if decisions.is_multiple_of(PUBLISH_EVERY) {
             publish(slot, decisions, &admitted);
             if stop.load(Ordering::Relaxed) {
                 return;
