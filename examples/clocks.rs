@@ -44,7 +44,7 @@ fn main() -> std::io::Result<()> {
     Ok(())
 }
 
-fn measure(name: &str, clock: &(impl Clock + Sync)) {
+fn measure(name: &str, clock: &impl Clock) {
     let (cost, resolution) = cost_and_resolution(clock);
     let (backward, largest) = cross_core_backward_steps(clock);
     println!("{name:<22} {cost:>10.1} {resolution:>14} {backward:>16} {largest:>14}");
@@ -71,7 +71,7 @@ fn cost_and_resolution(clock: &impl Clock) -> (f64, u64) {
 /// release/acquire, so every reading is physically later than the one before
 /// it. A reading smaller than the previous one (taken on the other thread,
 /// usually on the other core) is a backward step across cores.
-fn cross_core_backward_steps(clock: &(impl Clock + Sync)) -> (u64, u64) {
+fn cross_core_backward_steps(clock: &impl Clock) -> (u64, u64) {
     let turn = AtomicU64::new(0);
     let last = AtomicU64::new(0);
     let done = AtomicBool::new(false);
