@@ -34,9 +34,9 @@ pub enum QuotaError {
         /// The requested capacity.
         capacity: u64,
     },
-    /// The rate is finer than the bucket's time resolution can represent to
-    /// within 0.1 % (more than about eight billion tokens per second, or an
-    /// emission interval that is both irregular and below a microsecond or so).
+    /// The rate cannot be represented to within 0.1 %: its emission interval
+    /// is not a multiple of 1/8 ns and is shorter than about 125 ns (more
+    /// than eight million tokens per second), or it is shorter than 1/8 ns.
     #[error("the rate cannot be represented to within 0.1% at sub-nanosecond resolution")]
     Unrepresentable,
     /// The initial credit was larger than the capacity.

@@ -98,8 +98,8 @@ impl Gcra {
         Duration::from_nanos(ticks.div_ceil(self.ticks_per_nano))
     }
 
-    /// Converts a caller's wait budget to ticks, rounding down so that a
-    /// reservation never promises less waiting than it asks the caller for.
+    /// Converts a caller's wait budget to ticks: exact, since a whole
+    /// nanosecond is a whole number of ticks (saturating past 584 years).
     #[inline]
     pub(crate) fn ticks_of(&self, wait: Duration) -> u64 {
         self.ticks(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX))
