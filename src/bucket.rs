@@ -19,7 +19,7 @@ use crate::{AcquireError, Clock, MonotonicClock, Quota};
 /// - a denial and [`available`](Self::available) at the load (or failed
 ///   compare-and-swap) whose value they decided on;
 /// - [`refund`](Self::refund) at its successful compare-and-swap;
-/// - [`reset`](Self::reset) at its store.
+/// - [`reset`](Self::reset) at its swap.
 ///
 /// ```
 /// use std::time::Duration;
@@ -232,7 +232,10 @@ impl<C: Clock> TokenBucket<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reset(&self) {
-        self.tat.store(FULL, Ordering::Release);
+        // A read-modify-write rather than a plain store: the same cost off the
+        // hot path, and loom (which mis-orders a store racing a
+        // compare-and-swap, tokio-rs/loom#254) can then check it soundly.
+        self.tat.swap(FULL, Ordering::AcqRel);
     }
 
     /// The quota this bucket enforces.

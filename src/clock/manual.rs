@@ -66,8 +66,9 @@ impl ManualClock {
     /// assert_eq!(clock.now_nanos(), 3_000_000_000);
     /// ```
     pub fn set(&self, since_epoch: Duration) {
+        // A swap, not a store, for the same loom reason as `TokenBucket::reset`.
         self.nanos
-            .store(saturating_nanos(since_epoch), Ordering::Release);
+            .swap(saturating_nanos(since_epoch), Ordering::AcqRel);
     }
 }
 
