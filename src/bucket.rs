@@ -111,7 +111,8 @@ impl<C: Clock> TokenBucket<C> {
     ///
     /// This is *delay* rather than denial: the tokens are spent at once (the
     /// bucket goes into debt), and the caller starts its work after the
-    /// returned wait, which keeps the start times within the quota. A refusal
+    /// returned wait, which keeps the start times within the quota (to the
+    /// nanosecond the wait is rounded up to; see `docs/semantics.md`). A refusal
     /// reports how much later the same call would succeed. Nothing queues:
     /// the wait is the caller's to honour.
     ///

@@ -157,15 +157,21 @@ impl Gcra {
     }
 
     /// Whole tokens available at `now`: `floor(B - debt/T)`, clamped at zero
-    /// while reservations hold the bucket in debt.
+    /// while reservations hold the bucket in debt, and at what the rest of
+    /// the clock range can still record, so that it agrees with [`admit`]
+    /// even at the end of the range.
+    ///
+    /// [`admit`]: Gcra::admit
     #[inline]
     pub(crate) fn available(&self, tat: u64, now: u64) -> u64 {
         let debt = tat.saturating_sub(now);
-        if debt >= self.tolerance {
+        let credit = if debt >= self.tolerance {
             0
         } else {
             self.capacity - debt.div_ceil(self.token_ticks)
-        }
+        };
+        let recordable = (u64::MAX - tat.max(now)) / self.token_ticks;
+        credit.min(recordable)
     }
 
     /// The TAT after returning `cost` tokens. It needs no clock: moving the
@@ -243,12 +249,18 @@ mod tests {
     }
 
     #[test]
-    fn end_of_clock_range_denies_forever() {
+    fn end_of_clock_range_denies_forever_and_says_so() {
         let g = gcra(3, 2, Duration::from_secs(1));
         let end = g.ticks(u64::MAX);
         assert_eq!(
             g.admit(FULL, end, g.cost_ticks(1).unwrap(), 0),
             Err(u64::MAX)
         );
+        assert_eq!(g.available(FULL, end), 0);
+        // One and a half tokens before the end, one whole token still fits.
+        let near = end - 3 * g.token_ticks / 2;
+        assert_eq!(g.available(FULL, near), 1);
+        assert!(g.admit(FULL, near, g.cost_ticks(1).unwrap(), 0).is_ok());
+        assert!(g.admit(FULL, near, g.cost_ticks(2).unwrap(), 0).is_err());
     }
 }
