@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=3 \
-//!     cargo test -p loom-tests --release
+//!     CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --tests
 //! ```
 //!
 //! Without the cfg this crate is empty, so a plain `cargo test --workspace`
