@@ -13,6 +13,7 @@
 
 use std::time::Duration;
 
+use crate::clock::saturating_nanos;
 use crate::{AcquireError, InitialCredit, QuotaError};
 
 /// The finest subdivision of a nanosecond a bucket uses. `u64::MAX` ticks of
@@ -88,21 +89,39 @@ impl Gcra {
     /// of the range, where refill stops: the bucket then only denies.
     #[inline]
     pub(crate) fn ticks(&self, nanos: u64) -> u64 {
-        nanos.saturating_mul(self.ticks_per_nano)
+        // Most quotas have whole-nanosecond intervals; skipping the multiply
+        // for them takes it off the path from the clock read to the CAS.
+        if self.ticks_per_nano == 1 {
+            nanos
+        } else {
+            nanos.saturating_mul(self.ticks_per_nano)
+        }
     }
 
     /// Converts a span of ticks to a duration, rounding up so that a caller
     /// who waits that long is never early.
     #[inline]
     pub(crate) fn duration(&self, ticks: u64) -> Duration {
-        Duration::from_nanos(ticks.div_ceil(self.ticks_per_nano))
+        // One arm per possible scale, so each division is by a constant (a
+        // multiply and shifts) instead of a 20-40 cycle `div` on every refusal.
+        let nanos = match self.ticks_per_nano {
+            1 => ticks,
+            2 => ticks.div_ceil(2),
+            3 => ticks.div_ceil(3),
+            4 => ticks.div_ceil(4),
+            5 => ticks.div_ceil(5),
+            6 => ticks.div_ceil(6),
+            7 => ticks.div_ceil(7),
+            d => ticks.div_ceil(d),
+        };
+        Duration::from_nanos(nanos)
     }
 
     /// Converts a caller's wait budget to ticks: exact, since a whole
     /// nanosecond is a whole number of ticks (saturating past 584 years).
     #[inline]
     pub(crate) fn ticks_of(&self, wait: Duration) -> u64 {
-        self.ticks(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX))
+        self.ticks(saturating_nanos(wait))
     }
 
     /// Validates a cost and converts it to ticks.
@@ -145,6 +164,10 @@ impl Gcra {
         if new_tat <= limit {
             Ok(new_tat)
         } else {
+            // Without the hint the compiler merges both outcomes into one
+            // branchless value, putting this comparison on the path to the
+            // compare-and-swap of every admission.
+            std::hint::cold_path();
             Err(new_tat - limit)
         }
     }

@@ -59,5 +59,8 @@ impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
 /// Nanoseconds in a duration, saturating where `u64` ends (584 years).
 #[inline]
 pub(crate) fn saturating_nanos(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    // Plain u64 arithmetic: `as_nanos()` goes through u128 on every reading.
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()))
 }
