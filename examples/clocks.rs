@@ -45,9 +45,22 @@ fn main() -> std::io::Result<()> {
 }
 
 fn measure(name: &str, clock: &impl Clock) {
+    settle(clock);
     let (cost, resolution) = cost_and_resolution(clock);
     let (backward, largest) = cross_core_backward_steps(clock);
     println!("{name:<22} {cost:>10.1} {resolution:>14} {backward:>16} {largest:>14}");
+}
+
+/// Waits until the clock has moved twice, so that a coarse clock's first
+/// update (from zero to the updater thread's start-up time) is not mistaken
+/// for its resolution.
+fn settle(clock: &impl Clock) {
+    for _ in 0..2 {
+        let start = clock.now_nanos();
+        while clock.now_nanos() == start {
+            thread::sleep(Duration::from_micros(10));
+        }
+    }
 }
 
 /// Mean cost of a reading, and the smallest non-zero step between successive
