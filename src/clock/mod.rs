@@ -6,12 +6,15 @@
 //! update) or that goes backwards can only make a bucket see *less* credit,
 //! never more (see `docs/semantics.md`).
 //!
-//! | clock | cost of a reading (this machine) | resolution | notes |
+//! | clock | cost of a reading (dev machine) | resolution | notes |
 //! |---|---|---|---|
-//! | [`MonotonicClock`] | ~28 ns | 1 ns | `Instant::now()`; the default |
-//! | [`CoarseClock`] | ~1 ns (one load) | its update period | a background thread |
-//! | `TscClock` (feature `tsc`) | ~7 ns | ~1 ns | CPU time-stamp counter through `quanta` |
+//! | [`MonotonicClock`] | ~31 ns | 1 ns | `Instant::now()`; the default |
+//! | [`CoarseClock`] | ~0.7 ns (one load) | its update period | a background thread |
+//! | `TscClock` (feature `tsc`) | ~12 ns | ~10 ns | CPU time-stamp counter through `quanta` |
 //! | [`ManualClock`] | one load | 1 ns | tests and simulations |
+//!
+//! `docs/clocks.md` has the measurements, including cross-core behaviour and
+//! the updater thread's cost.
 
 mod coarse;
 mod manual;

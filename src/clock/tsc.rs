@@ -4,12 +4,12 @@ use super::Clock;
 /// calibrates the counter against the OS clock and falls back to the OS clock
 /// where the counter is not invariant.
 ///
-/// Trade-offs: about a quarter of the cost of `Instant::now()` on this
-/// machine. Counters on different cores may disagree by a few nanoseconds; a
-/// reading that appears to go backwards only makes a bucket see less credit,
-/// never more. Calibration drift against the OS clock is bounded by
-/// `quanta`'s calibration (parts per million), a refill-rate error far below
-/// any quota's precision.
+/// Trade-offs (measured in `docs/clocks.md`): about 40 % of the cost of
+/// `Instant::now()` on the development machine. The counters of different
+/// cores disagree by up to tens of nanoseconds there; a reading that appears
+/// to go backwards only makes a bucket see less credit, never more.
+/// Calibration error against the OS clock is a rate error of parts per
+/// million, far inside any quota's precision.
 ///
 /// ```
 /// use tollgate::{Clock, TscClock};
