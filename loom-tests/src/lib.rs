@@ -3,7 +3,7 @@
 //! Run them with the project cfg that swaps tollgate's atomics for loom's:
 //!
 //! ```text
-//! RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=3 \
+//! RUSTFLAGS="--cfg tollgate_loom" LOOM_MAX_PREEMPTIONS=5 \
 //!     CARGO_TARGET_DIR=target/loom cargo test -p loom-tests --release --tests
 //! ```
 //!
