@@ -1,5 +1,6 @@
 //! The lock-free token bucket: one atomic word, one compare-and-swap loop.
 
+use std::convert::Infallible;
 use std::time::Duration;
 
 use crossbeam_utils::{Backoff, CachePadded};
@@ -37,10 +38,14 @@ use crate::{AcquireError, Clock, MonotonicClock, Quota};
 /// ```
 #[derive(Debug)]
 pub struct TokenBucket<C = MonotonicClock> {
-    /// The GCRA theoretical arrival time, in the quota's ticks.
+    /// The GCRA theoretical arrival time, in the quota's ticks since `origin`.
     tat: CachePadded<AtomicU64>,
     quota: Quota,
     clock: C,
+    /// The clock's reading at creation. Counting ticks from here rather than
+    /// from the clock's epoch gives every bucket its full range, whatever the
+    /// epoch (a clock counting from 1970 included).
+    origin: u64,
 }
 
 impl TokenBucket<MonotonicClock> {
@@ -71,12 +76,45 @@ impl<C: Clock> TokenBucket<C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn with_clock(quota: Quota, clock: C) -> Self {
-        let gcra = quota.gcra();
-        let tat = gcra.initial_tat(quota.initial_credit(), gcra.ticks(clock.now_nanos()));
+        let origin = clock.now_nanos();
+        // Zero ticks: the bucket's own time starts now.
+        let tat = quota.gcra().initial_tat(quota.initial_credit(), 0);
         TokenBucket {
             tat: CachePadded::new(AtomicU64::new(tat)),
             quota,
             clock,
+            origin,
+        }
+    }
+
+    /// The current time in the quota's ticks since creation. A reading
+    /// before the origin (a clock gone backwards) counts as the origin: it
+    /// can only see less credit.
+    #[inline]
+    fn now(&self) -> u64 {
+        let since_origin = self.clock.now_nanos().saturating_sub(self.origin);
+        self.quota.gcra().ticks(since_origin)
+    }
+
+    /// The one compare-and-swap loop: applies `next` to the current state
+    /// until the swap succeeds or `next` refuses, and returns the new state.
+    /// A refusal writes nothing.
+    #[inline]
+    fn update<E>(&self, next: impl Fn(u64) -> Result<u64, E>) -> Result<u64, E> {
+        let backoff = Backoff::new();
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            let new_tat = next(tat)?;
+            match self
+                .tat
+                .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(new_tat),
+                Err(actual) => {
+                    tat = actual;
+                    backoff.spin();
+                }
+            }
         }
     }
 
@@ -139,26 +177,14 @@ impl<C: Clock> TokenBucket<C> {
     fn acquire_within(&self, cost: u64, slack: u64) -> Result<u64, AcquireError> {
         let gcra: &Gcra = self.quota.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
-        let now = gcra.ticks(self.clock.now_nanos());
-        let backoff = Backoff::new();
-        let mut tat = self.tat.load(Ordering::Acquire);
-        loop {
-            let new_tat = gcra.admit(tat, now, cost_ticks, slack).map_err(|early| {
-                AcquireError::Insufficient {
+        let now = self.now();
+        let new_tat = self.update(|tat| {
+            gcra.admit(tat, now, cost_ticks, slack)
+                .map_err(|early| AcquireError::Insufficient {
                     retry_after: gcra.duration(early),
-                }
-            })?;
-            match self
-                .tat
-                .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Ok(gcra.wait(new_tat, now)),
-                Err(actual) => {
-                    tat = actual;
-                    backoff.spin();
-                }
-            }
-        }
+                })
+        })?;
+        Ok(gcra.wait(new_tat, now))
     }
 
     /// Returns `cost` tokens, for work that was admitted but not done. Credit
@@ -183,22 +209,8 @@ impl<C: Clock> TokenBucket<C> {
             return;
         }
         let gcra = self.quota.gcra();
-        let backoff = Backoff::new();
-        let mut tat = self.tat.load(Ordering::Acquire);
-        loop {
-            match self.tat.compare_exchange_weak(
-                tat,
-                gcra.refunded(tat, cost),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return,
-                Err(actual) => {
-                    tat = actual;
-                    backoff.spin();
-                }
-            }
-        }
+        let refunded: Result<_, Infallible> = self.update(|tat| Ok(gcra.refunded(tat, cost)));
+        let Ok(_) = refunded;
     }
 
     /// Whole tokens available now (zero while reservations hold the bucket in
@@ -216,9 +228,10 @@ impl<C: Clock> TokenBucket<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn available(&self) -> u64 {
-        let gcra = self.quota.gcra();
-        let now = gcra.ticks(self.clock.now_nanos());
-        gcra.available(self.tat.load(Ordering::Acquire), now)
+        let now = self.now();
+        self.quota
+            .gcra()
+            .available(self.tat.load(Ordering::Acquire), now)
     }
 
     /// Refills the bucket to capacity, cancelling any debt.

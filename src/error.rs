@@ -27,17 +27,24 @@ pub enum QuotaError {
     /// The refill period does not fit in 64 bits of nanoseconds (about 584 years).
     #[error("refill period is longer than 2^64 - 1 nanoseconds")]
     PeriodTooLong,
-    /// Capacity times the emission interval does not fit the bucket's 64-bit
-    /// time arithmetic: refilling the whole bucket would take centuries.
-    #[error("capacity {capacity} refilled at this rate overflows 64-bit time arithmetic")]
+    /// Refilling the whole bucket (capacity times the emission interval)
+    /// would take more than half the bucket's clock range: 36 years at the
+    /// finest tick (1/8 ns), 292 years at whole nanoseconds. The other half is
+    /// what keeps every decision exact for that long after creation.
+    #[error("capacity {capacity} refilled at this rate takes longer than half the clock range")]
     Overflow {
         /// The requested capacity.
         capacity: u64,
     },
-    /// The rate cannot be represented to within 0.1 %: its emission interval
-    /// is not a multiple of 1/8 ns and is shorter than about 125 ns (more
-    /// than eight million tokens per second), or it is shorter than 1/8 ns.
-    #[error("the rate cannot be represented to within 0.1% at sub-nanosecond resolution")]
+    /// The emission interval (`period / tokens`) is not a multiple of 1/8 ns
+    /// and rounding it up to one would slow the refill by more than 0.1 %:
+    /// the interval is then shorter than about 125 ns. This happens with
+    /// byte-granular rates such as 64 MiB/s; express such rates in coarser
+    /// units (KiB, or 4 KiB pages), which also makes each decision cheaper
+    /// to weigh.
+    #[error(
+        "the rate cannot be represented within 0.1%: use a coarser token unit (e.g. KiB instead of bytes)"
+    )]
     Unrepresentable,
     /// The initial credit was larger than the capacity.
     #[error("initial credit {credit} exceeds capacity {capacity}")]

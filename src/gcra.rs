@@ -24,6 +24,9 @@ const MAX_TICKS_PER_NANO: u64 = 8;
 /// Relative error tolerated when an emission interval must be rounded up.
 const MAX_ROUNDING_ERROR_DENOMINATOR: u128 = 1000;
 
+/// The longest full refill, `B * T`, in ticks: half the range.
+const MAX_TOLERANCE: u64 = u64::MAX / 2;
+
 /// A validated quota in tick units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Gcra {
@@ -65,8 +68,12 @@ impl Gcra {
             // Lossless: this branch has tokens > 8, so ticks <= period.
             (MAX_TICKS_PER_NANO, ticks as u64, false)
         };
+        // Bounding a full refill by half the tick range leaves the other half,
+        // at least 2^63 ticks after a bucket's creation, in which every
+        // decision is exact: `max(tat, now) + cost*T` cannot overflow there.
         let tolerance = capacity
             .checked_mul(token_ticks)
+            .filter(|&t| t <= MAX_TOLERANCE)
             .ok_or(QuotaError::Overflow { capacity })?;
         Ok(Gcra {
             ticks_per_nano,

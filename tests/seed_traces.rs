@@ -156,6 +156,10 @@ fn capacity_eight_exercise() {
     for second in 1..=3 {
         clock.set(Duration::from_secs(second) - Duration::from_nanos(1));
         assert_eq!(bucket.available(), second - 1);
+        assert_eq!(
+            bucket.try_acquire(second),
+            insufficient(Duration::from_nanos(1))
+        );
         clock.set(Duration::from_secs(second));
         assert_eq!(bucket.available(), second);
     }

@@ -44,15 +44,39 @@ struct Shared {
 }
 
 impl CoarseClock {
-    /// Starts the updater thread. Fails only if the thread cannot be spawned.
+    /// The shortest update period accepted: below it the updater's wake-ups
+    /// cost more than the readings they save (see `docs/clocks.md`).
+    pub const MIN_RESOLUTION: Duration = Duration::from_micros(10);
+
+    /// The longest update period accepted.
+    pub const MAX_RESOLUTION: Duration = Duration::from_secs(1);
+
+    /// Starts the updater thread.
+    ///
+    /// Fails with [`io::ErrorKind::InvalidInput`] unless `resolution` lies in
+    /// [`MIN_RESOLUTION`](Self::MIN_RESOLUTION)..=[`MAX_RESOLUTION`](Self::MAX_RESOLUTION)
+    /// (a zero period would busy-loop a core; a very long one would freeze
+    /// refill and keep the thread alive long after the last handle), and
+    /// with the spawn error if the thread cannot be started.
     ///
     /// ```
     /// use std::time::Duration;
     /// let clock = tollgate::CoarseClock::new(Duration::from_micros(100))?;
     /// assert_eq!(clock.resolution(), Duration::from_micros(100));
+    /// assert!(tollgate::CoarseClock::new(Duration::ZERO).is_err());
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn new(resolution: Duration) -> io::Result<Self> {
+        if !(Self::MIN_RESOLUTION..=Self::MAX_RESOLUTION).contains(&resolution) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "coarse clock resolution {resolution:?} is outside {:?}..={:?}",
+                    Self::MIN_RESOLUTION,
+                    Self::MAX_RESOLUTION
+                ),
+            ));
+        }
         let shared = Arc::new(Shared {
             nanos: CachePadded::new(AtomicU64::new(0)),
             epoch: Instant::now(),
@@ -113,6 +137,19 @@ mod tests {
             clock.now_nanos() > first
         });
         assert!(advanced, "coarse clock stuck at {first} ns");
+    }
+
+    #[test]
+    fn resolutions_outside_the_range_are_invalid_input() {
+        let below = CoarseClock::MIN_RESOLUTION - Duration::from_nanos(1);
+        let above = CoarseClock::MAX_RESOLUTION + Duration::from_nanos(1);
+        for resolution in [Duration::ZERO, below, above, Duration::MAX] {
+            let err = CoarseClock::new(resolution).expect_err("accepted");
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{resolution:?}");
+        }
+        for resolution in [CoarseClock::MIN_RESOLUTION, CoarseClock::MAX_RESOLUTION] {
+            assert!(CoarseClock::new(resolution).is_ok(), "{resolution:?}");
+        }
     }
 
     /// The updater holds only a weak reference between updates, so dropping

@@ -42,6 +42,15 @@ pub use tsc::TscClock;
 /// ```
 pub trait Clock: Send + Sync {
     /// Nanoseconds elapsed since this clock's epoch, saturating at `u64::MAX`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock};
+    ///
+    /// let clock = ManualClock::new();
+    /// clock.advance(Duration::from_micros(3));
+    /// assert_eq!(clock.now_nanos(), 3_000);
+    /// ```
     fn now_nanos(&self) -> u64;
 }
 
