@@ -44,13 +44,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "hot".into(),
         Quota::new(1_000, 200_000, Duration::from_secs(1))?,
     )];
-    for t in 0..TENANTS {
-        // Tenants get different odd rates, exact in tollgate's arithmetic.
-        let rate = 3_000 * (2 * t as u64 + 1);
-        buckets.push(limited(
-            format!("tenant-{t}"),
-            Quota::new(100, rate, Duration::from_secs(1))?,
-        ));
+    // Tenants get different rates, three of them with emission intervals
+    // that are not whole nanoseconds (1/3 and 1/7 ns): exact all the same.
+    for (t, rate) in [3_000, 5_000, 7_000, 15_000].into_iter().enumerate() {
+        let quota = Quota::new(100, rate, Duration::from_secs(1))?;
+        assert!(quota.is_exact(), "{rate}/s is represented exactly");
+        buckets.push(limited(format!("tenant-{t}"), quota));
     }
     let slots: Vec<CachePadded<Slot>> = (0..threads).map(|_| CachePadded::default()).collect();
     let stop = AtomicBool::new(false);
