@@ -8,7 +8,7 @@
 //!
 //! | clock | cost of a reading (dev machine) | resolution | notes |
 //! |---|---|---|---|
-//! | [`MonotonicClock`] | ~31 ns | 1 ns | `Instant::now()`; the default |
+//! | [`MonotonicClock`] | ~32 ns | 1 ns | `Instant::now()`; the default |
 //! | [`CoarseClock`] | ~0.7 ns (one load) | its update period | a background thread |
 //! | `TscClock` (feature `tsc`) | ~12 ns | ~10 ns | CPU time-stamp counter through `quanta` |
 //! | [`ManualClock`] | one load | 1 ns | tests and simulations |
