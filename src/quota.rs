@@ -132,6 +132,32 @@ impl Quota {
         (self.tokens, self.period)
     }
 
+    /// The most cost a bucket with this quota admits over any interval of
+    /// length `elapsed` (`floor(B + r * elapsed)`, saturating): the envelope
+    /// that `docs/semantics.md` proves, useful for capacity planning and for
+    /// checking a run.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    ///
+    /// let quota = Quota::new(3, 2, Duration::from_secs(1))?;
+    /// assert_eq!(quota.envelope(Duration::ZERO), 3);
+    /// assert_eq!(quota.envelope(Duration::from_millis(1499)), 5);
+    /// assert_eq!(quota.envelope(Duration::from_millis(1500)), 6);
+    /// assert_eq!(Quota::per_second(u32::MAX.into())?.envelope(Duration::MAX), u64::MAX);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn envelope(&self, elapsed: Duration) -> u64 {
+        let period = self.period.as_nanos();
+        // A saturated product still divides to more than u64::MAX, so the
+        // result saturates as it should.
+        let refilled = u128::from(self.tokens).saturating_mul(elapsed.as_nanos()) / period;
+        u64::try_from(refilled)
+            .unwrap_or(u64::MAX)
+            .saturating_add(self.capacity())
+    }
+
     /// The initial-credit policy.
     ///
     /// ```

@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use tollgate::{AcquireError, Clock, InitialCredit, ManualClock, Quota, QuotaError, TokenBucket};
 
+mod common;
+use common::insufficient;
+
 const SECOND: Duration = Duration::from_secs(1);
 
 /// Capacity 3, refilled at 2 tokens per second (one token per 500 ms), full.
@@ -13,10 +16,6 @@ fn three_at_two_per_second() -> (TokenBucket<ManualClock>, ManualClock) {
     let clock = ManualClock::new();
     let quota = Quota::new(3, 2, SECOND).unwrap();
     (TokenBucket::with_clock(quota, clock.clone()), clock)
-}
-
-fn insufficient(retry_after: Duration) -> Result<(), AcquireError> {
-    Err(AcquireError::Insufficient { retry_after })
 }
 
 /// Unit acquisitions admitted at the current instant until the first refusal:

@@ -17,6 +17,9 @@ use num_rational::Ratio;
 use proptest::prelude::*;
 use tollgate::{AcquireError, InitialCredit, ManualClock, Quota, TokenBucket};
 
+mod common;
+use common::Envelope;
+
 type Q = Ratio<i128>;
 
 fn q(n: u64) -> Q {
@@ -437,35 +440,14 @@ impl Harness {
     }
 
     /// For every pair of start times `s <= e`, the cost started in `[s, e]` is
-    /// at most `B + r * (e - s + slack_ns)`, checked in integers scaled by the
-    /// period.
+    /// at most `B + r * (e - s + slack_ns)`.
     fn assert_envelope(&self, slack_ns: u64) {
-        let mut starts = self.starts.clone();
-        starts.sort_unstable();
-        // One entry per distinct start time, with the cost started up to and
-        // including it, so that an interval's total is a difference.
-        let mut cumulative: Vec<(u64, u128)> = Vec::new();
-        let mut total = 0u128;
-        for &(at, cost) in &starts {
-            total += u128::from(cost);
-            match cumulative.last_mut() {
-                Some(last) if last.0 == at => last.1 = total,
-                _ => cumulative.push((at, total)),
-            }
-        }
-        let period = u128::from(self.spec.period_ns);
-        for (i, &(start, _)) in cumulative.iter().enumerate() {
-            let before = if i == 0 { 0 } else { cumulative[i - 1].1 };
-            for &(end, through) in &cumulative[i..] {
-                let spent = through - before;
-                let allowance = u128::from(self.spec.capacity) * period
-                    + u128::from(self.spec.tokens) * u128::from(end - start + slack_ns);
-                assert!(
-                    spent * period <= allowance,
-                    "{spent} tokens started in [{start}, {end}] ns"
-                );
-            }
-        }
+        let envelope = Envelope {
+            capacity: self.spec.capacity,
+            tokens: self.spec.tokens,
+            period_ns: self.spec.period_ns,
+        };
+        envelope.assert_holds_over(&self.starts, slack_ns);
     }
 }
 

@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use tollgate::{AcquireError, ManualClock, Quota, TokenBucket};
 
+mod common;
+use common::{Envelope, insufficient};
+
 const SECOND: u64 = 1_000_000_000;
 
 /// A full bucket of `capacity` refilled at `tokens` per second, on a clock the
@@ -21,31 +24,6 @@ fn bucket(capacity: u64, tokens: u64) -> (TokenBucket<ManualClock>, ManualClock)
     assert!(quota.is_exact());
     let clock = ManualClock::new();
     (TokenBucket::with_clock(quota, clock.clone()), clock)
-}
-
-fn insufficient(retry_after: Duration) -> Result<(), AcquireError> {
-    Err(AcquireError::Insufficient { retry_after })
-}
-
-/// Checks `admitted cost in [s, e] <= B + r * (e - s)` for every pair of
-/// event times, in integers: both sides are scaled by the one-second period.
-/// `events` holds `(time_ns, admitted_cost)`, zero for a refusal.
-fn assert_envelope(events: &[(u64, u64)], capacity: u64, tokens_per_second: u64) {
-    for &(start, _) in events {
-        for &(end, _) in events.iter().filter(|&&(t, _)| t >= start) {
-            let spent: u128 = events
-                .iter()
-                .filter(|&&(t, _)| (start..=end).contains(&t))
-                .map(|&(_, cost)| u128::from(cost))
-                .sum();
-            let allowance = u128::from(capacity) * u128::from(SECOND)
-                + u128::from(tokens_per_second) * u128::from(end - start);
-            assert!(
-                spent * u128::from(SECOND) <= allowance,
-                "{spent} tokens admitted in [{start}, {end}] ns exceeds the envelope"
-            );
-        }
-    }
 }
 
 /// Capacity 3, rate 2/s: a burst, two early retries, refill, a long idle gap
@@ -84,7 +62,12 @@ fn burst_refill_and_idle_trace() {
         ]
     );
     assert_eq!(bucket.available(), 0);
-    assert_envelope(&events, 3, 2);
+    let envelope = Envelope {
+        capacity: 3,
+        tokens: 2,
+        period_ns: SECOND,
+    };
+    envelope.assert_holds_over(&events, 0);
 
     // After another long idle gap the bucket is full again, but a cost above
     // the capacity can never fit: it is refused without a retry time and

@@ -1,0 +1,63 @@
+//! Helpers shared by the integration tests, computed independently of the
+//! library so that a bug there cannot hide a bug in the bucket.
+
+// Each test crate compiles this module and uses only part of it.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use tollgate::AcquireError;
+
+/// The refusal `try_acquire` must return when the cost fits after
+/// `retry_after`.
+pub fn insufficient(retry_after: Duration) -> Result<(), AcquireError> {
+    Err(AcquireError::Insufficient { retry_after })
+}
+
+/// The token-bucket envelope of a quota: over any interval of length `t`, at
+/// most `B + r * t` is admitted, `r = tokens / period`. Checked in integers,
+/// both sides scaled by the period.
+#[derive(Clone, Copy, Debug)]
+pub struct Envelope {
+    pub capacity: u64,
+    pub tokens: u64,
+    pub period_ns: u64,
+}
+
+impl Envelope {
+    /// Whether `spent` fits in an interval of `elapsed_ns`.
+    pub fn admits(&self, spent: u128, elapsed_ns: u64) -> bool {
+        let period = u128::from(self.period_ns);
+        spent * period
+            <= u128::from(self.capacity) * period + u128::from(self.tokens) * u128::from(elapsed_ns)
+    }
+
+    /// Asserts the envelope over every pair of event times `s <= e`, each
+    /// interval widened by `slack_ns`. `events` holds `(time_ns, cost)`, with
+    /// cost zero for a refusal; any order.
+    pub fn assert_holds_over(&self, events: &[(u64, u64)], slack_ns: u64) {
+        let mut events = events.to_vec();
+        events.sort_unstable();
+        // One entry per distinct time, with the cost spent up to and
+        // including it, so that an interval's total is a difference.
+        let mut cumulative: Vec<(u64, u128)> = Vec::new();
+        let mut total = 0u128;
+        for &(at, cost) in &events {
+            total += u128::from(cost);
+            match cumulative.last_mut() {
+                Some(last) if last.0 == at => last.1 = total,
+                _ => cumulative.push((at, total)),
+            }
+        }
+        for (i, &(start, _)) in cumulative.iter().enumerate() {
+            let before = if i == 0 { 0 } else { cumulative[i - 1].1 };
+            for &(end, through) in &cumulative[i..] {
+                let spent = through - before;
+                assert!(
+                    self.admits(spent, end - start + slack_ns),
+                    "{spent} tokens in [{start}, {end}] ns exceed {self:?}"
+                );
+            }
+        }
+    }
+}
