@@ -145,7 +145,7 @@ impl Quota {
     /// assert_eq!(quota.envelope(Duration::ZERO), 3);
     /// assert_eq!(quota.envelope(Duration::from_millis(1499)), 5);
     /// assert_eq!(quota.envelope(Duration::from_millis(1500)), 6);
-    /// assert_eq!(Quota::per_second(u32::MAX.into())?.envelope(Duration::MAX), u64::MAX);
+    /// assert_eq!(Quota::per_second(1_000_000_000)?.envelope(Duration::MAX), u64::MAX);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn envelope(&self, elapsed: Duration) -> u64 {
