@@ -17,8 +17,8 @@ use crate::clock::saturating_nanos;
 use crate::{AcquireError, InitialCredit, QuotaError};
 
 /// The finest subdivision of a nanosecond a bucket uses. `u64::MAX` ticks of
-/// `1/8` ns are 73 years of clock time: beyond any process's uptime, while
-/// denominators up to eight (rates such as 3/s, 6/s or 7/s) stay exact.
+/// `1/8` ns are 73 years after a bucket's creation, longer than any bucket
+/// lives, while denominators up to eight (3/s, 6/s, 7/s) stay exact.
 const MAX_TICKS_PER_NANO: u64 = 8;
 
 /// Relative error tolerated when an emission interval must be rounded up.
