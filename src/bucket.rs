@@ -76,14 +76,12 @@ impl<C: Clock> TokenBucket<C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn with_clock(quota: Quota, clock: C) -> Self {
-        let origin = clock.now_nanos();
-        // Zero ticks: the bucket's own time starts now.
-        let tat = quota.gcra().initial_tat(quota.initial_credit(), 0);
+        let tat = quota.gcra().initial_tat(quota.initial_credit());
         TokenBucket {
             tat: CachePadded::new(AtomicU64::new(tat)),
             quota,
+            origin: clock.now_nanos(),
             clock,
-            origin,
         }
     }
 

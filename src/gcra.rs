@@ -208,15 +208,17 @@ impl Gcra {
         tat.saturating_sub(cost.saturating_mul(self.token_ticks))
     }
 
-    /// The TAT of a bucket created at `now` with the given credit.
-    pub(crate) fn initial_tat(&self, initial: InitialCredit, now: u64) -> u64 {
+    /// The TAT of a new bucket, whose own time starts at tick zero, holding
+    /// the given credit: it is full again once the missing tokens refill.
+    pub(crate) fn initial_tat(&self, initial: InitialCredit) -> u64 {
         let missing = match initial {
-            InitialCredit::Full => return FULL,
+            InitialCredit::Full => 0,
             InitialCredit::Empty => self.capacity,
             // Quota validation guarantees k <= capacity.
             InitialCredit::Tokens(k) => self.capacity - k,
         };
-        now.saturating_add(missing * self.token_ticks)
+        // missing <= capacity, and capacity * token_ticks was checked to fit.
+        missing * self.token_ticks
     }
 }
 
