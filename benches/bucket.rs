@@ -208,41 +208,37 @@ fn clock(c: &mut Criterion) {
     group.finish();
 }
 
+/// Runs `$class` once per clock class, each tollgate clock beside governor's
+/// equivalent. A macro because each class instantiates the generic function
+/// with different clock types.
+macro_rules! for_each_clock_class {
+    ($group:expr, $class:ident) => {{
+        $class(
+            $group,
+            "monotonic",
+            MonotonicClock::new(),
+            GovernorMonotonic,
+        );
+        #[cfg(feature = "tsc")]
+        $class(
+            $group,
+            "tsc",
+            tollgate::TscClock::new(),
+            QuantaClock::default(),
+        );
+        $class($group, "coarse", coarse_clock(), quanta_upkeep_clock());
+    }};
+}
+
 fn allow(c: &mut Criterion) {
     let mut group = c.benchmark_group("allow");
-    allow_class(
-        &mut group,
-        "monotonic",
-        MonotonicClock::new(),
-        GovernorMonotonic,
-    );
-    #[cfg(feature = "tsc")]
-    allow_class(
-        &mut group,
-        "tsc",
-        tollgate::TscClock::new(),
-        QuantaClock::default(),
-    );
-    allow_class(&mut group, "coarse", coarse_clock(), quanta_upkeep_clock());
+    for_each_clock_class!(&mut group, allow_class);
     group.finish();
 }
 
 fn deny(c: &mut Criterion) {
     let mut group = c.benchmark_group("deny");
-    deny_class(
-        &mut group,
-        "monotonic",
-        MonotonicClock::new(),
-        GovernorMonotonic,
-    );
-    #[cfg(feature = "tsc")]
-    deny_class(
-        &mut group,
-        "tsc",
-        tollgate::TscClock::new(),
-        QuantaClock::default(),
-    );
-    deny_class(&mut group, "coarse", coarse_clock(), quanta_upkeep_clock());
+    for_each_clock_class!(&mut group, deny_class);
     group.finish();
 }
 
