@@ -30,8 +30,10 @@
 
 mod bucket;
 mod clock;
+pub mod concurrency;
 mod error;
 mod gcra;
+pub mod identity;
 mod quota;
 mod sync;
 

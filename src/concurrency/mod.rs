@@ -1,0 +1,1 @@
+//! Limits on work in flight, as opposed to its rate.

@@ -1,0 +1,1 @@
+//! Client identity: normalised address keys and forwarded-address resolution.
