@@ -1,12 +1,11 @@
 //! The lock-free token bucket: one atomic word, one compare-and-swap loop.
 
-use std::convert::Infallible;
 use std::time::Duration;
 
-use crossbeam_utils::{Backoff, CachePadded};
+use crossbeam_utils::CachePadded;
 
-use crate::gcra::{FULL, Gcra};
-use crate::sync::{AtomicU64, Ordering};
+use crate::state::Tat;
+use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, MonotonicClock, Quota};
 
 /// A token bucket whose whole state is one cache-padded `AtomicU64`.
@@ -38,14 +37,11 @@ use crate::{AcquireError, Clock, MonotonicClock, Quota};
 /// ```
 #[derive(Debug)]
 pub struct TokenBucket<C = MonotonicClock> {
-    /// The GCRA theoretical arrival time, in the quota's ticks since `origin`.
-    tat: CachePadded<AtomicU64>,
+    /// The GCRA theoretical arrival time, in the quota's ticks since the
+    /// timeline's origin.
+    tat: CachePadded<Tat>,
     quota: Quota,
-    clock: C,
-    /// The clock's reading at creation. Counting ticks from here rather than
-    /// from the clock's epoch gives every bucket its full range, whatever the
-    /// epoch (a clock counting from 1970 included).
-    origin: u64,
+    timeline: Timeline<C>,
 }
 
 impl TokenBucket<MonotonicClock> {
@@ -76,44 +72,19 @@ impl<C: Clock> TokenBucket<C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn with_clock(quota: Quota, clock: C) -> Self {
+        // Ticks count from creation, so "full" is tick 0 and a missing
+        // credit is a debt from there.
         let tat = quota.gcra().initial_tat(quota.initial_credit());
         TokenBucket {
-            tat: CachePadded::new(AtomicU64::new(tat)),
+            tat: CachePadded::new(Tat::new(tat)),
             quota,
-            origin: clock.now_nanos(),
-            clock,
+            timeline: Timeline::new(clock),
         }
     }
 
-    /// The current time in the quota's ticks since creation. A reading
-    /// before the origin (a clock gone backwards) counts as the origin: it
-    /// can only see less credit.
     #[inline]
     fn now(&self) -> u64 {
-        let since_origin = self.clock.now_nanos().saturating_sub(self.origin);
-        self.quota.gcra().ticks(since_origin)
-    }
-
-    /// The one compare-and-swap loop: applies `next` to the current state
-    /// until the swap succeeds or `next` refuses, and returns the new state.
-    /// A refusal writes nothing.
-    #[inline]
-    fn update<E>(&self, next: impl Fn(u64) -> Result<u64, E>) -> Result<u64, E> {
-        let backoff = Backoff::new();
-        let mut tat = self.tat.load(Ordering::Acquire);
-        loop {
-            let new_tat = next(tat)?;
-            match self
-                .tat
-                .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Ok(new_tat),
-                Err(actual) => {
-                    tat = actual;
-                    backoff.spin();
-                }
-            }
-        }
+        self.timeline.now(self.quota.gcra())
     }
 
     /// Takes `cost` tokens now, or refuses without spending anything.
@@ -170,19 +141,46 @@ impl<C: Clock> TokenBucket<C> {
             .map(|wait| gcra.duration(wait))
     }
 
+    /// Takes `cost` tokens now for a hierarchy: returns the cost in ticks and
+    /// the tick the admission was decided at, for a later [`Self::rollback`].
+    pub(crate) fn take_now(&self, cost: u64) -> Result<(u64, u64), AcquireError> {
+        let gcra = self.quota.gcra();
+        let cost_ticks = gcra.cost_ticks(cost)?;
+        let now = self.now();
+        self.tat.acquire(gcra, now, cost_ticks, 0)?;
+        Ok((cost_ticks, now))
+    }
+
+    /// Undoes a [`Self::take_now`] as far as provably mints nothing.
+    pub(crate) fn rollback(&self, cost_ticks: u64, at: u64) {
+        self.tat.rollback(cost_ticks, at, || self.now());
+    }
+
     /// The one admission path: returns the wait in ticks.
     #[inline]
     fn acquire_within(&self, cost: u64, slack: u64) -> Result<u64, AcquireError> {
-        let gcra: &Gcra = self.quota.gcra();
+        let gcra = self.quota.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
-        let now = self.now();
-        let new_tat = self.update(|tat| {
-            gcra.admit(tat, now, cost_ticks, slack)
-                .map_err(|early| AcquireError::Insufficient {
-                    retry_after: gcra.duration(early),
-                })
-        })?;
-        Ok(gcra.wait(new_tat, now))
+        self.tat.acquire(gcra, self.now(), cost_ticks, slack)
+    }
+
+    /// How long until `cost` tokens would be admitted, zero if they would be
+    /// now. Spends nothing: another caller may take the credit first.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(4)?, ManualClock::new());
+    /// assert_eq!(bucket.retry_after(4)?, Duration::ZERO);
+    /// bucket.try_acquire(4)?;
+    /// assert_eq!(bucket.retry_after(2)?, Duration::from_millis(500));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
+        let gcra = self.quota.gcra();
+        let cost_ticks = gcra.cost_ticks(cost)?;
+        Ok(gcra.duration(self.tat.wait_for(gcra, self.now(), cost_ticks)))
     }
 
     /// Returns `cost` tokens, for work that was admitted but not done. Credit
@@ -206,9 +204,7 @@ impl<C: Clock> TokenBucket<C> {
         if cost == 0 {
             return;
         }
-        let gcra = self.quota.gcra();
-        let refunded: Result<_, Infallible> = self.update(|tat| Ok(gcra.refunded(tat, cost)));
-        let Ok(_) = refunded;
+        self.tat.refund(self.quota.gcra(), cost);
     }
 
     /// Whole tokens available now (zero while reservations hold the bucket in
@@ -226,10 +222,7 @@ impl<C: Clock> TokenBucket<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn available(&self) -> u64 {
-        let now = self.now();
-        self.quota
-            .gcra()
-            .available(self.tat.load(Ordering::Acquire), now)
+        self.tat.available(self.quota.gcra(), self.now())
     }
 
     /// Refills the bucket to capacity, cancelling any debt.
@@ -244,10 +237,7 @@ impl<C: Clock> TokenBucket<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reset(&self) {
-        // A read-modify-write rather than a plain store: the same cost off the
-        // hot path, and loom (which mis-orders a store racing a
-        // compare-and-swap, tokio-rs/loom#254) can then check it soundly.
-        self.tat.swap(FULL, Ordering::AcqRel);
+        self.tat.reset();
     }
 
     /// The quota this bucket enforces.
@@ -274,6 +264,6 @@ impl<C: Clock> TokenBucket<C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn clock(&self) -> &C {
-        &self.clock
+        self.timeline.clock()
     }
 }

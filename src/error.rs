@@ -96,6 +96,16 @@ pub enum AcquireError {
     /// weight.
     #[error("cost must be at least one token")]
     ZeroCost,
+    /// A keyed limiter already tracks its maximum number of keys, none of
+    /// them could be dropped without losing spent credit, and its policy at
+    /// that cap is to refuse new keys
+    /// ([`AtCapacity::Deny`](crate::AtCapacity::Deny)). Keys it already
+    /// tracks are unaffected.
+    #[error("the limiter tracks its maximum of {max_keys} keys and refuses new ones")]
+    TooManyKeys {
+        /// The limiter's key cap.
+        max_keys: usize,
+    },
 }
 
 impl AcquireError {
@@ -108,7 +118,9 @@ impl AcquireError {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             AcquireError::Insufficient { retry_after } => Some(*retry_after),
-            AcquireError::ExceedsCapacity { .. } | AcquireError::ZeroCost => None,
+            AcquireError::ExceedsCapacity { .. }
+            | AcquireError::ZeroCost
+            | AcquireError::TooManyKeys { .. } => None,
         }
     }
 }

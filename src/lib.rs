@@ -33,15 +33,21 @@ mod clock;
 pub mod concurrency;
 mod error;
 mod gcra;
+mod hierarchy;
 pub mod identity;
+mod keyed;
 mod quota;
+mod state;
 mod sync;
+mod timeline;
 
 pub use bucket::TokenBucket;
 #[cfg(feature = "tsc")]
 pub use clock::TscClock;
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock};
 pub use error::{AcquireError, QuotaError};
+pub use hierarchy::{HierarchyError, Limit, Step, try_acquire_all};
+pub use keyed::{AtCapacity, KeyLimit, KeyedBuilder, KeyedLimiter, Tiered};
 pub use quota::{InitialCredit, Quota};
 
 /// Compiles and runs the README's examples as doc tests, so the quickstart

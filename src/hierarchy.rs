@@ -1,0 +1,264 @@
+//! All-or-nothing admission through several limits (per address, per
+//! account, global …).
+
+use std::time::Duration;
+
+use crate::{AcquireError, Clock, TokenBucket};
+
+/// A limit a request can pass through as one step of a hierarchy:
+/// a [`TokenBucket`] or one key of a [`KeyedLimiter`](crate::KeyedLimiter).
+///
+/// The trait is sealed: its operations (take, undo, peek) are internal, so a
+/// receipt for tokens taken from one limit can never be handed to another.
+///
+/// ```
+/// use tollgate::{Limit, Quota, TokenBucket};
+///
+/// fn charge(limit: &dyn Limit) -> Result<(), tollgate::HierarchyError> {
+///     tollgate::try_acquire_all(&[limit.cost(1)])
+/// }
+/// charge(&TokenBucket::new(Quota::per_second(1)?))?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait Limit: sealed::Sealed {}
+
+impl dyn Limit + '_ {
+    /// This limit charged `cost` tokens, as a step of a hierarchy.
+    ///
+    /// ```
+    /// use tollgate::{Limit, Quota, TokenBucket, try_acquire_all};
+    ///
+    /// let global = TokenBucket::new(Quota::per_second(1)?);
+    /// let limit: &dyn Limit = &global;
+    /// try_acquire_all(&[limit.cost(1)])?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cost(&self, cost: u64) -> Step<'_> {
+        Step::new(self, cost)
+    }
+}
+
+pub(crate) mod sealed {
+    use std::time::Duration;
+
+    use crate::AcquireError;
+
+    /// A receipt for tokens taken, enough to undo the admission soundly.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Taken {
+        pub(crate) cost_ticks: u64,
+        /// The tick the admission was decided at.
+        pub(crate) at: u64,
+        /// Whether a keyed limiter served it from its overflow bucket.
+        pub(crate) overflow: bool,
+    }
+
+    /// The operations of a [`Limit`](super::Limit), kept out of reach.
+    pub trait Sealed {
+        /// Takes `cost` now, or refuses without spending.
+        fn take(&self, cost: u64) -> Result<Taken, AcquireError>;
+        /// Gives back what `taken` took, less what has refilled since.
+        fn undo(&self, taken: Taken);
+        /// The wait until `cost` would fit, zero if it fits now.
+        fn wait(&self, cost: u64) -> Result<Duration, AcquireError>;
+    }
+}
+
+pub(crate) use sealed::Taken;
+
+impl<C: Clock> sealed::Sealed for TokenBucket<C> {
+    fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
+        let (cost_ticks, at) = self.take_now(cost)?;
+        Ok(Taken {
+            cost_ticks,
+            at,
+            overflow: false,
+        })
+    }
+
+    fn undo(&self, taken: Taken) {
+        self.rollback(taken.cost_ticks, taken.at);
+    }
+
+    fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
+        self.retry_after(cost)
+    }
+}
+
+impl<C: Clock> Limit for TokenBucket<C> {}
+
+impl<C: Clock> TokenBucket<C> {
+    /// This bucket charged `cost` tokens, as a step of a hierarchy.
+    ///
+    /// ```
+    /// use tollgate::{Quota, TokenBucket, try_acquire_all};
+    ///
+    /// let global = TokenBucket::new(Quota::per_second(100)?);
+    /// try_acquire_all(&[global.cost(3)])?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cost(&self, cost: u64) -> Step<'_> {
+        Step::new(self, cost)
+    }
+}
+
+/// One limit of a hierarchy and what a request costs in it.
+///
+/// Costs may differ per limit: a request may cost one token of a
+/// per-request limit and its size of a per-byte one.
+///
+/// ```
+/// use tollgate::{Quota, Step, TokenBucket};
+///
+/// let bytes = TokenBucket::new(Quota::per_second(1 << 20)?);
+/// let step = Step::new(&bytes, 4096);
+/// assert_eq!(step.cost_of(), 4096);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Clone, Copy)]
+pub struct Step<'a> {
+    limit: &'a dyn Limit,
+    cost: u64,
+}
+
+impl<'a> Step<'a> {
+    /// `limit` charged `cost` tokens.
+    ///
+    /// ```
+    /// use tollgate::{Quota, Step, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::new(Quota::per_second(1)?);
+    /// let _step = Step::new(&bucket, 1);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn new(limit: &'a dyn Limit, cost: u64) -> Self {
+        Step { limit, cost }
+    }
+
+    /// What this step charges.
+    ///
+    /// ```
+    /// use tollgate::{Quota, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::new(Quota::per_second(5)?);
+    /// assert_eq!(bucket.cost(2).cost_of(), 2);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn cost_of(&self) -> u64 {
+        self.cost
+    }
+}
+
+impl std::fmt::Debug for Step<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Step")
+            .field("cost", &self.cost)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why [`try_acquire_all`] refused, and which limit refused.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, Quota, TokenBucket, try_acquire_all};
+///
+/// let clock = ManualClock::new();
+/// let per_account = TokenBucket::with_clock(Quota::per_second(10)?, &clock);
+/// let global = TokenBucket::with_clock(Quota::per_second(1)?, &clock);
+/// try_acquire_all(&[per_account.cost(1), global.cost(1)])?;
+/// let denied = try_acquire_all(&[per_account.cost(1), global.cost(1)]).unwrap_err();
+/// assert_eq!(denied.limit, 1);
+/// assert_eq!(denied.error.retry_after(), Some(Duration::from_secs(1)));
+/// assert_eq!(per_account.available(), 9); // the denial spent nothing there
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("limit {limit} of the hierarchy refused: {error}")]
+pub struct HierarchyError {
+    /// The index, in the steps given, of the limit that refused: the first
+    /// that refused in evaluation order, or the first whose error is
+    /// permanent (a cost above its capacity) if any is.
+    pub limit: usize,
+    /// The refusal. For [`AcquireError::Insufficient`], `retry_after` is the
+    /// longest wait among all the limits that would refuse now, so a client
+    /// that waits it out does not run into the next one at once.
+    pub error: AcquireError,
+}
+
+/// Admits a request through every step, or through none.
+///
+/// The steps are taken in order. When one refuses, the steps already taken
+/// are undone in reverse order, so a refusal spends nothing anywhere, and
+/// the remaining steps are only looked at (never charged) to find the
+/// longest wait. A refused request's cost counts in no limit.
+///
+/// Order the steps from the most selective to the most shared (per address,
+/// per account, then global): a request refused early never touches the
+/// global limit's contended word.
+///
+/// An undo returns the cost less the time elapsed since it was taken: with
+/// other requests in between, returning it all could hand out refill the
+/// bucket would have wasted while full. Concurrent hierarchies therefore
+/// never admit more than any one limit's envelope; the price is that a
+/// denied request's undo may return a little less than it took, a few
+/// nanoseconds of refill (`docs/design.md` has the argument).
+///
+/// ```
+/// use tollgate::{KeyedLimiter, ManualClock, Quota, TokenBucket, try_acquire_all};
+///
+/// let clock = ManualClock::new();
+/// let per_address = KeyedLimiter::builder(Quota::per_second(2)?).clock(&clock).build::<u32>();
+/// let global = TokenBucket::with_clock(Quota::per_second(3)?, &clock);
+/// for address in [1, 1, 2] {
+///     try_acquire_all(&[per_address.key(&address).cost(1), global.cost(1)])?;
+/// }
+/// // Address 3 passes its own limit but not the global one: nothing stays spent.
+/// assert!(try_acquire_all(&[per_address.key(&3).cost(1), global.cost(1)]).is_err());
+/// assert_eq!(per_address.available(&3), 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn try_acquire_all(steps: &[Step<'_>]) -> Result<(), HierarchyError> {
+    take_from(steps, 0)
+}
+
+/// Takes `steps[0]`, then the rest; undoes `steps[0]` if the rest refuse.
+/// Recursion keeps the receipts on the stack: no allocation, any length.
+fn take_from(steps: &[Step<'_>], index: usize) -> Result<(), HierarchyError> {
+    let Some((step, rest)) = steps.split_first() else {
+        return Ok(());
+    };
+    let taken = match step.limit.take(step.cost) {
+        Ok(taken) => taken,
+        Err(error) => return Err(refusal(index, error, rest)),
+    };
+    take_from(rest, index + 1).inspect_err(|_| step.limit.undo(taken))
+}
+
+/// The refusal to report when `steps[index]` refused with `error` and
+/// `rest` were not taken: a permanent error wins, else the longest wait.
+#[cold]
+fn refusal(index: usize, error: AcquireError, rest: &[Step<'_>]) -> HierarchyError {
+    let mut worst = HierarchyError {
+        limit: index,
+        error,
+    };
+    let Some(mut longest) = error.retry_after() else {
+        return worst;
+    };
+    for (offset, step) in rest.iter().enumerate() {
+        match step.limit.wait(step.cost) {
+            Ok(wait) => longest = longest.max(wait),
+            Err(permanent) => {
+                return HierarchyError {
+                    limit: index + 1 + offset,
+                    error: permanent,
+                };
+            }
+        }
+    }
+    worst.error = AcquireError::Insufficient {
+        retry_after: longest,
+    };
+    worst
+}

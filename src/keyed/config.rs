@@ -1,0 +1,209 @@
+//! How a keyed limiter bounds its memory, and its builder.
+
+use std::hash::{BuildHasher, Hash};
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use crate::{Clock, KeyedLimiter, MonotonicClock, Quota};
+
+/// What a keyed limiter does with a new key once it tracks
+/// [`max_keys`](KeyedBuilder::max_keys) keys and no bucket can be dropped
+/// losslessly.
+///
+/// Dropping a bucket that is not full would hand its key fresh credit, so
+/// neither policy does that. Keys already tracked are never affected.
+///
+/// ```
+/// use std::num::NonZeroUsize;
+/// use tollgate::{AcquireError, AtCapacity, KeyedLimiter, ManualClock, Quota};
+///
+/// let limiter = KeyedLimiter::builder(Quota::per_second(1)?)
+///     .clock(ManualClock::new())
+///     .max_keys(NonZeroUsize::MIN)
+///     .at_capacity(AtCapacity::Deny)
+///     .build();
+/// limiter.try_acquire("first", 1)?;
+/// assert_eq!(limiter.try_acquire("second", 1), Err(AcquireError::TooManyKeys { max_keys: 1 }));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AtCapacity {
+    /// Refuse new keys with [`AcquireError::TooManyKeys`](crate::AcquireError::TooManyKeys)
+    /// until a sweep frees room. The default: an attacker rotating keys
+    /// cannot take any budget, at the price of new legitimate clients being
+    /// refused while the table is full.
+    #[default]
+    Deny,
+    /// Serve every new key from one shared overflow bucket with the same
+    /// quota: all keys that arrive while the table is full share one key's
+    /// budget. New clients keep a trickle of service while a flood of new
+    /// keys is throttled as one. A key that later gets its own bucket starts
+    /// no fuller than the overflow bucket, so moving out of overflow mints
+    /// nothing.
+    SharedOverflow,
+}
+
+/// The memory bound of a keyed limiter.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyBound {
+    pub(crate) max_keys: usize,
+    pub(crate) at_capacity: AtCapacity,
+    /// The least time between two automatic sweeps; `None` disables them.
+    pub(crate) sweep_interval: Option<Duration>,
+}
+
+/// The default key cap: about a million keys, some 24 MiB of table for
+/// 16-byte keys (`docs/benchmarks.md` has the measured bytes per key).
+const DEFAULT_MAX_KEYS: usize = 1 << 20;
+
+/// The default least time between automatic sweeps at the cap.
+const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Configures a [`KeyedLimiter`]: clock, hasher and memory bound.
+///
+/// ```
+/// use std::num::NonZeroUsize;
+/// use std::time::Duration;
+/// use tollgate::{AtCapacity, KeyedLimiter, Quota};
+///
+/// let per_address = KeyedLimiter::builder(Quota::per_second(50)?)
+///     .max_keys(NonZeroUsize::new(100_000).unwrap())
+///     .at_capacity(AtCapacity::SharedOverflow)
+///     .sweep_interval(Some(Duration::from_secs(5)))
+///     .build::<std::net::IpAddr>();
+/// assert_eq!(per_address.max_keys(), 100_000);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Debug)]
+#[must_use]
+pub struct KeyedBuilder<C = MonotonicClock, S = ahash::RandomState> {
+    quota: Quota,
+    clock: C,
+    hasher: S,
+    bound: KeyBound,
+}
+
+impl KeyedBuilder {
+    pub(crate) fn new(quota: Quota) -> Self {
+        KeyedBuilder {
+            quota,
+            clock: MonotonicClock::new(),
+            hasher: ahash::RandomState::new(),
+            bound: KeyBound {
+                max_keys: DEFAULT_MAX_KEYS,
+                at_capacity: AtCapacity::default(),
+                sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
+            },
+        }
+    }
+}
+
+impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S> {
+    /// The clock every key's bucket reads (default: [`MonotonicClock`]).
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?)
+    ///     .clock(ManualClock::new())
+    ///     .build::<u64>();
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<C2, S> {
+        KeyedBuilder {
+            quota: self.quota,
+            clock,
+            hasher: self.hasher,
+            bound: self.bound,
+        }
+    }
+
+    /// The hasher of the key table (default: `ahash::RandomState`, keyed
+    /// from OS randomness). Keys are usually chosen by clients, so a hasher
+    /// with a fixed or guessable key invites hash flooding; pass
+    /// `std::hash::RandomState` for SipHash, a keyed PRF, at some cost.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?)
+    ///     .hasher(std::hash::RandomState::new())
+    ///     .build::<String>();
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn hasher<S2: BuildHasher + Clone>(self, hasher: S2) -> KeyedBuilder<C, S2> {
+        KeyedBuilder {
+            quota: self.quota,
+            clock: self.clock,
+            hasher,
+            bound: self.bound,
+        }
+    }
+
+    /// The most keys tracked at once (default 2^20).
+    ///
+    /// ```
+    /// use std::num::NonZeroUsize;
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?)
+    ///     .max_keys(NonZeroUsize::new(10).unwrap())
+    ///     .build::<u32>();
+    /// assert_eq!(limiter.max_keys(), 10);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn max_keys(mut self, max_keys: NonZeroUsize) -> Self {
+        self.bound.max_keys = max_keys.get();
+        self
+    }
+
+    /// What to do with new keys at the cap (default [`AtCapacity::Deny`]).
+    ///
+    /// ```
+    /// use tollgate::{AtCapacity, KeyedLimiter, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?)
+    ///     .at_capacity(AtCapacity::SharedOverflow)
+    ///     .build::<u32>();
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn at_capacity(mut self, policy: AtCapacity) -> Self {
+        self.bound.at_capacity = policy;
+        self
+    }
+
+    /// The least time between two automatic sweeps (default 1 s), or `None`
+    /// for none.
+    ///
+    /// A new key that finds the table full first sweeps it for full buckets,
+    /// on its own thread (there is no background timer), unless a sweep ran
+    /// within this interval. A sweep visits every key, a shard at a time;
+    /// with `None`, call [`KeyedLimiter::sweep`] from a task of your own.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?)
+    ///     .sweep_interval(None)
+    ///     .build::<u32>();
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn sweep_interval(mut self, interval: Option<Duration>) -> Self {
+        self.bound.sweep_interval = interval;
+        self
+    }
+
+    /// The limiter, for keys of type `K`.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?).build::<(u32, String)>();
+    /// assert!(limiter.is_empty());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn build<K: Hash + Eq>(self) -> KeyedLimiter<K, C, S> {
+        KeyedLimiter::from_parts(self.quota, self.clock, self.hasher, self.bound)
+    }
+}

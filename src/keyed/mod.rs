@@ -1,0 +1,602 @@
+//! Keyed limiters: one exact bucket per key, created on first use, in
+//! bounded memory.
+
+mod config;
+mod tiers;
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+use dashmap::mapref::one::Ref;
+
+pub use config::{AtCapacity, KeyedBuilder};
+pub use tiers::Tiered;
+
+use crate::hierarchy::{Limit, Step, Taken};
+use crate::state::Tat;
+use crate::timeline::Timeline;
+use crate::{AcquireError, Clock, MonotonicClock, Quota};
+use config::KeyBound;
+
+/// A token bucket per key, with the same exact semantics as
+/// [`TokenBucket`](crate::TokenBucket), in a sharded map ([`dashmap`]).
+///
+/// A key's bucket is created on its first decision, with the quota's initial
+/// credit, and is eight bytes of state beside the key. Keys are typed values:
+/// a composite key is a tuple or a struct, so `("a:b", "c")` and
+/// `("a", "b:c")` are different keys.
+///
+/// Memory is bounded: at most [`max_keys`](KeyedBuilder::max_keys) keys are
+/// tracked. A bucket that has refilled to full is indistinguishable from a
+/// fresh one, so [`sweep`](Self::sweep) drops those and nothing else; at the
+/// cap, new keys get the [`AtCapacity`] policy. No eviction ever gives a key
+/// credit it would not have had (`docs/semantics.md`).
+///
+/// Linearization points: a decision on a key is its bucket's (the
+/// compare-and-swap or load, made while holding the key's shard for
+/// reading); a sweep drops a bucket while holding its shard for writing, so
+/// no decision on that bucket is in flight.
+///
+/// ```
+/// use tollgate::{KeyedLimiter, ManualClock, Quota};
+///
+/// // Per (tenant, account, operation): two per second each.
+/// let limiter = KeyedLimiter::builder(Quota::per_second(2)?)
+///     .clock(ManualClock::new())
+///     .build::<(String, String, &'static str)>();
+/// let alice = ("north".to_owned(), "alice".to_owned(), "export");
+/// let bob = ("north".to_owned(), "bob".to_owned(), "export");
+/// limiter.try_acquire(&alice, 2)?;
+/// assert!(limiter.try_acquire(&alice, 1).is_err());
+/// assert!(limiter.try_acquire(&bob, 1).is_ok());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct KeyedLimiter<K, C = MonotonicClock, S = ahash::RandomState> {
+    buckets: DashMap<K, Tat, S>,
+    quota: Quota,
+    timeline: Timeline<C>,
+    bound: KeyBound,
+    /// Keys in the table. Counted here because `DashMap::len` locks every
+    /// shard; reserved before an insertion so the cap is never overshot.
+    // The keyed limiter is not loom-modelled (dashmap's locks are not
+    // loom-aware), so its bookkeeping uses std's atomics; the per-key state
+    // is the bucket's, whose races the loom models cover.
+    keys: AtomicUsize,
+    /// The latest instant (in ticks) at which a sweep dropped full buckets.
+    /// A new bucket starts no fuller than a bucket full at that instant.
+    swept_at: AtomicU64,
+    /// The earliest tick at which the next automatic sweep may run.
+    next_sweep: AtomicU64,
+    /// The shared bucket of [`AtCapacity::SharedOverflow`].
+    overflow: CachePadded<Tat>,
+}
+
+impl<K, C, S> std::fmt::Debug for KeyedLimiter<K, C, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedLimiter")
+            .field("quota", &self.quota)
+            .field("keys", &self.keys.load(Ordering::Relaxed))
+            .field("bound", &self.bound)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which bucket served a key's decision.
+enum Bucket<'a, K> {
+    Own(Ref<'a, K, Tat>),
+    Overflow,
+}
+
+impl KeyedLimiter<()> {
+    /// Starts configuring a keyed limiter that gives every key `quota`.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(10)?).build::<u64>();
+    /// assert!(limiter.try_acquire(&7, 1).is_ok());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn builder(quota: Quota) -> KeyedBuilder {
+        KeyedBuilder::new(quota)
+    }
+}
+
+impl<K: Hash + Eq> KeyedLimiter<K> {
+    /// A keyed limiter with the default clock, hasher and memory bound.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// let limiter: KeyedLimiter<String> = KeyedLimiter::new(Quota::per_second(10)?);
+    /// assert!(limiter.try_acquire("alice", 1).is_ok());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn new(quota: Quota) -> Self {
+        KeyedLimiter::builder(quota).build()
+    }
+}
+
+impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
+    pub(crate) fn from_parts(quota: Quota, clock: C, hasher: S, bound: KeyBound) -> Self {
+        KeyedLimiter {
+            buckets: DashMap::with_hasher(hasher),
+            timeline: Timeline::new(clock),
+            bound,
+            keys: AtomicUsize::new(0),
+            swept_at: AtomicU64::new(0),
+            next_sweep: AtomicU64::new(0),
+            overflow: CachePadded::new(Tat::new(quota.gcra().initial_tat(quota.initial_credit()))),
+            quota,
+        }
+    }
+
+    #[inline]
+    fn now(&self) -> u64 {
+        self.timeline.now(self.quota.gcra())
+    }
+
+    /// Takes `cost` tokens from `key`'s bucket now, or refuses without
+    /// spending anything; see [`TokenBucket::try_acquire`](crate::TokenBucket::try_acquire).
+    /// A new key at the cap gets the [`AtCapacity`] policy.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?)
+    ///     .clock(ManualClock::new())
+    ///     .build::<u32>();
+    /// limiter.try_acquire(&1, 1)?;
+    /// assert!(limiter.try_acquire(&1, 1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.acquire_within(key, cost, 0).map(drop)
+    }
+
+    /// Takes `cost` tokens from `key`'s bucket now and returns how long to
+    /// wait before using them, if that wait is at most `max_wait`; see
+    /// [`TokenBucket::reserve`](crate::TokenBucket::reserve).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(2)?)
+    ///     .clock(ManualClock::new())
+    ///     .build::<u32>();
+    /// limiter.try_acquire(&1, 2)?;
+    /// assert_eq!(limiter.reserve(&1, 1, Duration::from_secs(1))?, Duration::from_millis(500));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Duration, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let gcra = self.quota.gcra();
+        self.acquire_within(key, cost, gcra.ticks_of(max_wait))
+            .map(|(wait, ..)| gcra.duration(wait))
+    }
+
+    /// The one admission path: returns the wait in ticks, the time of the
+    /// decision and where the tokens came from.
+    #[inline]
+    fn acquire_within<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        slack: u64,
+    ) -> Result<(u64, u64, bool), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let gcra = self.quota.gcra();
+        let cost_ticks = gcra.cost_ticks(cost)?;
+        let now = self.now();
+        match self.bucket(key, now)? {
+            Bucket::Own(tat) => tat
+                .acquire(gcra, now, cost_ticks, slack)
+                .map(|wait| (wait, now, false)),
+            Bucket::Overflow => self
+                .overflow
+                .acquire(gcra, now, cost_ticks, slack)
+                .map(|wait| (wait, now, true)),
+        }
+    }
+
+    /// `key`'s bucket, created if it is new. The returned guard holds the
+    /// key's shard for reading: the caller must drop it before any other
+    /// operation on the map, or a writer on that shard deadlocks.
+    #[inline]
+    fn bucket<Q>(&self, key: &Q, now: u64) -> Result<Bucket<'_, K>, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        match self.buckets.get(key) {
+            Some(tat) => Ok(Bucket::Own(tat)),
+            None => self.insert(key, now),
+        }
+    }
+
+    #[cold]
+    fn insert<Q>(&self, key: &Q, now: u64) -> Result<Bucket<'_, K>, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if !self.count_new_key(now) {
+            return match self.bound.at_capacity {
+                AtCapacity::Deny => Err(AcquireError::TooManyKeys {
+                    max_keys: self.bound.max_keys,
+                }),
+                AtCapacity::SharedOverflow => Ok(Bucket::Overflow),
+            };
+        }
+        // No guard of ours is alive here (the failed `get` dropped its own),
+        // so taking the shard's write lock cannot deadlock.
+        let tat = match self.buckets.entry(key.to_owned()) {
+            Entry::Occupied(raced) => {
+                // Another thread created it between our `get` and `entry`.
+                self.keys.fetch_sub(1, Ordering::AcqRel);
+                raced.into_ref()
+            }
+            Entry::Vacant(vacant) => vacant.insert(Tat::new(self.fresh_tat(now))),
+        };
+        Ok(Bucket::Own(tat.downgrade()))
+    }
+
+    /// Counts a new key in, sweeping once first if the table is full.
+    fn count_new_key(&self, now: u64) -> bool {
+        let max = self.bound.max_keys;
+        let count_in = || {
+            self.keys
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < max).then_some(n + 1)
+                })
+                .is_ok()
+        };
+        count_in() || (self.auto_sweep(now) > 0 && count_in())
+    }
+
+    /// Sweeps if automatic sweeps are on and none ran within the interval.
+    /// Only the thread that moves the next slot forward sweeps.
+    fn auto_sweep(&self, now: u64) -> usize {
+        let Some(interval) = self.bound.sweep_interval else {
+            return 0;
+        };
+        let next = self.next_sweep.load(Ordering::Acquire);
+        let later = now.saturating_add(self.quota.gcra().ticks_of(interval));
+        if now < next
+            || self
+                .next_sweep
+                .compare_exchange(next, later, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return 0;
+        }
+        self.sweep_at(now)
+    }
+
+    /// The state a new bucket starts from at `now`: the quota's initial
+    /// credit, but never fuller than a bucket dropped by a sweep, nor (under
+    /// [`AtCapacity::SharedOverflow`]) than the overflow bucket the key may
+    /// have been spending from. A caller whose `now` is older than the last
+    /// sweep thus sees a debt, as the dropped twin would have shown it.
+    fn fresh_tat(&self, now: u64) -> u64 {
+        let gcra = self.quota.gcra();
+        let initial = now.saturating_add(gcra.initial_tat(self.quota.initial_credit()));
+        let floor = match self.bound.at_capacity {
+            AtCapacity::Deny => 0,
+            AtCapacity::SharedOverflow => self.overflow.load(),
+        };
+        initial
+            .max(self.swept_at.load(Ordering::Acquire))
+            .max(floor)
+    }
+
+    /// Returns `cost` tokens to `key`'s bucket, for work that was admitted
+    /// but not done; see [`TokenBucket::refund`](crate::TokenBucket::refund).
+    /// A key no longer tracked was full when it was dropped, so there is
+    /// nothing to return to and this is a no-op (as it is for tokens taken
+    /// from the overflow bucket).
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(3)?)
+    ///     .clock(ManualClock::new())
+    ///     .build::<u32>();
+    /// limiter.try_acquire(&1, 3)?;
+    /// limiter.refund(&1, 2);
+    /// assert_eq!(limiter.available(&1), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund<Q>(&self, key: &Q, cost: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if let Some(tat) = self.buckets.get(key) {
+            tat.refund(self.quota.gcra(), cost);
+        }
+    }
+
+    /// Whole tokens available to `key` now. A key not tracked reports the
+    /// credit a new bucket would start with; asking creates nothing.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(5)?).build::<u32>();
+    /// assert_eq!(limiter.available(&9), 5);
+    /// assert!(limiter.is_empty());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn available<Q>(&self, key: &Q) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let gcra = self.quota.gcra();
+        let now = self.now();
+        match self.buckets.get(key) {
+            Some(tat) => tat.available(gcra, now),
+            None => gcra.available(self.fresh_tat(now), now),
+        }
+    }
+
+    /// How long until `key` could take `cost` tokens, zero if it could now.
+    /// Spends and creates nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(2)?)
+    ///     .clock(ManualClock::new())
+    ///     .build::<u32>();
+    /// limiter.try_acquire(&1, 2)?;
+    /// assert_eq!(limiter.retry_after(&1, 1)?, Duration::from_millis(500));
+    /// assert_eq!(limiter.retry_after(&2, 1)?, Duration::ZERO);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn retry_after<Q>(&self, key: &Q, cost: u64) -> Result<Duration, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let gcra = self.quota.gcra();
+        let cost_ticks = gcra.cost_ticks(cost)?;
+        let now = self.now();
+        let wait = match self.buckets.get(key) {
+            Some(tat) => tat.wait_for(gcra, now, cost_ticks),
+            None => gcra
+                .admit(self.fresh_tat(now), now, cost_ticks, 0)
+                .err()
+                .unwrap_or(0),
+        };
+        Ok(gcra.duration(wait))
+    }
+
+    /// Drops every bucket that has refilled to full, and returns how many.
+    ///
+    /// Lossless: a full bucket and a fresh one make the same decisions from
+    /// now on, and a bucket created after this sweep starts no fuller than
+    /// the ones it dropped. Each shard is write-locked while it is swept, so
+    /// decisions on keys of that shard wait for it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?).clock(clock.clone()).build::<u32>();
+    /// limiter.try_acquire(&1, 1)?;
+    /// assert_eq!(limiter.sweep(), 0); // still in debt: kept
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(limiter.sweep(), 1); // full again: dropped
+    /// assert!(limiter.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sweep(&self) -> usize {
+        self.sweep_at(self.now())
+    }
+
+    fn sweep_at(&self, now: u64) -> usize {
+        // Published before any bucket goes: whoever recreates a dropped key
+        // reads it under the same shard lock (see `fresh_tat`).
+        self.swept_at.fetch_max(now, Ordering::AcqRel);
+        let mut dropped = 0;
+        // `retain` write-locks one shard at a time; no guard of ours is alive.
+        self.buckets.retain(|_, tat| {
+            let full = tat.is_full(now);
+            dropped += usize::from(full);
+            !full
+        });
+        self.keys.fetch_sub(dropped, Ordering::AcqRel);
+        dropped
+    }
+
+    /// Keys currently tracked.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?).build::<u32>();
+    /// limiter.try_acquire(&1, 1)?;
+    /// assert_eq!(limiter.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn len(&self) -> usize {
+        self.keys.load(Ordering::Acquire)
+    }
+
+    /// Whether no key is tracked.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// assert!(KeyedLimiter::builder(Quota::per_second(1)?).build::<u32>().is_empty());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The most keys tracked at once.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// assert_eq!(KeyedLimiter::builder(Quota::per_second(1)?).build::<u32>().max_keys(), 1 << 20);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn max_keys(&self) -> usize {
+        self.bound.max_keys
+    }
+
+    /// The quota every key gets.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(7)?).build::<u32>();
+    /// assert_eq!(limiter.quota().capacity(), 7);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The clock every bucket reads.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?).clock(ManualClock::new()).build::<u32>();
+    /// limiter.clock().advance(Duration::from_secs(1));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn clock(&self) -> &C {
+        self.timeline.clock()
+    }
+
+    /// `key`'s limit, as one [`Step`] of a hierarchy.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota, TokenBucket, try_acquire_all};
+    ///
+    /// let per_account = KeyedLimiter::builder(Quota::per_second(5)?).build::<u64>();
+    /// let global = TokenBucket::new(Quota::per_second(1000)?);
+    /// try_acquire_all(&[per_account.key(&42).cost(1), global.cost(1)])?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key<'a, Q>(&'a self, key: &'a Q) -> KeyLimit<'a, Q, K, C, S>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        KeyLimit { limiter: self, key }
+    }
+}
+
+/// One key of a [`KeyedLimiter`], usable as a [`Limit`] in a hierarchy.
+///
+/// ```
+/// use tollgate::{KeyedLimiter, Quota, try_acquire_all};
+///
+/// let per_address = KeyedLimiter::builder(Quota::per_second(2)?).build::<u32>();
+/// let limit = per_address.key(&7);
+/// try_acquire_all(&[limit.cost(2)])?;
+/// assert!(try_acquire_all(&[limit.cost(1)]).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct KeyLimit<'a, Q: ?Sized, K, C, S> {
+    limiter: &'a KeyedLimiter<K, C, S>,
+    key: &'a Q,
+}
+
+impl<Q, K, C, S> crate::hierarchy::sealed::Sealed for KeyLimit<'_, Q, K, C, S>
+where
+    K: Hash + Eq + Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    C: Clock,
+    S: BuildHasher + Clone,
+{
+    fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
+        let limiter = self.limiter;
+        let cost_ticks = limiter.quota.gcra().cost_ticks(cost)?;
+        let (_, at, overflow) = limiter.acquire_within(self.key, cost, 0)?;
+        Ok(Taken {
+            cost_ticks,
+            at,
+            overflow,
+        })
+    }
+
+    fn undo(&self, taken: Taken) {
+        let limiter = self.limiter;
+        let now = || limiter.now();
+        if taken.overflow {
+            limiter.overflow.rollback(taken.cost_ticks, taken.at, now);
+        } else if let Some(tat) = limiter.buckets.get(self.key) {
+            // A bucket dropped since the admission was full, which means the
+            // admission's cost had refilled: there is nothing to give back.
+            tat.rollback(taken.cost_ticks, taken.at, now);
+        }
+    }
+
+    fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
+        self.limiter.retry_after(self.key, cost)
+    }
+}
+
+impl<'a, Q, K, C, S> Limit for KeyLimit<'a, Q, K, C, S>
+where
+    K: Hash + Eq + Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    C: Clock,
+    S: BuildHasher + Clone,
+{
+}
+
+impl<'a, Q, K, C, S> KeyLimit<'a, Q, K, C, S>
+where
+    K: Hash + Eq + Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    C: Clock,
+    S: BuildHasher + Clone,
+{
+    /// This key's limit charged `cost` tokens, as a step of a hierarchy.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota, try_acquire_all};
+    ///
+    /// let per_tenant = KeyedLimiter::builder(Quota::per_second(100)?).build::<String>();
+    /// try_acquire_all(&[per_tenant.key("north").cost(10)])?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cost(&self, cost: u64) -> Step<'_> {
+        Step::new(self, cost)
+    }
+}

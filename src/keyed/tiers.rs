@@ -1,0 +1,117 @@
+//! Per-key quotas: a resolver picks each key's tier.
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+
+use crate::{AcquireError, Clock, KeyedLimiter, MonotonicClock};
+
+/// Keyed limiters with different quotas, and a resolver that decides which
+/// one a key belongs to (a plan, a tier, an operation class).
+///
+/// Each tier is its own [`KeyedLimiter`], so a key's quota is fixed while its
+/// bucket lives. A key whose resolver answer changes (an upgrade) starts a
+/// bucket in its new tier, with that tier's initial credit; its old bucket
+/// is swept once full. Resolve from verified data (the authenticated
+/// principal's plan), never from a field the client sends.
+///
+/// The resolver returns a tier index; an index past the last tier means the
+/// last tier, so put the most restrictive tier last and unknown keys get it.
+///
+/// ```
+/// use tollgate::{KeyedLimiter, ManualClock, Quota, Tiered};
+///
+/// #[derive(Clone, PartialEq, Eq, Hash)]
+/// struct Account { id: u64, pro: bool }
+///
+/// let clock = ManualClock::new();
+/// let tiers = Tiered::new(
+///     [
+///         KeyedLimiter::builder(Quota::per_second(100)?).clock(clock.clone()).build(),
+///         KeyedLimiter::builder(Quota::per_second(10)?).clock(clock.clone()).build(),
+///     ],
+///     |account: &Account| if account.pro { 0 } else { 1 },
+/// );
+/// let free = Account { id: 1, pro: false };
+/// tiers.try_acquire(&free, 10)?;
+/// assert!(tiers.try_acquire(&free, 1).is_err());
+/// tiers.try_acquire(&Account { id: 2, pro: true }, 100)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Tiered<K, F, const N: usize, C = MonotonicClock, S = ahash::RandomState> {
+    tiers: [KeyedLimiter<K, C, S>; N],
+    resolve: F,
+}
+
+impl<K, F, const N: usize, C, S> Tiered<K, F, N, C, S>
+where
+    K: Hash + Eq,
+    F: Fn(&K) -> usize,
+    C: Clock,
+    S: BuildHasher + Clone,
+{
+    /// Tiers in index order and the resolver that picks one per key.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota, Tiered};
+    ///
+    /// let tiers = Tiered::new([KeyedLimiter::builder(Quota::per_second(1)?).build::<u8>()], |_: &u8| 0);
+    /// assert_eq!(tiers.tier(&3).quota().capacity(), 1);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn new(tiers: [KeyedLimiter<K, C, S>; N], resolve: F) -> Self {
+        const { assert!(N > 0, "a Tiered needs at least one tier") };
+        Tiered { tiers, resolve }
+    }
+
+    /// The limiter `key` belongs to.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota, Tiered};
+    ///
+    /// let tiers = Tiered::new(
+    ///     [
+    ///         KeyedLimiter::builder(Quota::per_second(5)?).build::<u32>(),
+    ///         KeyedLimiter::builder(Quota::per_second(1)?).build::<u32>(),
+    ///     ],
+    ///     |id: &u32| if *id < 100 { 0 } else { 7 },
+    /// );
+    /// assert_eq!(tiers.tier(&1).quota().capacity(), 5);
+    /// assert_eq!(tiers.tier(&500).quota().capacity(), 1); // past the end: the last tier
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn tier(&self, key: &K) -> &KeyedLimiter<K, C, S> {
+        let index = (self.resolve)(key).min(N - 1);
+        &self.tiers[index]
+    }
+
+    /// Takes `cost` tokens from `key`'s bucket in its tier; see
+    /// [`KeyedLimiter::try_acquire`].
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota, Tiered};
+    ///
+    /// let tiers = Tiered::new([KeyedLimiter::builder(Quota::per_second(1)?).build::<u8>()], |_: &u8| 0);
+    /// tiers.try_acquire(&1, 1)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire(&self, key: &K, cost: u64) -> Result<(), AcquireError>
+    where
+        K: Borrow<K> + Clone,
+    {
+        self.tier(key).try_acquire(key, cost)
+    }
+
+    /// Sweeps every tier; returns the buckets dropped.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota, Tiered};
+    ///
+    /// let tiers = Tiered::new([KeyedLimiter::builder(Quota::per_second(1)?).build::<u8>()], |_: &u8| 0);
+    /// assert_eq!(tiers.sweep(), 0);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn sweep(&self) -> usize {
+        self.tiers.iter().map(KeyedLimiter::sweep).sum()
+    }
+}
