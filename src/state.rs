@@ -124,6 +124,11 @@ impl Tat {
         self.0.load(Ordering::Acquire)
     }
 
+    /// Makes the bucket no fuller than a bucket full at `at`.
+    pub(crate) fn raise_to(&self, at: u64) {
+        self.0.fetch_max(at, Ordering::AcqRel);
+    }
+
     pub(crate) fn reset(&self) {
         // A read-modify-write rather than a plain store: the same cost off the
         // hot path, and loom (which mis-orders a store racing a

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 use dashmap::DashMap;
-use dashmap::mapref::entry::Entry;
+use dashmap::mapref::entry::{Entry, VacantEntry};
 use dashmap::mapref::one::Ref;
 
 pub use config::{AtCapacity, KeyedBuilder};
@@ -89,7 +89,9 @@ impl<K, C, S> std::fmt::Debug for KeyedLimiter<K, C, S> {
 /// Which bucket served a key's decision.
 enum Bucket<'a, K> {
     Own(Ref<'a, K, Tat>),
-    Overflow,
+    /// The shared overflow bucket, decided on while the key's absence is
+    /// held (its shard write-locked).
+    Overflow(VacantEntry<'a, K, Tat>),
 }
 
 impl KeyedLimiter<()> {
@@ -214,7 +216,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             Bucket::Own(tat) => tat
                 .acquire(gcra, now, cost_ticks, slack)
                 .map(|wait| (wait, now, false)),
-            Bucket::Overflow => self
+            Bucket::Overflow(_absent) => self
                 .overflow
                 .acquire(gcra, now, cost_ticks, slack)
                 .map(|wait| (wait, now, true)),
@@ -242,25 +244,32 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if !self.count_new_key(now) {
-            return match self.bound.at_capacity {
+        // Counted (and perhaps swept) before `entry`: a sweep write-locks
+        // shards, and the failed `get` has already dropped its guard, so no
+        // guard of ours is alive here.
+        let counted = self.count_new_key(now);
+        match self.buckets.entry(key.to_owned()) {
+            Entry::Occupied(raced) => {
+                // Another thread created it between our `get` and `entry`.
+                if counted {
+                    self.keys.fetch_sub(1, Ordering::AcqRel);
+                }
+                Ok(Bucket::Own(raced.into_ref().downgrade()))
+            }
+            Entry::Vacant(vacant) if counted => Ok(Bucket::Own(
+                vacant.insert(Tat::new(self.fresh_tat(now))).downgrade(),
+            )),
+            Entry::Vacant(vacant) => match self.bound.at_capacity {
                 AtCapacity::Deny => Err(AcquireError::TooManyKeys {
                     max_keys: self.bound.max_keys,
                 }),
-                AtCapacity::SharedOverflow => Ok(Bucket::Overflow),
-            };
+                // The vacant entry keeps the key's shard write-locked until
+                // the overflow decision is made: a bucket of its own created
+                // for this key meanwhile would start from an overflow state
+                // that misses this decision.
+                AtCapacity::SharedOverflow => Ok(Bucket::Overflow(vacant)),
+            },
         }
-        // No guard of ours is alive here (the failed `get` dropped its own),
-        // so taking the shard's write lock cannot deadlock.
-        let tat = match self.buckets.entry(key.to_owned()) {
-            Entry::Occupied(raced) => {
-                // Another thread created it between our `get` and `entry`.
-                self.keys.fetch_sub(1, Ordering::AcqRel);
-                raced.into_ref()
-            }
-            Entry::Vacant(vacant) => vacant.insert(Tat::new(self.fresh_tat(now))),
-        };
-        Ok(Bucket::Own(tat.downgrade()))
     }
 
     /// Counts a new key in, sweeping once first if the table is full.
@@ -424,6 +433,11 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         // Published before any bucket goes: whoever recreates a dropped key
         // reads it under the same shard lock (see `fresh_tat`).
         self.swept_at.fetch_max(now, Ordering::AcqRel);
+        // A dropped key may come back through the overflow bucket, so that
+        // bucket, too, must be no fuller than one full at `now`: otherwise a
+        // decision on an older reading would credit it the refill the
+        // dropped bucket wasted while full.
+        self.overflow.raise_to(now);
         let mut dropped = 0;
         // `retain` write-locks one shard at a time; no guard of ours is alive.
         self.buckets.retain(|_, tat| {

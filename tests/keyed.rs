@@ -1,0 +1,344 @@
+//! The keyed limiter: per-key semantics equal to a single bucket, typed
+//! keys, and memory bounds that never mint credit.
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tollgate::{
+    AcquireError, AtCapacity, InitialCredit, KeyedLimiter, ManualClock, Quota, TokenBucket,
+};
+
+mod common;
+use common::Envelope;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn keyed(quota: Quota, clock: &ManualClock) -> KeyedLimiter<u32, ManualClock> {
+    KeyedLimiter::builder(quota).clock(clock.clone()).build()
+}
+
+fn cap(n: usize) -> NonZeroUsize {
+    NonZeroUsize::new(n).unwrap()
+}
+
+// Per-key semantics.
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Acquire(u64),
+    Reserve(u64, u64),
+    Refund(u64),
+    Advance(u64),
+    Sweep,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (1..=6u64).prop_map(Op::Acquire),
+        1 => (1..=6u64, 0..2_000u64).prop_map(|(c, w)| Op::Reserve(c, w)),
+        1 => (0..=3u64).prop_map(Op::Refund),
+        3 => (0..1_500u64).prop_map(Op::Advance),
+        1 => Just(Op::Sweep),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// One key of a keyed limiter makes exactly the decisions of a token
+    /// bucket with the same quota and clock, sweeps included: dropping a
+    /// full bucket changes nothing.
+    #[test]
+    fn one_key_decides_like_a_token_bucket(
+        capacity in 1..=6u64,
+        tokens in 1..=7u64,
+        period_ms in 1..=3_000u64,
+        ops in prop::collection::vec(op(), 1..80),
+    ) {
+        let quota = Quota::new(capacity, tokens, Duration::from_millis(period_ms)).unwrap();
+        let clock = ManualClock::new();
+        let bucket = TokenBucket::with_clock(quota, clock.clone());
+        let limiter = keyed(quota, &clock);
+        for op in ops {
+            match op {
+                Op::Acquire(cost) => {
+                    prop_assert_eq!(limiter.try_acquire(&7, cost), bucket.try_acquire(cost));
+                }
+                Op::Reserve(cost, ms) => {
+                    let wait = Duration::from_millis(ms);
+                    prop_assert_eq!(limiter.reserve(&7, cost, wait), bucket.reserve(cost, wait));
+                }
+                Op::Refund(cost) => {
+                    limiter.refund(&7, cost);
+                    bucket.refund(cost);
+                }
+                Op::Advance(ms) => clock.advance(Duration::from_millis(ms)),
+                Op::Sweep => {
+                    limiter.sweep();
+                }
+            }
+            prop_assert_eq!(limiter.available(&7), bucket.available());
+            prop_assert_eq!(limiter.retry_after(&7, 1), bucket.retry_after(1));
+        }
+    }
+}
+
+#[test]
+fn keys_are_independent_and_created_on_first_use() {
+    let clock = ManualClock::new();
+    let limiter = keyed(Quota::per_second(2).unwrap(), &clock);
+    limiter.try_acquire(&1, 2).unwrap();
+    assert!(limiter.try_acquire(&1, 1).is_err());
+    assert_eq!(limiter.try_acquire(&2, 2), Ok(()));
+    assert_eq!(limiter.len(), 2);
+    // Reading a key's state creates nothing.
+    assert_eq!(limiter.available(&3), 2);
+    assert_eq!(limiter.retry_after(&3, 2), Ok(Duration::ZERO));
+    assert_eq!(limiter.len(), 2);
+}
+
+#[test]
+fn initial_credit_is_granted_at_a_keys_first_use() {
+    let clock = ManualClock::new();
+    let quota = Quota::per_second(4)
+        .unwrap()
+        .with_initial_credit(InitialCredit::Empty)
+        .unwrap();
+    let limiter = keyed(quota, &clock);
+    clock.advance(10 * SECOND);
+    // Ten seconds after the limiter was built, a new key still starts empty.
+    assert_eq!(limiter.available(&1), 0);
+    assert_eq!(
+        limiter.try_acquire(&1, 1),
+        common::insufficient(Duration::from_millis(250))
+    );
+}
+
+#[test]
+fn composite_keys_keep_their_component_boundaries() {
+    let limiter = KeyedLimiter::builder(Quota::per_second(1).unwrap())
+        .clock(ManualClock::new())
+        .build::<(String, String)>();
+    let glued = ("a:b".to_owned(), "c".to_owned());
+    let split = ("a".to_owned(), "b:c".to_owned());
+    limiter.try_acquire(&glued, 1).unwrap();
+    assert_eq!(limiter.try_acquire(&split, 1), Ok(()), "a distinct key");
+    assert!(limiter.try_acquire(&glued, 1).is_err());
+}
+
+#[test]
+fn borrowed_lookups_find_owned_keys() {
+    let limiter = KeyedLimiter::builder(Quota::per_second(1).unwrap())
+        .clock(ManualClock::new())
+        .build::<String>();
+    limiter.try_acquire("alice", 1).unwrap();
+    assert!(limiter.try_acquire(&"alice".to_owned(), 1).is_err());
+}
+
+#[test]
+fn bad_costs_get_the_buckets_errors_and_create_no_key() {
+    let limiter = keyed(Quota::per_second(2).unwrap(), &ManualClock::new());
+    assert_eq!(limiter.try_acquire(&1, 0), Err(AcquireError::ZeroCost));
+    assert_eq!(
+        limiter.try_acquire(&1, 3),
+        Err(AcquireError::ExceedsCapacity {
+            cost: 3,
+            capacity: 2
+        })
+    );
+    assert!(limiter.is_empty());
+}
+
+// Bounded memory.
+
+#[test]
+fn sweep_drops_only_full_buckets() {
+    let clock = ManualClock::new();
+    let limiter = keyed(Quota::new(2, 1, SECOND).unwrap(), &clock);
+    limiter.try_acquire(&1, 2).unwrap();
+    limiter.try_acquire(&2, 1).unwrap();
+    clock.advance(SECOND);
+    // Key 2 has refilled; key 1 still owes a token.
+    assert_eq!(limiter.sweep(), 1);
+    assert_eq!(limiter.len(), 1);
+    assert_eq!(limiter.available(&1), 1);
+    clock.advance(SECOND);
+    assert_eq!(limiter.sweep(), 1);
+    assert!(limiter.is_empty());
+}
+
+#[test]
+fn at_the_cap_new_keys_are_denied_with_a_distinct_error() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder(Quota::per_second(1).unwrap())
+        .clock(clock.clone())
+        .max_keys(cap(2))
+        .sweep_interval(None)
+        .build::<u32>();
+    limiter.try_acquire(&1, 1).unwrap();
+    limiter.try_acquire(&2, 1).unwrap();
+    assert_eq!(
+        limiter.try_acquire(&3, 1),
+        Err(AcquireError::TooManyKeys { max_keys: 2 })
+    );
+    assert_eq!(
+        AcquireError::TooManyKeys { max_keys: 2 }.retry_after(),
+        None
+    );
+    // Tracked keys are unaffected.
+    clock.advance(SECOND);
+    assert_eq!(limiter.try_acquire(&1, 1), Ok(()));
+    // Once a bucket is full, an explicit sweep frees its room.
+    clock.advance(SECOND);
+    assert_eq!(limiter.sweep(), 2);
+    assert_eq!(limiter.try_acquire(&3, 1), Ok(()));
+}
+
+#[test]
+fn a_new_key_at_the_cap_sweeps_at_most_once_per_interval() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder(Quota::per_second(1).unwrap())
+        .clock(clock.clone())
+        .max_keys(cap(1))
+        .sweep_interval(Some(10 * SECOND))
+        .build::<u32>();
+    limiter.try_acquire(&1, 1).unwrap();
+    // Full, but nothing to drop yet: the sweep runs and finds nothing.
+    assert!(limiter.try_acquire(&2, 1).is_err());
+    clock.advance(SECOND);
+    // Key 1 is full now, but the last sweep was within the interval.
+    assert!(limiter.try_acquire(&2, 1).is_err());
+    clock.advance(9 * SECOND);
+    assert_eq!(limiter.try_acquire(&2, 1), Ok(()));
+    assert_eq!(limiter.len(), 1);
+}
+
+#[test]
+fn overflow_keys_share_one_bucket_and_leave_it_no_fuller() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder(Quota::new(2, 1, SECOND).unwrap())
+        .clock(clock.clone())
+        .max_keys(cap(1))
+        .at_capacity(AtCapacity::SharedOverflow)
+        .sweep_interval(None)
+        .build::<u32>();
+    limiter.try_acquire(&1, 1).unwrap();
+    // Keys 2 and 3 arrive at the cap and share the overflow bucket.
+    limiter.try_acquire(&2, 1).unwrap();
+    limiter.try_acquire(&3, 1).unwrap();
+    assert!(limiter.try_acquire(&2, 1).is_err());
+    assert_eq!(limiter.len(), 1);
+    // Key 1 refills and is swept; key 2 gets its own bucket, which starts
+    // no fuller than the overflow bucket it was spending from.
+    clock.advance(SECOND);
+    assert_eq!(limiter.sweep(), 1);
+    assert_eq!(limiter.available(&2), 1);
+    limiter.try_acquire(&2, 1).unwrap();
+    assert!(limiter.try_acquire(&2, 1).is_err());
+}
+
+#[test]
+fn a_stale_reading_after_a_sweep_sees_the_dropped_buckets_debt() {
+    let clock = ManualClock::new();
+    let limiter = keyed(Quota::new(1, 1, SECOND).unwrap(), &clock);
+    limiter.try_acquire(&1, 1).unwrap();
+    clock.set(SECOND);
+    assert_eq!(limiter.sweep(), 1);
+    // A decision whose clock reading predates the sweep (here, a clock set
+    // back) finds the recreated bucket no fuller than the dropped one was.
+    clock.set(SECOND / 2);
+    assert_eq!(limiter.try_acquire(&1, 1), common::insufficient(SECOND / 2));
+}
+
+// No sequence of evictions and re-creations admits more than the envelope.
+
+#[derive(Clone, Copy, Debug)]
+enum Churn {
+    Acquire {
+        key: u32,
+        cost: u64,
+    },
+    /// An acquire whose clock reading is `stale` ms old, as a thread
+    /// preempted between reading the clock and deciding would make.
+    Stale {
+        key: u32,
+        cost: u64,
+        stale: u64,
+    },
+    Advance(u64),
+    Sweep,
+}
+
+fn churn() -> impl Strategy<Value = Churn> {
+    prop_oneof![
+        6 => (0..5u32, 1..=3u64).prop_map(|(key, cost)| Churn::Acquire { key, cost }),
+        3 => (0..800u64).prop_map(Churn::Advance),
+        2 => (0..5u32, 1..=3u64, 0..800u64).prop_map(|(key, cost, stale)| Churn::Stale { key, cost, stale }),
+        2 => Just(Churn::Sweep),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn evictions_and_recreations_never_exceed_the_envelope_per_key(
+        capacity in 1..=4u64,
+        tokens in 1..=3u64,
+        max_keys in 1..=3usize,
+        overflow in any::<bool>(),
+        auto_sweep in any::<bool>(),
+        ops in prop::collection::vec(churn(), 1..120),
+    ) {
+        let period = SECOND;
+        let clock = ManualClock::new();
+        let limiter = KeyedLimiter::builder(Quota::new(capacity, tokens, period).unwrap())
+            .clock(clock.clone())
+            .max_keys(cap(max_keys))
+            .at_capacity(if overflow { AtCapacity::SharedOverflow } else { AtCapacity::Deny })
+            .sweep_interval(auto_sweep.then_some(Duration::from_millis(300)))
+            .build::<u32>();
+        let mut spent: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+        let mut acquire = |key: u32, cost: u64, at: u64| match limiter.try_acquire(&key, cost) {
+            Ok(()) => spent.entry(key).or_default().push((at, cost)),
+            Err(
+                AcquireError::Insufficient { .. }
+                | AcquireError::TooManyKeys { .. }
+                | AcquireError::ExceedsCapacity { .. },
+            ) => {}
+            Err(other) => panic!("{other:?}"),
+        };
+        for op in ops {
+            let now = clock_ns(&clock);
+            match op {
+                Churn::Acquire { key, cost } => acquire(key, cost, now),
+                Churn::Stale { key, cost, stale } => {
+                    // The decision happens after everything before it, on a
+                    // reading from earlier. The envelope is a statement over
+                    // the readings decisions are made at (docs/semantics.md),
+                    // so that is the time the admission is checked at.
+                    let reading = now.saturating_sub(stale * 1_000_000);
+                    clock.set(Duration::from_nanos(reading));
+                    acquire(key, cost, reading);
+                    clock.set(Duration::from_nanos(now));
+                }
+                Churn::Advance(ms) => clock.advance(Duration::from_millis(ms)),
+                Churn::Sweep => {
+                    limiter.sweep();
+                }
+            }
+            prop_assert!(limiter.len() <= max_keys);
+        }
+        let envelope = Envelope { capacity, tokens, period_ns: 1_000_000_000 };
+        for events in spent.values() {
+            envelope.assert_holds_over(events, 0);
+        }
+    }
+}
+
+fn clock_ns(clock: &ManualClock) -> u64 {
+    use tollgate::Clock;
+    clock.now_nanos()
+}
