@@ -342,3 +342,119 @@ fn clock_ns(clock: &ManualClock) -> u64 {
     use tollgate::Clock;
     clock.now_nanos()
 }
+
+// Real threads: creation races and sweeps running beside decisions.
+
+/// Runs `work(i)` on `threads` threads released together, plus a thread that
+/// sweeps until they finish; returns what each worker returned.
+fn race_with_sweeper<K, C, T>(
+    limiter: &KeyedLimiter<K, C>,
+    threads: usize,
+    work: impl Fn(usize) -> T + Sync,
+) -> Vec<T>
+where
+    K: std::hash::Hash + Eq + Send + Sync,
+    C: tollgate::Clock,
+    T: Send,
+{
+    use std::sync::Barrier;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let barrier = Barrier::new(threads + 1);
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (barrier, done, work) = (&barrier, &done, &work);
+        s.spawn(move || {
+            barrier.wait();
+            while !done.load(Ordering::Acquire) {
+                limiter.sweep();
+            }
+        });
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                s.spawn(move || {
+                    barrier.wait();
+                    work(i)
+                })
+            })
+            .collect();
+        let out = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        done.store(true, Ordering::Release);
+        out
+    })
+}
+
+/// On a frozen clock every key admits exactly its capacity, however the
+/// threads race to create its bucket and however often a sweeper runs: a
+/// spent bucket is never full, so it is never dropped.
+#[test]
+fn racing_creations_and_sweeps_admit_exactly_the_capacity_per_key() {
+    const KEYS: u32 = 64;
+    const CAPACITY: u64 = 20;
+    for threads in [2usize, 4, 8] {
+        let clock = ManualClock::new();
+        clock.set(Duration::from_secs(7));
+        let limiter = keyed(Quota::per_second(CAPACITY).unwrap(), &clock);
+        let per_thread = race_with_sweeper(&limiter, threads, |_| {
+            let mut admitted = vec![0u64; KEYS as usize];
+            for _ in 0..CAPACITY {
+                for key in 0..KEYS {
+                    if limiter.try_acquire(&key, 1).is_ok() {
+                        admitted[key as usize] += 1;
+                    }
+                }
+            }
+            admitted
+        });
+        for key in 0..KEYS {
+            let total: u64 = per_thread.iter().map(|a| a[key as usize]).sum();
+            assert_eq!(total, CAPACITY, "{threads} threads, key {key}");
+        }
+        assert_eq!(limiter.len(), KEYS as usize);
+    }
+}
+
+/// On the real clock, with buckets refilling within a millisecond, a small
+/// key cap and the overflow policy, sweeps drop and threads recreate buckets
+/// all the time; no key is admitted more than `B + r * elapsed`.
+#[test]
+fn churning_keys_on_the_real_clock_stay_within_the_envelope() {
+    const KEYS: u32 = 16;
+    const CAPACITY: u64 = 5;
+    const RATE: u64 = 5_000;
+    for threads in [2usize, 4] {
+        let limiter = KeyedLimiter::builder(Quota::new(CAPACITY, RATE, SECOND).unwrap())
+            .max_keys(cap(8))
+            .at_capacity(AtCapacity::SharedOverflow)
+            .build::<u32>();
+        use tollgate::Clock;
+        let start = limiter.clock().now_nanos();
+        let per_thread = race_with_sweeper(&limiter, threads, |i| {
+            let mut admitted = vec![0u64; KEYS as usize];
+            for round in 0..20_000u32 {
+                let key = (round.wrapping_mul(7) + i as u32) % KEYS;
+                if limiter.try_acquire(&key, 1).is_ok() {
+                    admitted[key as usize] += 1;
+                }
+            }
+            admitted
+        });
+        let elapsed = limiter.clock().now_nanos() - start;
+        let envelope = Envelope {
+            capacity: CAPACITY,
+            tokens: RATE,
+            period_ns: 1_000_000_000,
+        };
+        let mut all = 0;
+        for key in 0..KEYS {
+            let total: u64 = per_thread.iter().map(|a| a[key as usize]).sum();
+            all += total;
+            assert!(
+                envelope.admits(u128::from(total), elapsed),
+                "key {key}: {total} in {elapsed} ns"
+            );
+        }
+        // The first keys find full buckets of their own.
+        assert!(all >= CAPACITY, "only {all} admitted");
+        assert!(limiter.len() <= 8);
+    }
+}
