@@ -34,14 +34,12 @@ use criterion::{
     BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
 };
 use crossbeam_utils::CachePadded;
-use governor::clock::{
-    Clock as GovernorClock, MonotonicClock as GovernorMonotonic, QuantaClock, QuantaUpkeepClock,
-};
+use governor::clock::{Clock as GovernorClock, MonotonicClock as GovernorMonotonic, QuantaClock};
 use governor::{Quota as GovernorQuota, RateLimiter};
-use tollgate::{Clock, CoarseClock, MonotonicClock, Quota, TokenBucket};
+use tollgate::{Clock, MonotonicClock, Quota, TokenBucket};
 
-/// Resolution of both background-thread clocks.
-const COARSE_RESOLUTION: Duration = Duration::from_millis(1);
+mod common;
+use common::{coarse_clock, for_each_clock_class, quanta_upkeep_clock};
 
 /// The `allow` quota: a burst of `u32::MAX` (governor's largest) refilled at
 /// one token per nanosecond. A decision costs more than a nanosecond, so the
@@ -160,16 +158,6 @@ fn deny_class<C, G>(
     assert!(limiter.check().is_err(), "the deny limiter admitted");
 }
 
-/// `quanta`'s upkeep thread is process-global: at most one may run, so each
-/// group starts its own and stops it (by dropping every clone) before the next.
-fn quanta_upkeep_clock() -> QuantaUpkeepClock {
-    QuantaUpkeepClock::from_interval(COARSE_RESOLUTION).expect("no other quanta upkeep thread")
-}
-
-fn coarse_clock() -> CoarseClock {
-    CoarseClock::new(COARSE_RESOLUTION).expect("spawn the coarse clock thread")
-}
-
 fn clock(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock");
 
@@ -206,28 +194,6 @@ fn clock(c: &mut Criterion) {
     });
 
     group.finish();
-}
-
-/// Runs `$class` once per clock class, each tollgate clock beside governor's
-/// equivalent. A macro because each class instantiates the generic function
-/// with different clock types.
-macro_rules! for_each_clock_class {
-    ($group:expr, $class:ident) => {{
-        $class(
-            $group,
-            "monotonic",
-            MonotonicClock::new(),
-            GovernorMonotonic,
-        );
-        #[cfg(feature = "tsc")]
-        $class(
-            $group,
-            "tsc",
-            tollgate::TscClock::new(),
-            QuantaClock::default(),
-        );
-        $class($group, "coarse", coarse_clock(), quanta_upkeep_clock());
-    }};
 }
 
 fn allow(c: &mut Criterion) {
