@@ -1,1 +1,48 @@
 //! Client identity: normalised address keys and forwarded-address resolution.
+//!
+//! A rate limit keyed by address needs two things this module provides:
+//!
+//! - [`AddrKey`]: a 16-byte key in which every spelling of one address (or,
+//!   under a [`PrefixPolicy`], one network) is one value: `::ffff:192.0.2.1`
+//!   is `192.0.2.1`, `2001:0db8:0:0::1` is `2001:db8::1`, and with a `/64`
+//!   policy every address of `2001:db8:1:2::/64` is `2001:db8:1:2::`.
+//! - [`ForwardedResolver`]: the client's address behind the reverse proxies
+//!   you trust ([`TrustedProxies`]), read from exactly one header
+//!   ([`HeaderSource`]) under a [`ChainPolicy`], never from a header the
+//!   client could have chosen.
+//!
+//! An address key is an address-level budget, not a person's or an
+//! account's: clients behind one NAT share it, and a client that moves gets
+//! a new one. Key per-account limits on the principal your authentication
+//! verified, never on a header. `docs/identity.md` has the whole story.
+//!
+//! ```
+//! use std::net::IpAddr;
+//! use tollgate::identity::{ForwardedResolver, HeaderSource, PrefixPolicy, TrustedProxies};
+//!
+//! let resolver = ForwardedResolver::new(
+//!     HeaderSource::XForwardedFor,
+//!     TrustedProxies::parse(["10.0.0.0/8", "2001:db8:ffff::/48"])?,
+//! )
+//! .with_prefix_policy(PrefixPolicy::new(32, 64)?);
+//!
+//! let peer: IpAddr = "10.0.0.1".parse()?;
+//! let key = match resolver.resolve(peer, [&b"2001:db8:1:2::77"[..]]) {
+//!     Ok(client) => client.key(),
+//!     // The header could not be believed: key on the nearest trusted hop.
+//!     Err(refused) => refused.fallback().key(),
+//! };
+//! assert_eq!(key.to_string(), "2001:db8:1:2::");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod error;
+mod forwarded;
+mod key;
+mod lex;
+mod trust;
+
+pub use error::{ForwardedError, IdentityError};
+pub use forwarded::{ChainPolicy, ForwardedResolver, HeaderSource, Origin, Resolved};
+pub use key::{AddrKey, PrefixPolicy};
+pub use trust::TrustedProxies;
