@@ -8,10 +8,10 @@
 #[cfg(tollgate_loom)]
 pub(crate) use loom::sync::{
     Arc,
-    atomic::{AtomicU64, Ordering},
+    atomic::{AtomicU64, AtomicUsize, Ordering},
 };
 #[cfg(not(tollgate_loom))]
 pub(crate) use std::sync::{
     Arc,
-    atomic::{AtomicU64, Ordering},
+    atomic::{AtomicU64, AtomicUsize, Ordering},
 };

@@ -1,1 +1,46 @@
 //! Limits on work in flight, as opposed to its rate.
+//!
+//! A [`TokenBucket`](crate::TokenBucket) bounds how much work *starts* per
+//! unit of time; it says nothing about how much is running at once, which is
+//! what exhausts memory, connections or threads when work slows down. A
+//! [`ConcurrencyLimiter`] bounds that: at most `max` units in flight, each
+//! permit weighing one or more units, returned when the permit is dropped.
+//! [`KeyedConcurrencyLimiter`] applies the bound per key, keeping an entry
+//! only while its key has work in flight.
+//!
+//! ```
+//! use tollgate::concurrency::{ConcurrencyLimiter, InFlightError};
+//!
+//! let limiter = ConcurrencyLimiter::new(100)?; // e.g. MiB of request bodies
+//! match limiter.try_acquire(30) {
+//!     Ok(permit) => { /* handle the request; the 30 return when `permit` drops */ drop(permit) }
+//!     Err(InFlightError::Full { .. }) => { /* 503, or wait with `acquire` (feature `tokio`) */ }
+//!     Err(other) => return Err(other.into()),
+//! }
+//! assert_eq!(limiter.in_flight(), 0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Every grant and release is one atomic operation on one word; waiting
+//! (feature `tokio`) costs nothing until some task waits. The contract
+//! (weights, RAII, panics, fairness, linearization points, combining with a
+//! rate limit) is in `docs/concurrency.md`.
+
+mod counter;
+mod error;
+mod keyed;
+mod limiter;
+mod permit;
+#[cfg(feature = "tokio")]
+mod wait;
+
+pub use error::{InFlightError, LimitError};
+pub use keyed::{KeyedConcurrencyLimiter, KeyedPermit};
+pub use limiter::ConcurrencyLimiter;
+pub use permit::{OwnedPermit, Permit};
+
+/// Compiles and runs the examples of `docs/concurrency.md` as doc tests, so
+/// the document cannot drift from the API.
+#[doc = include_str!("../../docs/concurrency.md")]
+#[cfg(doctest)]
+pub struct ConcurrencyDocDoctests;
