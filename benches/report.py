@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Markdown tables of the `bucket` benchmark's medians, from criterion's output.
+"""Markdown tables of the `bucket` and `keyed` benchmarks' medians, from
+criterion's output.
 
-Usage (after `cargo bench --bench bucket --all-features`):
+Usage (after `cargo bench --bench bucket --bench keyed --all-features`):
 
     python3 benches/report.py [CRITERION_DIR] [--json FILE]
 
@@ -9,7 +10,9 @@ CRITERION_DIR defaults to `$CARGO_TARGET_DIR/criterion` or `target/criterion`.
 Reads `<group>/<bench>/new/{benchmark,estimates}.json`, that is, the latest
 run of each benchmark, and prints one table per group: criterion's median
 point estimate with its 95 % confidence interval, and for `allow` and `deny`
-the ratios tollgate/floor and tollgate/governor within each clock class.
+the ratios tollgate/floor and tollgate/governor within each clock class; for
+`keyed_hot` and `keyed_100k`, how many times faster tollgate is than governor
+(default hasher) and than governor with ahash.
 The fastest sample (time per iteration of criterion's least disturbed sample)
 is shown beside the median as a cross-check on a shared, noisy machine.
 `--json FILE` also writes `{"allow/monotonic/floor": {"median": ns,
@@ -21,7 +24,8 @@ import os
 import sys
 from pathlib import Path
 
-GROUPS = ("clock", "allow", "deny")
+GROUPS = ("clock", "allow", "deny", "keyed_hot", "keyed_100k")
+KEYED_TARGET = 2.0  # tollgate at least 2x faster than governor's keyed limiter
 CLASSES = ("monotonic", "tsc", "coarse")
 TARGET = 1.2  # tollgate within 1.2x of the floor for the same clock
 # `clock` rows, grouped by clock class: (benchmark, class).
@@ -94,6 +98,27 @@ def path_table(data, group):
     return "\n".join(rows)
 
 
+def keyed_table(data, group):
+    rows = [
+        "| clock | tollgate ns | governor ns | governor+ahash ns | governor / tollgate "
+        "| governor+ahash / tollgate | fastest-sample governor / tollgate "
+        f"| at least {KEYED_TARGET}x faster |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for cls in CLASSES:
+        try:
+            toll, gov, gah = (data[f"{group}/{cls}/{who}"] for who in ("tollgate", "governor", "governor_ahash"))
+        except KeyError:
+            continue
+        speedup = gov[0] / toll[0]
+        verdict = "yes" if speedup >= KEYED_TARGET else "no"
+        rows.append(
+            f"| {cls} | {ns(toll[0])} | {ns(gov[0])} | {ns(gah[0])} | {speedup:.2f} "
+            f"| {gah[0] / toll[0]:.2f} | {gov[3] / toll[3]:.2f} | {verdict} |"
+        )
+    return "\n".join(rows)
+
+
 def main(argv):
     json_out = None
     if "--json" in argv:
@@ -110,6 +135,8 @@ def main(argv):
     print("### clock\n\n" + clock_table(data) + "\n")
     for group in ("allow", "deny"):
         print(f"### {group}\n\n" + path_table(data, group) + "\n")
+    for group in ("keyed_hot", "keyed_100k"):
+        print(f"### {group}\n\n" + keyed_table(data, group) + "\n")
     if json_out:
         Path(json_out).write_text(json.dumps({k: {"median": v[0], "fastest": v[3]} for k, v in data.items()}, indent=1) + "\n")
 
