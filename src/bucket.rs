@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::state::Tat;
+use crate::state::{Admission, Tat};
 use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, MonotonicClock, Quota};
 
@@ -141,24 +141,22 @@ impl<C: Clock> TokenBucket<C> {
             .map(|wait| gcra.duration(wait))
     }
 
-    /// Takes `cost` tokens now for a hierarchy: returns the cost in ticks and
-    /// the tick the admission was decided at, for a later [`Self::rollback`].
-    pub(crate) fn take_now(&self, cost: u64) -> Result<(u64, u64), AcquireError> {
-        let gcra = self.quota.gcra();
-        let cost_ticks = gcra.cost_ticks(cost)?;
-        let now = self.now();
-        self.tat.acquire(gcra, now, cost_ticks, 0)?;
-        Ok((cost_ticks, now))
-    }
-
-    /// Undoes a [`Self::take_now`] as far as provably mints nothing.
-    pub(crate) fn rollback(&self, cost_ticks: u64, at: u64) {
-        self.tat.rollback(cost_ticks, at, || self.now());
+    /// Undoes an admission of [`Self::admit`] as far as provably mints
+    /// nothing (see `Tat::rollback`).
+    pub(crate) fn rollback(&self, admission: Admission) {
+        self.tat.rollback(admission, || self.now());
     }
 
     /// The one admission path: returns the wait in ticks.
     #[inline]
     fn acquire_within(&self, cost: u64, slack: u64) -> Result<u64, AcquireError> {
+        self.admit(cost, slack)
+            .map(|admission| self.quota.gcra().wait(admission.after, admission.at))
+    }
+
+    /// Admits `cost` tokens with up to `slack` ticks of delay.
+    #[inline]
+    pub(crate) fn admit(&self, cost: u64, slack: u64) -> Result<Admission, AcquireError> {
         let gcra = self.quota.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
         self.tat.acquire(gcra, self.now(), cost_ticks, slack)

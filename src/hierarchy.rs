@@ -20,7 +20,7 @@ use crate::{AcquireError, Clock, TokenBucket};
 /// charge(&TokenBucket::new(Quota::per_second(1)?))?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub trait Limit: sealed::Sealed {}
+pub trait Limit: sealed::Sealed + Sync {}
 
 impl dyn Limit + '_ {
     /// This limit charged `cost` tokens, as a step of a hierarchy.
@@ -46,9 +46,7 @@ pub(crate) mod sealed {
     /// A receipt for tokens taken, enough to undo the admission soundly.
     #[derive(Clone, Copy, Debug)]
     pub struct Taken {
-        pub(crate) cost_ticks: u64,
-        /// The tick the admission was decided at.
-        pub(crate) at: u64,
+        pub(crate) admission: crate::state::Admission,
         /// Whether a keyed limiter served it from its overflow bucket.
         pub(crate) overflow: bool,
     }
@@ -68,16 +66,14 @@ pub(crate) use sealed::Taken;
 
 impl<C: Clock> sealed::Sealed for TokenBucket<C> {
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        let (cost_ticks, at) = self.take_now(cost)?;
         Ok(Taken {
-            cost_ticks,
-            at,
+            admission: self.admit(cost, 0)?,
             overflow: false,
         })
     }
 
     fn undo(&self, taken: Taken) {
-        self.rollback(taken.cost_ticks, taken.at);
+        self.rollback(taken.admission);
     }
 
     fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
@@ -181,17 +177,20 @@ pub struct HierarchyError {
     /// permanent (a cost above its capacity) if any is.
     pub limit: usize,
     /// The refusal. For [`AcquireError::Insufficient`], `retry_after` is the
-    /// longest wait among all the limits that would refuse now, so a client
-    /// that waits it out does not run into the next one at once.
+    /// longest wait among all the limits that would refuse now (looked at
+    /// once the taken steps are undone), so a client that waits it out does
+    /// not run into the next one at once.
     pub error: AcquireError,
 }
 
 /// Admits a request through every step, or through none.
 ///
 /// The steps are taken in order. When one refuses, the steps already taken
-/// are undone in reverse order, so a refusal spends nothing anywhere, and
-/// the remaining steps are only looked at (never charged) to find the
-/// longest wait. A refused request's cost counts in no limit.
+/// are undone in reverse order, so a refusal spends nothing anywhere; then
+/// every step is looked at (never charged) to find the longest wait. A
+/// refused request's cost counts in no limit. Nothing is allocated; the
+/// stack grows by a few dozen bytes per step, so chains are meant to be
+/// short (a handful of limits, not thousands).
 ///
 /// Order the steps from the most selective to the most shared (per address,
 /// per account, then global): a request refused early never touches the
@@ -219,46 +218,58 @@ pub struct HierarchyError {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn try_acquire_all(steps: &[Step<'_>]) -> Result<(), HierarchyError> {
-    take_from(steps, 0)
+    take_from(steps, 0).map_err(|(limit, error)| refusal(steps, limit, error))
 }
 
 /// Takes `steps[0]`, then the rest; undoes `steps[0]` if the rest refuse.
-/// Recursion keeps the receipts on the stack: no allocation, any length.
-fn take_from(steps: &[Step<'_>], index: usize) -> Result<(), HierarchyError> {
+/// Recursion keeps the receipts on the stack. Returns the index and error
+/// of the step that refused.
+fn take_from(steps: &[Step<'_>], index: usize) -> Result<(), (usize, AcquireError)> {
     let Some((step, rest)) = steps.split_first() else {
         return Ok(());
     };
-    let taken = match step.limit.take(step.cost) {
-        Ok(taken) => taken,
-        Err(error) => return Err(refusal(index, error, rest)),
-    };
+    let taken = step.limit.take(step.cost).map_err(|error| (index, error))?;
     take_from(rest, index + 1).inspect_err(|_| step.limit.undo(taken))
 }
 
-/// The refusal to report when `steps[index]` refused with `error` and
-/// `rest` were not taken: a permanent error wins, else the longest wait.
+/// The refusal to report once `steps[index]` refused with `error` and every
+/// taken step is undone: an error no wait can cure wins (the first such
+/// step's), else the longest wait among all the steps.
 #[cold]
-fn refusal(index: usize, error: AcquireError, rest: &[Step<'_>]) -> HierarchyError {
-    let mut worst = HierarchyError {
-        limit: index,
-        error,
+fn refusal(steps: &[Step<'_>], index: usize, error: AcquireError) -> HierarchyError {
+    let mut longest = match error.retry_after() {
+        Some(wait) => wait,
+        None if is_permanent(error) => {
+            return HierarchyError {
+                limit: index,
+                error,
+            };
+        }
+        // Refused for now without a wait (a keyed limiter's key cap): still
+        // report a step that can never admit.
+        None => Duration::ZERO,
     };
-    let Some(mut longest) = error.retry_after() else {
-        return worst;
-    };
-    for (offset, step) in rest.iter().enumerate() {
+    for (limit, step) in steps.iter().enumerate() {
         match step.limit.wait(step.cost) {
             Ok(wait) => longest = longest.max(wait),
-            Err(permanent) => {
-                return HierarchyError {
-                    limit: index + 1 + offset,
-                    error: permanent,
-                };
-            }
+            Err(error) => return HierarchyError { limit, error },
         }
     }
-    worst.error = AcquireError::Insufficient {
-        retry_after: longest,
-    };
-    worst
+    HierarchyError {
+        limit: index,
+        error: match error {
+            AcquireError::Insufficient { .. } => AcquireError::Insufficient {
+                retry_after: longest,
+            },
+            other => other,
+        },
+    }
+}
+
+/// Whether no wait can cure `error`.
+fn is_permanent(error: AcquireError) -> bool {
+    matches!(
+        error,
+        AcquireError::ExceedsCapacity { .. } | AcquireError::ZeroCost
+    )
 }

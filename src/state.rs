@@ -18,17 +18,30 @@ use crate::sync::{AtomicU64, Ordering};
 #[derive(Debug)]
 pub(crate) struct Tat(AtomicU64);
 
+/// One admission as the state word recorded it: enough to undo it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Admission {
+    /// The state the admission's compare-and-swap replaced.
+    pub(crate) before: u64,
+    /// The state it wrote.
+    pub(crate) after: u64,
+    /// The tick the admission was decided at.
+    pub(crate) at: u64,
+    pub(crate) cost_ticks: u64,
+}
+
 impl Tat {
     pub(crate) fn new(tat: u64) -> Self {
         Tat(AtomicU64::new(tat))
     }
 
     /// The one compare-and-swap loop: applies `next` to the current state
-    /// until the swap succeeds or `next` refuses, and returns the new state.
-    /// A refusal writes nothing. `next` runs after the load it is given, so
-    /// a clock read inside it is no older than any update that load shows.
+    /// until the swap succeeds or `next` refuses, and returns the state it
+    /// replaced and the new one. A refusal writes nothing. `next` runs after
+    /// the load it is given, so a clock read inside it is no older than any
+    /// update that load shows.
     #[inline]
-    fn update<E>(&self, mut next: impl FnMut(u64) -> Result<u64, E>) -> Result<u64, E> {
+    fn update<E>(&self, mut next: impl FnMut(u64) -> Result<u64, E>) -> Result<(u64, u64), E> {
         let backoff = Backoff::new();
         let mut tat = self.0.load(Ordering::Acquire);
         loop {
@@ -37,7 +50,7 @@ impl Tat {
                 .0
                 .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Ok(new_tat),
+                Ok(_) => return Ok((tat, new_tat)),
                 Err(actual) => {
                     tat = actual;
                     backoff.spin();
@@ -46,8 +59,8 @@ impl Tat {
         }
     }
 
-    /// Admits `cost_ticks` at `now` with up to `slack` ticks of delay, and
-    /// returns the admission's wait in ticks.
+    /// Admits `cost_ticks` at `now` with up to `slack` ticks of delay. The
+    /// admission's wait is `gcra.wait(admission.after, now)`.
     #[inline]
     pub(crate) fn acquire(
         &self,
@@ -55,14 +68,19 @@ impl Tat {
         now: u64,
         cost_ticks: u64,
         slack: u64,
-    ) -> Result<u64, AcquireError> {
-        let new_tat = self.update(|tat| {
+    ) -> Result<Admission, AcquireError> {
+        let (before, after) = self.update(|tat| {
             gcra.admit(tat, now, cost_ticks, slack)
                 .map_err(|early| AcquireError::Insufficient {
                     retry_after: gcra.duration(early),
                 })
         })?;
-        Ok(gcra.wait(new_tat, now))
+        Ok(Admission {
+            before,
+            after,
+            at: now,
+            cost_ticks,
+        })
     }
 
     /// The wait in ticks until `cost_ticks` would fit at `now`, zero if it
@@ -75,27 +93,51 @@ impl Tat {
         }
     }
 
-    /// Undoes an admission of `cost_ticks` made at tick `admitted_at`,
-    /// returning as much as provably never mints credit: the cost less the
-    /// time elapsed since the admission. `now` is read after each load.
+    /// Undoes `admission` as far as provably mints no credit.
     ///
-    /// Why not the whole cost: the state is the largest `n_i + C_i` over the
-    /// live admissions (`n_i` an admission's time, `C_i` the cost admitted
-    /// from it on; `docs/design.md`). Removing admission `r` lowers the terms
-    /// up to `r` by its cost, but a later admission `j` whose term dominated
-    /// only because `r` was there may now dominate on its own, and that term
-    /// is at most `now + C_(r+1) <= now + (state - n_r - cost)`. So the
-    /// state may drop to `max(state - cost, state - cost + (now - n_r))` and
-    /// no lower; returning the full cost after others have acted would hand
-    /// out refill the bucket would have wasted while full.
-    pub(crate) fn rollback(&self, cost_ticks: u64, admitted_at: u64, mut now: impl FnMut() -> u64) {
+    /// If nothing has changed the state since, the state goes back to what
+    /// the admission found: exact. Otherwise it returns the cost less the
+    /// time elapsed since the admission, with `now` read after each load.
+    ///
+    /// Why not the whole cost: the state is at least `n_i + C_i` for every
+    /// live admission `i` (`n_i` its reading, `C_i` the cost admitted from it
+    /// on; `docs/design.md`). Removing admission `r` lowers the terms before
+    /// it by its cost, but the term of a later admission `j` does not move,
+    /// and it may have been below the state only because `r` was there:
+    /// `n_j + C_j <= now + (state - n_r - cost_r)`, given `n_j <= now`. So
+    /// the state may drop by `cost_r - (now - n_r)` and no more; returning
+    /// the whole cost after others have acted would hand out refill the
+    /// bucket had wasted while full. `n_j <= now` needs a clock that does not
+    /// go backwards across threads: a reading behind another thread's lets
+    /// this undo return up to that gap too much.
+    pub(crate) fn rollback(&self, admission: Admission, mut now: impl FnMut() -> u64) {
+        let owed = |now: u64| {
+            let held_for = now.saturating_sub(admission.at);
+            admission.cost_ticks.saturating_sub(held_for)
+        };
+        // Checked first so that the exact path below never runs on a state
+        // word that has been dropped and recreated since (a keyed bucket is
+        // swept only once full, by which time nothing is owed) and happens to
+        // hold the same value.
+        if owed(now()) == 0 {
+            return;
+        }
+        if self
+            .0
+            .compare_exchange(
+                admission.after,
+                admission.before,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        {
+            return;
+        }
         // `Err(())` means nothing is owed back any more: the state stays.
-        let _ = self.update(|tat| {
-            let held_for = now().saturating_sub(admitted_at);
-            match cost_ticks.saturating_sub(held_for) {
-                0 => Err(()),
-                give_back => Ok(tat.saturating_sub(give_back)),
-            }
+        let _ = self.update(|tat| match owed(now()) {
+            0 => Err(()),
+            give_back => Ok(tat.saturating_sub(give_back)),
         });
     }
 
@@ -118,12 +160,6 @@ impl Tat {
         self.0.load(Ordering::Acquire) <= now
     }
 
-    /// The raw state, for seeding a new bucket no fuller than this one.
-    #[inline]
-    pub(crate) fn load(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
-    }
-
     /// Makes the bucket no fuller than a bucket full at `at`.
     pub(crate) fn raise_to(&self, at: u64) {
         self.0.fetch_max(at, Ordering::AcqRel);
@@ -134,5 +170,46 @@ impl Tat {
         // hot path, and loom (which mis-orders a store racing a
         // compare-and-swap, tokio-rs/loom#254) can then check it soundly.
         self.0.swap(FULL, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bucket of 2 tokens at one token per 1000 ticks.
+    fn gcra() -> Gcra {
+        Gcra::new(2, 1, std::time::Duration::from_nanos(1000)).unwrap()
+    }
+
+    #[test]
+    fn an_undo_nothing_followed_restores_the_state_exactly() {
+        let (g, tat) = (gcra(), Tat::new(FULL));
+        let admission = tat.acquire(&g, 500, 1000, 0).unwrap();
+        tat.rollback(admission, || 900);
+        assert_eq!(tat.0.load(Ordering::Acquire), FULL);
+    }
+
+    #[test]
+    fn an_undo_after_another_admission_returns_the_cost_less_the_time_held() {
+        let (g, tat) = (gcra(), Tat::new(FULL));
+        // Full at 0: ours takes a token (state 1000), another admission at
+        // 500 takes one more (2000). Without ours, that admission would have
+        // left 1500; returning our whole token would leave 1000 and hand out
+        // the 500 ticks of refill the full bucket wasted.
+        let ours = tat.acquire(&g, 0, 1000, 0).unwrap();
+        tat.acquire(&g, 500, 1000, 0).unwrap();
+        tat.rollback(ours, || 600);
+        assert_eq!(tat.0.load(Ordering::Acquire), 1600);
+        assert!(tat.0.load(Ordering::Acquire) >= 1500);
+    }
+
+    #[test]
+    fn an_undo_once_the_cost_has_refilled_returns_nothing() {
+        let (g, tat) = (gcra(), Tat::new(FULL));
+        let ours = tat.acquire(&g, 0, 1000, 0).unwrap();
+        tat.acquire(&g, 1500, 1000, 0).unwrap();
+        tat.rollback(ours, || 1500);
+        assert_eq!(tat.0.load(Ordering::Acquire), 2500);
     }
 }

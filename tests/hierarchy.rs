@@ -108,6 +108,69 @@ fn keyed_and_single_limits_mix_in_one_chain() {
 }
 
 #[test]
+fn the_longest_wait_is_looked_at_once_the_taken_steps_are_undone() {
+    let clock = ManualClock::new();
+    let (a, b) = (bucket(2, 10, &clock), bucket(1, 20, &clock));
+    a.try_acquire(1).unwrap();
+    b.try_acquire(1).unwrap();
+    // `b` refuses for 50 ms. `a` appears twice: its first step is undone
+    // before the second one's wait is read, so that wait is the 100 ms `a`
+    // lacks for 2 tokens once this request holds nothing, not the 200 ms it
+    // would lack while the first step still held a token.
+    let refused = try_acquire_all(&[a.cost(1), b.cost(1), a.cost(2)]).unwrap_err();
+    assert_eq!(refused.limit, 1);
+    assert_eq!(refused.error.retry_after(), Some(SECOND / 10));
+    assert_eq!(a.available(), 1);
+    // When the first step refuses, the later ones are looked at too.
+    let refused = try_acquire_all(&[a.cost(2), b.cost(1)]).unwrap_err();
+    assert_eq!(refused.limit, 0);
+    assert_eq!(refused.error.retry_after(), Some(SECOND / 10));
+}
+
+#[test]
+fn a_step_that_can_never_admit_wins_over_a_key_cap() {
+    let clock = ManualClock::new();
+    let per_key = KeyedLimiter::builder(Quota::per_second(5).unwrap())
+        .clock(clock.clone())
+        .max_keys(std::num::NonZeroUsize::MIN)
+        .sweep_interval(None)
+        .build::<u32>();
+    per_key.try_acquire(&1, 1).unwrap();
+    let tiny = bucket(2, 1, &clock);
+    let refused = try_acquire_all(&[per_key.key(&2).cost(1), tiny.cost(3)]).unwrap_err();
+    assert_eq!(refused.limit, 1);
+    assert!(matches!(
+        refused.error,
+        AcquireError::ExceedsCapacity { cost: 3, .. }
+    ));
+    let refused = try_acquire_all(&[per_key.key(&2).cost(1), tiny.cost(1)]).unwrap_err();
+    assert_eq!(
+        refused,
+        HierarchyError {
+            limit: 0,
+            error: AcquireError::TooManyKeys { max_keys: 1 }
+        }
+    );
+}
+
+#[test]
+fn steps_can_cross_threads() {
+    fn shareable<T: Send + Sync>(_: &T) {}
+    let clock = ManualClock::new();
+    let per_key = KeyedLimiter::builder(Quota::per_second(5).unwrap())
+        .clock(clock.clone())
+        .build::<String>();
+    let global = bucket(5, 5, &clock);
+    let account = per_key.key("alice");
+    let steps = [account.cost(1), global.cost(1)];
+    shareable(&steps);
+    thread::scope(|s| {
+        s.spawn(|| try_acquire_all(&steps).unwrap());
+    });
+    assert_eq!(global.available(), 4);
+}
+
+#[test]
 fn an_empty_chain_admits() {
     assert_eq!(try_acquire_all(&[]), Ok(()));
 }

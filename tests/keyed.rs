@@ -220,23 +220,26 @@ fn overflow_keys_share_one_bucket_and_leave_it_no_fuller() {
     let clock = ManualClock::new();
     let limiter = KeyedLimiter::builder(Quota::new(2, 1, SECOND).unwrap())
         .clock(clock.clone())
-        .max_keys(cap(1))
+        .max_keys(cap(2))
         .at_capacity(AtCapacity::SharedOverflow)
         .sweep_interval(None)
         .build::<u32>();
+    limiter.try_acquire(&0, 1).unwrap();
     limiter.try_acquire(&1, 1).unwrap();
     // Keys 2 and 3 arrive at the cap and share the overflow bucket.
-    limiter.try_acquire(&2, 1).unwrap();
-    limiter.try_acquire(&3, 1).unwrap();
-    assert!(limiter.try_acquire(&2, 1).is_err());
-    assert_eq!(limiter.len(), 1);
-    // Key 1 refills and is swept; key 2 gets its own bucket, which starts
-    // no fuller than the overflow bucket it was spending from.
+    limiter.try_acquire(&2, 2).unwrap();
+    assert!(limiter.try_acquire(&3, 1).is_err());
+    assert_eq!(limiter.len(), 2);
+    // Keys 0 and 1 refill and are swept. Key 2's own bucket starts no fuller
+    // than the overflow bucket it spent from; key 4, which never did, does
+    // not inherit that debt.
     clock.advance(SECOND);
-    assert_eq!(limiter.sweep(), 1);
+    assert_eq!(limiter.sweep(), 2);
     assert_eq!(limiter.available(&2), 1);
+    assert_eq!(limiter.available(&4), 2);
     limiter.try_acquire(&2, 1).unwrap();
     assert!(limiter.try_acquire(&2, 1).is_err());
+    limiter.try_acquire(&4, 2).unwrap();
 }
 
 #[test]

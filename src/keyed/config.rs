@@ -39,8 +39,9 @@ pub enum AtCapacity {
     /// quota: all keys that arrive while the table is full share one key's
     /// budget. New clients keep a trickle of service while a flood of new
     /// keys is throttled as one. A key that later gets its own bucket starts
-    /// no fuller than the overflow bucket, so moving out of overflow mints
-    /// nothing.
+    /// no fuller than the overflow bucket was after the key's own last
+    /// decision in it, so moving out of overflow mints nothing, and keys
+    /// that never spent from it do not inherit its debt.
     SharedOverflow,
 }
 

@@ -18,7 +18,7 @@ pub use config::{AtCapacity, KeyedBuilder};
 pub use tiers::Tiered;
 
 use crate::hierarchy::{Limit, Step, Taken};
-use crate::state::Tat;
+use crate::state::{Admission, Tat};
 use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, MonotonicClock, Quota};
 use config::KeyBound;
@@ -32,15 +32,19 @@ use config::KeyBound;
 /// `("a", "b:c")` are different keys.
 ///
 /// Memory is bounded: at most [`max_keys`](KeyedBuilder::max_keys) keys are
-/// tracked. A bucket that has refilled to full is indistinguishable from a
-/// fresh one, so [`sweep`](Self::sweep) drops those and nothing else; at the
-/// cap, new keys get the [`AtCapacity`] policy. No eviction ever gives a key
-/// credit it would not have had (`docs/semantics.md`).
+/// tracked. [`sweep`](Self::sweep) drops buckets that have refilled to full
+/// and nothing else; at the cap, new keys get the [`AtCapacity`] policy. No
+/// eviction ever gives a key credit it would not have had
+/// (`docs/semantics.md`). A dropped key that comes back starts with the
+/// quota's initial credit: with [`InitialCredit::Full`](crate::InitialCredit::Full)
+/// (the default) a sweep changes no decision; with less, a returning key
+/// gets less than it would have had.
 ///
 /// Linearization points: a decision on a key is its bucket's (the
-/// compare-and-swap or load, made while holding the key's shard for
-/// reading); a sweep drops a bucket while holding its shard for writing, so
-/// no decision on that bucket is in flight.
+/// compare-and-swap or load), made while holding the key's shard for reading,
+/// or for writing when a new key's decision falls to the overflow bucket; a
+/// sweep drops a bucket while holding its shard for writing, so no decision
+/// on that bucket is in flight.
 ///
 /// ```
 /// use tollgate::{KeyedLimiter, ManualClock, Quota};
@@ -74,7 +78,17 @@ pub struct KeyedLimiter<K, C = MonotonicClock, S = ahash::RandomState> {
     next_sweep: AtomicU64,
     /// The shared bucket of [`AtCapacity::SharedOverflow`].
     overflow: CachePadded<Tat>,
+    /// Under [`AtCapacity::SharedOverflow`], per slot of key hashes, the
+    /// overflow state after the latest overflow decision for a key of that
+    /// slot: a key's own bucket starts no fuller than that, and keys that
+    /// never spent from the overflow bucket (but for a 1-in-slots hash
+    /// collision) do not inherit its debt. Empty under [`AtCapacity::Deny`].
+    overflow_floors: Box<[AtomicU64]>,
 }
+
+/// Slots of [`KeyedLimiter::overflow_floors`]: 32 KiB per limiter with the
+/// overflow policy.
+const OVERFLOW_FLOOR_SLOTS: usize = 4096;
 
 impl<K, C, S> std::fmt::Debug for KeyedLimiter<K, C, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -134,6 +148,12 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             swept_at: AtomicU64::new(0),
             next_sweep: AtomicU64::new(0),
             overflow: CachePadded::new(Tat::new(quota.gcra().initial_tat(quota.initial_credit()))),
+            overflow_floors: match bound.at_capacity {
+                AtCapacity::Deny => Box::default(),
+                AtCapacity::SharedOverflow => (0..OVERFLOW_FLOOR_SLOTS)
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
+            },
             quota,
         }
     }
@@ -193,18 +213,18 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     {
         let gcra = self.quota.gcra();
         self.acquire_within(key, cost, gcra.ticks_of(max_wait))
-            .map(|(wait, ..)| gcra.duration(wait))
+            .map(|(admission, _)| gcra.duration(gcra.wait(admission.after, admission.at)))
     }
 
-    /// The one admission path: returns the wait in ticks, the time of the
-    /// decision and where the tokens came from.
+    /// The one admission path: returns the admission and whether the
+    /// overflow bucket served it.
     #[inline]
     fn acquire_within<Q>(
         &self,
         key: &Q,
         cost: u64,
         slack: u64,
-    ) -> Result<(u64, u64, bool), AcquireError>
+    ) -> Result<(Admission, bool), AcquireError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -227,11 +247,17 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         match bucket {
             Bucket::Own(tat) => tat
                 .acquire(gcra, now, cost_ticks, slack)
-                .map(|wait| (wait, now, false)),
-            Bucket::Overflow(_absent) => self
-                .overflow
-                .acquire(gcra, now, cost_ticks, slack)
-                .map(|wait| (wait, now, true)),
+                .map(|admission| (admission, false)),
+            Bucket::Overflow(absent) => {
+                let admission = self.overflow.acquire(gcra, now, cost_ticks, slack)?;
+                // Recorded before the key's absence is released, so a bucket
+                // of its own created next starts from here or later.
+                if let Some(floor) = self.overflow_floor(key) {
+                    floor.fetch_max(admission.after, Ordering::AcqRel);
+                }
+                drop(absent);
+                Ok((admission, true))
+            }
         }
     }
 
@@ -245,6 +271,16 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         // shards, and the failed `get` has already dropped its guard, so no
         // guard of ours is alive here.
         let counted = self.count_new_key(now);
+        if !counted && self.bound.at_capacity == AtCapacity::Deny {
+            // Refusing needs no write lock and no owned key; only a bucket
+            // created for this key meanwhile is worth a second look.
+            return match self.buckets.get(key) {
+                Some(raced) => Ok(Bucket::Own(raced)),
+                None => Err(AcquireError::TooManyKeys {
+                    max_keys: self.bound.max_keys,
+                }),
+            };
+        }
         match self.buckets.entry(key.to_owned()) {
             Entry::Occupied(raced) => {
                 // Another thread created it between our `get` and `entry`.
@@ -254,18 +290,15 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 Ok(Bucket::Own(raced.into_ref().downgrade()))
             }
             Entry::Vacant(vacant) if counted => Ok(Bucket::Own(
-                vacant.insert(Tat::new(self.fresh_tat(now))).downgrade(),
+                vacant
+                    .insert(Tat::new(self.fresh_tat(key, now)))
+                    .downgrade(),
             )),
-            Entry::Vacant(vacant) => match self.bound.at_capacity {
-                AtCapacity::Deny => Err(AcquireError::TooManyKeys {
-                    max_keys: self.bound.max_keys,
-                }),
-                // The vacant entry keeps the key's shard write-locked until
-                // the overflow decision is made: a bucket of its own created
-                // for this key meanwhile would start from an overflow state
-                // that misses this decision.
-                AtCapacity::SharedOverflow => Ok(Bucket::Overflow(vacant)),
-            },
+            // Only the overflow policy gets here uncounted. The vacant entry
+            // keeps the key's shard write-locked until the overflow decision
+            // is made and recorded: a bucket of its own created for this key
+            // meanwhile would start from a floor that misses this decision.
+            Entry::Vacant(vacant) => Ok(Bucket::Overflow(vacant)),
         }
     }
 
@@ -301,21 +334,29 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         self.sweep_at(now)
     }
 
-    /// The state a new bucket starts from at `now`: the quota's initial
+    /// The state `key`'s new bucket starts from at `now`: the quota's initial
     /// credit, but never fuller than a bucket dropped by a sweep, nor (under
-    /// [`AtCapacity::SharedOverflow`]) than the overflow bucket the key may
-    /// have been spending from. A caller whose `now` is older than the last
-    /// sweep thus sees a debt, as the dropped twin would have shown it.
-    fn fresh_tat(&self, now: u64) -> u64 {
+    /// [`AtCapacity::SharedOverflow`]) than the overflow bucket after the
+    /// key's latest overflow decision. A caller whose `now` is older than the
+    /// last sweep thus sees a debt, as the dropped twin would have shown it.
+    fn fresh_tat<Q: Hash + ?Sized>(&self, key: &Q, now: u64) -> u64 {
         let gcra = self.quota.gcra();
         let initial = now.saturating_add(gcra.initial_tat(self.quota.initial_credit()));
-        let floor = match self.bound.at_capacity {
-            AtCapacity::Deny => 0,
-            AtCapacity::SharedOverflow => self.overflow.load(),
-        };
+        let overflowed = self
+            .overflow_floor(key)
+            .map_or(0, |floor| floor.load(Ordering::Acquire));
         initial
             .max(self.swept_at.load(Ordering::Acquire))
-            .max(floor)
+            .max(overflowed)
+    }
+
+    /// The overflow floor of `key`'s hash slot, under the overflow policy.
+    fn overflow_floor<Q: Hash + ?Sized>(&self, key: &Q) -> Option<&AtomicU64> {
+        let slots = self.overflow_floors.len();
+        (slots > 0).then(|| {
+            let hash = self.buckets.hasher().hash_one(key);
+            &self.overflow_floors[(hash % slots as u64) as usize]
+        })
     }
 
     /// Returns `cost` tokens to `key`'s bucket, for work that was admitted
@@ -365,7 +406,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         let now = self.now();
         match self.buckets.get(key) {
             Some(tat) => tat.available(gcra, now),
-            None => gcra.available(self.fresh_tat(now), now),
+            None => gcra.available(self.fresh_tat(key, now), now),
         }
     }
 
@@ -395,7 +436,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         let wait = match self.buckets.get(key) {
             Some(tat) => tat.wait_for(gcra, now, cost_ticks),
             None => gcra
-                .admit(self.fresh_tat(now), now, cost_ticks, 0)
+                .admit(self.fresh_tat(key, now), now, cost_ticks, 0)
                 .err()
                 .unwrap_or(0),
         };
@@ -404,9 +445,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
 
     /// Drops every bucket that has refilled to full, and returns how many.
     ///
-    /// Lossless: a full bucket and a fresh one make the same decisions from
-    /// now on, and a bucket created after this sweep starts no fuller than
-    /// the ones it dropped. Each shard is write-locked while it is swept, so
+    /// A bucket created after this sweep starts no fuller than the ones it
+    /// dropped; with full initial credit (the default) it makes the same
+    /// decisions a kept bucket would have. Each shard is write-locked while it is swept, so
     /// decisions on keys of that shard wait for it.
     ///
     /// ```
@@ -555,12 +596,9 @@ where
     S: BuildHasher + Clone,
 {
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        let limiter = self.limiter;
-        let cost_ticks = limiter.quota.gcra().cost_ticks(cost)?;
-        let (_, at, overflow) = limiter.acquire_within(self.key, cost, 0)?;
+        let (admission, overflow) = self.limiter.acquire_within(self.key, cost, 0)?;
         Ok(Taken {
-            cost_ticks,
-            at,
+            admission,
             overflow,
         })
     }
@@ -569,11 +607,11 @@ where
         let limiter = self.limiter;
         let now = || limiter.now();
         if taken.overflow {
-            limiter.overflow.rollback(taken.cost_ticks, taken.at, now);
+            limiter.overflow.rollback(taken.admission, now);
         } else if let Some(tat) = limiter.buckets.get(self.key) {
             // A bucket dropped since the admission was full, which means the
             // admission's cost had refilled: there is nothing to give back.
-            tat.rollback(taken.cost_ticks, taken.at, now);
+            tat.rollback(taken.admission, now);
         }
     }
 
@@ -584,21 +622,25 @@ where
 
 impl<'a, Q, K, C, S> Limit for KeyLimit<'a, Q, K, C, S>
 where
-    K: Hash + Eq + Borrow<Q>,
-    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    K: Hash + Eq + Borrow<Q> + Send + Sync,
+    Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
     C: Clock,
-    S: BuildHasher + Clone,
+    S: BuildHasher + Clone + Send + Sync,
 {
 }
 
 impl<'a, Q, K, C, S> KeyLimit<'a, Q, K, C, S>
 where
-    K: Hash + Eq + Borrow<Q>,
-    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    K: Hash + Eq + Borrow<Q> + Send + Sync,
+    Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
     C: Clock,
-    S: BuildHasher + Clone,
+    S: BuildHasher + Clone + Send + Sync,
 {
     /// This key's limit charged `cost` tokens, as a step of a hierarchy.
+    ///
+    /// The step borrows this `KeyLimit`: build the steps inside the call to
+    /// [`try_acquire_all`](crate::try_acquire_all), or bind the `KeyLimit`
+    /// first (`let account = limiter.key(&id); let steps = [account.cost(1)];`).
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, Quota, try_acquire_all};

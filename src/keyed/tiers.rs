@@ -37,10 +37,19 @@ use crate::{AcquireError, Clock, KeyedLimiter, MonotonicClock};
 /// tiers.try_acquire(&Account { id: 2, pro: true }, 100)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug)]
 pub struct Tiered<K, F, const N: usize, C = MonotonicClock, S = ahash::RandomState> {
     tiers: [KeyedLimiter<K, C, S>; N],
     resolve: F,
+}
+
+// By hand: a derive would require the resolver (usually a closure) to be
+// `Debug`.
+impl<K, F, const N: usize, C, S> std::fmt::Debug for Tiered<K, F, N, C, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tiered")
+            .field("tiers", &self.tiers)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<K, F, const N: usize, C, S> Tiered<K, F, N, C, S>
