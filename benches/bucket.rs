@@ -210,9 +210,7 @@ fn deny(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3));
+    config = common::config();
     targets = clock, allow, deny
 }
 criterion_main!(benches);

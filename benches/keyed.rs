@@ -149,9 +149,7 @@ fn keyed_100k(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3));
+    config = common::config();
     targets = keyed_hot, keyed_100k
 }
 criterion_main!(benches);

@@ -11,8 +11,11 @@ use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
+
+mod common;
+use common::race;
 
 use proptest::prelude::*;
 use tollgate::concurrency::{
@@ -21,24 +24,6 @@ use tollgate::concurrency::{
 
 const THREAD_COUNTS: [usize; 3] = [2, 4, 8];
 const ATTEMPTS_PER_THREAD: u64 = 5_000;
-
-/// Runs `work(thread_index)` on `threads` threads released together by a
-/// barrier, and returns what each returned.
-fn race<T: Send>(threads: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
-    let barrier = Barrier::new(threads);
-    thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                let (barrier, work) = (&barrier, &work);
-                s.spawn(move || {
-                    barrier.wait();
-                    work(i)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
 
 /// Asserts `refused` is `Full` for a state in which `weight` did not fit.
 fn assert_could_not_fit(refused: InFlightError, weight: u64, limit: u64) {

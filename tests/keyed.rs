@@ -348,8 +348,8 @@ fn clock_ns(clock: &ManualClock) -> u64 {
 
 // Real threads: creation races and sweeps running beside decisions.
 
-/// Runs `work(i)` on `threads` threads released together, plus a thread that
-/// sweeps until they finish; returns what each worker returned.
+/// Runs `work(i)` on `threads` threads released together, beside a thread
+/// that sweeps until they finish; returns what each worker returned.
 fn race_with_sweeper<K, C, T>(
     limiter: &KeyedLimiter<K, C>,
     threads: usize,
@@ -360,30 +360,20 @@ where
     C: tollgate::Clock,
     T: Send,
 {
-    use std::sync::Barrier;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let barrier = Barrier::new(threads + 1);
-    let done = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let (barrier, done, work) = (&barrier, &done, &work);
-        s.spawn(move || {
-            barrier.wait();
-            while !done.load(Ordering::Acquire) {
-                limiter.sweep();
-            }
-        });
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                s.spawn(move || {
-                    barrier.wait();
-                    work(i)
-                })
-            })
-            .collect();
-        let out = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        done.store(true, Ordering::Release);
-        out
-    })
+    common::race_beside(
+        threads,
+        work,
+        Some(|| {
+            limiter.sweep();
+        }),
+    )
+}
+
+/// Each key's total over the threads' per-key tallies.
+fn per_key_totals(per_thread: &[Vec<u64>]) -> Vec<u64> {
+    (0..per_thread[0].len())
+        .map(|key| per_thread.iter().map(|tally| tally[key]).sum())
+        .collect()
 }
 
 /// On a frozen clock every key admits exactly its capacity, however the
@@ -408,8 +398,7 @@ fn racing_creations_and_sweeps_admit_exactly_the_capacity_per_key() {
             }
             admitted
         });
-        for key in 0..KEYS {
-            let total: u64 = per_thread.iter().map(|a| a[key as usize]).sum();
+        for (key, total) in per_key_totals(&per_thread).into_iter().enumerate() {
             assert_eq!(total, CAPACITY, "{threads} threads, key {key}");
         }
         assert_eq!(limiter.len(), KEYS as usize);
@@ -447,8 +436,7 @@ fn sweeps_dropping_buckets_under_racing_threads_admit_exactly_the_capacity() {
                 }
                 admitted
             });
-            for key in 0..KEYS {
-                let total: u64 = per_thread.iter().map(|a| a[key as usize]).sum();
+            for (key, total) in per_key_totals(&per_thread).into_iter().enumerate() {
                 assert_eq!(
                     total, CAPACITY,
                     "{threads} threads, round {round}, key {key}"
@@ -494,8 +482,7 @@ fn churning_keys_on_the_real_clock_stay_within_the_envelope() {
             period_ns: 1_000_000_000,
         };
         let mut all = 0;
-        for key in 0..KEYS {
-            let total: u64 = per_thread.iter().map(|a| a[key as usize]).sum();
+        for (key, total) in per_key_totals(&per_thread).into_iter().enumerate() {
             all += total;
             assert!(
                 envelope.admits(u128::from(total), elapsed),

@@ -3,14 +3,12 @@
 //! changes a number. With the real clock the only timing assertion is the
 //! token-bucket envelope, which holds however the threads are scheduled.
 
-use std::sync::Barrier;
-use std::thread;
 use std::time::Duration;
 
 use tollgate::{AcquireError, Clock, ManualClock, MonotonicClock, Quota, TokenBucket};
 
 mod common;
-use common::Envelope;
+use common::{Envelope, race};
 
 const THREAD_COUNTS: [usize; 3] = [2, 4, 8];
 const ROUNDS: usize = 10;
@@ -26,24 +24,6 @@ fn frozen_bucket() -> TokenBucket<ManualClock> {
     let clock = ManualClock::new();
     clock.set(Duration::from_secs(5));
     TokenBucket::with_clock(Quota::per_second(CAPACITY).unwrap(), clock)
-}
-
-/// Runs `work(thread_index)` on `threads` threads released together by a
-/// barrier, and returns what each returned.
-fn race<T: Send>(threads: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
-    let barrier = Barrier::new(threads);
-    thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                let (barrier, work) = (&barrier, &work);
-                s.spawn(move || {
-                    barrier.wait();
-                    work(i)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
 }
 
 /// Acquires `cost`: the cost admitted, or the wait a refusal carried, which

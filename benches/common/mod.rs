@@ -6,8 +6,17 @@
 
 use std::time::Duration;
 
+use criterion::Criterion;
 use governor::clock::QuantaUpkeepClock;
 use tollgate::CoarseClock;
+
+/// The measurement settings every group shares: short warm-up, 3 s of
+/// samples (medians are stable to a few percent on a quiet machine).
+pub fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+}
 
 /// Resolution of both background-thread clocks.
 pub const COARSE_RESOLUTION: Duration = Duration::from_millis(1);

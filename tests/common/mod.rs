@@ -4,9 +4,51 @@
 // Each test crate compiles this module and uses only part of it.
 #![allow(dead_code)]
 
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
 use std::time::Duration;
 
 use tollgate::AcquireError;
+
+/// Runs `work(thread_index)` on `threads` threads released together by a
+/// barrier, and returns what each returned.
+pub fn race<T: Send>(threads: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    race_beside(threads, work, None::<fn()>)
+}
+
+/// As [`race`], with `beside` called in a loop on one more thread, released
+/// with the others, until they have all finished.
+pub fn race_beside<T: Send>(
+    threads: usize,
+    work: impl Fn(usize) -> T + Sync,
+    beside: Option<impl Fn() + Sync>,
+) -> Vec<T> {
+    let barrier = Barrier::new(threads + usize::from(beside.is_some()));
+    let done = AtomicBool::new(false);
+    thread::scope(|s| {
+        let (barrier, done, work) = (&barrier, &done, &work);
+        if let Some(beside) = &beside {
+            s.spawn(move || {
+                barrier.wait();
+                while !done.load(Ordering::Acquire) {
+                    beside();
+                }
+            });
+        }
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                s.spawn(move || {
+                    barrier.wait();
+                    work(i)
+                })
+            })
+            .collect();
+        let out = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        done.store(true, Ordering::Release);
+        out
+    })
+}
 
 /// The refusal `try_acquire` must return when the cost fits after
 /// `retry_after`.
