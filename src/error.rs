@@ -106,6 +106,12 @@ pub enum AcquireError {
         /// The limiter's key cap.
         max_keys: usize,
     },
+    /// A local allowance ran out of leased tokens while its shared store was
+    /// unreachable, and its failure policy is to fail closed
+    /// (`shared::FailurePolicy::Closed`). A server would answer 503 rather
+    /// than 429: the client did nothing wrong.
+    #[error("the shared budget's store is unreachable and the local allowance is spent")]
+    StoreUnavailable,
 }
 
 impl AcquireError {
@@ -120,7 +126,8 @@ impl AcquireError {
             AcquireError::Insufficient { retry_after } => Some(*retry_after),
             AcquireError::ExceedsCapacity { .. }
             | AcquireError::ZeroCost
-            | AcquireError::TooManyKeys { .. } => None,
+            | AcquireError::TooManyKeys { .. }
+            | AcquireError::StoreUnavailable => None,
         }
     }
 }

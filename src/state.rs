@@ -111,15 +111,12 @@ impl Tat {
     /// go backwards across threads: a reading behind another thread's lets
     /// this undo return up to that gap too much.
     pub(crate) fn rollback(&self, admission: Admission, mut now: impl FnMut() -> u64) {
-        let owed = |now: u64| {
-            let held_for = now.saturating_sub(admission.at);
-            admission.cost_ticks.saturating_sub(held_for)
-        };
+        let held_for = now().saturating_sub(admission.at);
         // Checked first so that the exact path below never runs on a state
         // word that has been dropped and recreated since (a keyed bucket is
         // swept only once full, by which time nothing is owed) and happens to
         // hold the same value.
-        if owed(now()) == 0 {
+        if admission.cost_ticks <= held_for {
             return;
         }
         if self
@@ -134,11 +131,65 @@ impl Tat {
         {
             return;
         }
+        self.give_back(
+            admission.cost_ticks,
+            admission.at,
+            admission.cost_ticks,
+            now,
+        );
+    }
+
+    /// Gives back `unused_ticks` of an admission of `granted_ticks` decided
+    /// at tick `at`, less the time elapsed since (the rule of `rollback`,
+    /// for part of an admission: the state may drop by at most
+    /// `granted - held` however much of it is returned). `now` is read after
+    /// each load.
+    pub(crate) fn give_back(
+        &self,
+        granted_ticks: u64,
+        at: u64,
+        unused_ticks: u64,
+        mut now: impl FnMut() -> u64,
+    ) {
         // `Err(())` means nothing is owed back any more: the state stays.
-        let _ = self.update(|tat| match owed(now()) {
-            0 => Err(()),
-            give_back => Ok(tat.saturating_sub(give_back)),
+        let _ = self.update(|tat| {
+            let held_for = now().saturating_sub(at);
+            match unused_ticks.min(granted_ticks.saturating_sub(held_for)) {
+                0 => Err(()),
+                owed => Ok(tat.saturating_sub(owed)),
+            }
         });
+    }
+
+    /// Grants as many of `want` whole tokens as are available at `now`, in
+    /// one compare-and-swap: `(granted, admission)`, or the wait in ticks
+    /// until one token is available.
+    pub(crate) fn acquire_up_to(
+        &self,
+        gcra: &Gcra,
+        now: u64,
+        want: u64,
+    ) -> Result<(u64, Admission), u64> {
+        let token = gcra.cost_ticks(1).map_err(|_| u64::MAX)?;
+        let granted = std::cell::Cell::new(0);
+        let (before, after) = self.update(|tat| {
+            let n = want.min(gcra.available(tat, now));
+            granted.set(n);
+            if n == 0 {
+                return Err(gcra.admit(tat, now, token, 0).err().unwrap_or(0));
+            }
+            gcra.admit(tat, now, n * token, 0)
+        })?;
+        let granted = granted.get();
+        Ok((
+            granted,
+            Admission {
+                before,
+                after,
+                at: now,
+                cost_ticks: granted * token,
+            },
+        ))
     }
 
     /// Returns `cost` tokens unconditionally (the caller vouches for them).

@@ -231,6 +231,46 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     {
         let gcra = self.quota.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
+        self.decide(key, |tat, now| tat.acquire(gcra, now, cost_ticks, slack))
+    }
+
+    /// Grants as many of `want` tokens to `key` as its bucket holds now: the
+    /// grant and its admission, or the wait for one token.
+    pub(crate) fn grant_up_to<Q>(
+        &self,
+        key: &Q,
+        want: u64,
+    ) -> Result<(u64, Admission, bool), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let gcra = self.quota.gcra();
+        let mut granted = 0;
+        let (admission, overflow) = self.decide(key, |tat, now| {
+            let (n, admission) =
+                tat.acquire_up_to(gcra, now, want)
+                    .map_err(|wait| AcquireError::Insufficient {
+                        retry_after: gcra.duration(wait),
+                    })?;
+            granted = n;
+            Ok(admission)
+        })?;
+        Ok((granted, admission, overflow))
+    }
+
+    /// Makes one admission on `key`'s bucket (created if new, or the
+    /// overflow bucket at the cap) with `admit(bucket, now)`.
+    #[inline]
+    fn decide<Q>(
+        &self,
+        key: &Q,
+        admit: impl FnOnce(&Tat, u64) -> Result<Admission, AcquireError>,
+    ) -> Result<(Admission, bool), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         // The guard holds the key's shard for reading until the decision is
         // made; no other map operation may run before it is dropped, or a
         // writer on that shard deadlocks. The clock is read after the lookup:
@@ -245,11 +285,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             None => self.insert(key, now)?,
         };
         match bucket {
-            Bucket::Own(tat) => tat
-                .acquire(gcra, now, cost_ticks, slack)
-                .map(|admission| (admission, false)),
+            Bucket::Own(tat) => admit(&tat, now).map(|admission| (admission, false)),
             Bucket::Overflow(absent) => {
-                let admission = self.overflow.acquire(gcra, now, cost_ticks, slack)?;
+                let admission = admit(&self.overflow, now)?;
                 // Recorded before the key's absence is released, so a bucket
                 // of its own created next starts from here or later.
                 if let Some(floor) = self.overflow_floor(key) {
@@ -258,6 +296,24 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 drop(absent);
                 Ok((admission, true))
             }
+        }
+    }
+
+    /// Gives back `unused` of `granted` tokens admitted at tick `at` to
+    /// `key`'s bucket (or the overflow bucket), less the time since. A key
+    /// no longer tracked was full when dropped: nothing is owed.
+    pub(crate) fn give_back<Q>(&self, key: &Q, granted: u64, at: u64, unused: u64, overflow: bool)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let token = self.quota.gcra().cost_ticks(1).unwrap_or(0);
+        let (granted, unused) = (granted.saturating_mul(token), unused.saturating_mul(token));
+        let now = || self.now();
+        if overflow {
+            self.overflow.give_back(granted, at, unused, now);
+        } else if let Some(tat) = self.buckets.get(key) {
+            tat.give_back(granted, at, unused, now);
         }
     }
 

@@ -1,0 +1,619 @@
+//! The local allowance: a node's hot path served from tokens leased from a
+//! shared store, refilled in the background.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use atomic_float::AtomicF64;
+use tokio::runtime::Handle;
+
+use crate::shared::pool::{LeasePool, Take};
+use crate::shared::{Lease, Store};
+use crate::{AcquireError, Quota, TokenBucket};
+
+/// What a [`LocalAllowance`] does when its pool is empty and its store could
+/// not be reached on the last attempt. A caller's explicit choice: there is
+/// no default.
+///
+/// ```
+/// use tollgate::{Quota, shared::FailurePolicy};
+///
+/// // Ten nodes share 1000/s: alone, each may admit a tenth of it.
+/// let policy = FailurePolicy::Fallback(Quota::per_second(100)?);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// Deny ([`AcquireError::StoreUnavailable`]): the shared bound is never
+    /// exceeded, at the price of an outage while the store is down.
+    Closed,
+    /// Admit everything: availability over the bound. Counted in
+    /// [`AllowanceStats::failed_open`].
+    Open,
+    /// Admit from a local bucket with this (conservative) quota, for example
+    /// the shared quota divided by the expected number of nodes. Counted in
+    /// [`AllowanceStats::fallback`].
+    Fallback(Quota),
+}
+
+/// How a [`LocalAllowance`] sizes and returns its leases.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::shared::{AllowanceConfig, FailurePolicy};
+///
+/// let config = AllowanceConfig {
+///     max_lease: 500,
+///     ..AllowanceConfig::new(FailurePolicy::Closed)
+/// };
+/// assert_eq!(config.lease_period, Duration::from_millis(100));
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct AllowanceConfig {
+    /// The fewest tokens one lease asks for (at least 1).
+    pub min_lease: u64,
+    /// The most tokens one lease asks for: what one node can strand at most
+    /// per lease, and the largest cost a single call may ask for.
+    pub max_lease: u64,
+    /// A lease asks for the smoothed local demand over this long: longer
+    /// means fewer round trips and more tokens held idle per node.
+    pub lease_period: Duration,
+    /// Unused tokens go back to the store after the pool has been idle this
+    /// long (`None`: only on shutdown or drop).
+    pub idle_return: Option<Duration>,
+    /// The longest a store call may take; a call that times out counts as
+    /// spent (its tokens, if any were granted, are stranded).
+    pub timeout: Duration,
+    /// What to do when the pool is empty and the store unreachable.
+    pub on_failure: FailurePolicy,
+}
+
+impl AllowanceConfig {
+    /// Defaults (leases of 1 to 1000 tokens sized to 100 ms of demand, idle
+    /// return after 1 s, a 50 ms timeout) with the given failure policy.
+    ///
+    /// ```
+    /// use tollgate::shared::{AllowanceConfig, FailurePolicy};
+    ///
+    /// assert_eq!(AllowanceConfig::new(FailurePolicy::Open).max_lease, 1000);
+    /// ```
+    pub fn new(on_failure: FailurePolicy) -> Self {
+        AllowanceConfig {
+            min_lease: 1,
+            max_lease: 1000,
+            lease_period: Duration::from_millis(100),
+            idle_return: Some(Duration::from_secs(1)),
+            timeout: Duration::from_millis(50),
+            on_failure,
+        }
+    }
+}
+
+/// Where an admitted request's tokens came from.
+///
+/// ```
+/// use tollgate::shared::Source;
+///
+/// assert_ne!(Source::Lease, Source::FailedOpen);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Leased from the store: within the shared bound.
+    Lease,
+    /// The store was unreachable and the policy is [`FailurePolicy::Open`].
+    FailedOpen,
+    /// The store was unreachable; the fallback quota admitted it.
+    Fallback,
+}
+
+/// Counters of a [`LocalAllowance`], kept off the hot path (updated by
+/// refills, returns and failure handling only).
+///
+/// ```
+/// use tollgate::shared::AllowanceStats;
+///
+/// assert_eq!(AllowanceStats::default().leases, 0);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllowanceStats {
+    /// Store calls that asked for a lease (round trips).
+    pub leases: u64,
+    /// Tokens the store granted in all.
+    pub leased: u64,
+    /// Tokens given back to the store.
+    pub returned: u64,
+    /// Tokens debited from the store that this node will never spend nor
+    /// give back (a failed return, tokens of older leases at return).
+    pub stranded: u64,
+    /// Store calls that failed or timed out.
+    pub store_errors: u64,
+    /// Tokens admitted by [`FailurePolicy::Open`].
+    pub failed_open: u64,
+    /// Tokens admitted by [`FailurePolicy::Fallback`].
+    pub fallback: u64,
+}
+
+/// Why a [`LocalAllowance`] could not be built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AllowanceError {
+    /// Built outside a tokio runtime: refills run as tokio tasks.
+    #[error("a local allowance must be built inside a tokio runtime")]
+    NoRuntime,
+    /// `min_lease` was zero or above `max_lease`.
+    #[error("lease bounds must satisfy 1 <= min_lease <= max_lease")]
+    LeaseBounds,
+}
+
+/// A node's share of a budget held by a [`Store`]: the hot path takes from
+/// a local pool of leased tokens (one compare-and-swap, no I/O, no lock, no
+/// await); when the pool falls below a low-water mark, one refill (never
+/// two) asks the store for a lease in the background.
+///
+/// **The bound.** Tokens enter the pool only after the store debited them,
+/// and every admission takes from the pool, so over all nodes sharing a key,
+/// admitted ≤ granted ≤ `B + r·t` of the store's quota, whatever the
+/// interleaving and whatever fails (admissions by
+/// [`FailurePolicy::Open`]/[`FailurePolicy::Fallback`] excepted, which are
+/// counted). A lease whose reply is lost or late strands its tokens: fewer
+/// admitted, never more. Returns are sent once, never retried.
+/// `docs/distributed.md` has the proof and the trade-offs.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tollgate::Quota;
+/// use tollgate::shared::{AllowanceConfig, FailurePolicy, LocalAllowance, LocalStore};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+/// let store = Arc::new(LocalStore::new(Quota::per_second(1000)?));
+/// let node = LocalAllowance::new(store, "customer-7", AllowanceConfig::new(FailurePolicy::Closed))?;
+/// node.refill().await?; // warm the pool before serving
+/// assert!(node.try_acquire(1).is_ok());
+/// node.shutdown().await; // unused tokens go back to the store
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct LocalAllowance<S: Store> {
+    inner: Arc<Inner<S>>,
+}
+
+#[derive(Debug)]
+struct Inner<S: Store> {
+    store: Arc<S>,
+    key: String,
+    config: AllowanceConfig,
+    pool: LeasePool,
+    /// Refill when the pool falls below this (half the last lease size).
+    low_water: AtomicU64,
+    /// Smoothed local demand, tokens per second.
+    demand: AtomicF64,
+    /// Whether the last store call failed: failure policy in force.
+    degraded: AtomicBool,
+    /// How long a denied caller should wait, in nanoseconds: the store's
+    /// last `retry_after`, or the last refill's duration.
+    retry_hint: AtomicU64,
+    fallback: Option<TokenBucket>,
+    runtime: Handle,
+    /// Cold-path state: the last lease (for returns), demand sampling.
+    books: Mutex<Books>,
+    stats: Stats,
+}
+
+#[derive(Debug)]
+struct Books {
+    last_lease: Lease,
+    /// When demand was last sampled, and the tokens spent by then.
+    sampled_at: Instant,
+    spent_by_then: u64,
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    leases: AtomicU64,
+    leased: AtomicU64,
+    returned: AtomicU64,
+    stranded: AtomicU64,
+    store_errors: AtomicU64,
+    failed_open: AtomicU64,
+    fallback: AtomicU64,
+}
+
+impl<S: Store> LocalAllowance<S> {
+    /// An allowance of `key` in `store`, with an empty pool. Must be called
+    /// inside a tokio runtime, on which refills and returns will run.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, shared::*};
+    ///
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let outside = LocalAllowance::new(store, "k", AllowanceConfig::new(FailurePolicy::Closed));
+    /// assert_eq!(outside.err(), Some(AllowanceError::NoRuntime));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn new(
+        store: Arc<S>,
+        key: impl Into<String>,
+        config: AllowanceConfig,
+    ) -> Result<Self, AllowanceError> {
+        if config.min_lease == 0 || config.min_lease > config.max_lease {
+            return Err(AllowanceError::LeaseBounds);
+        }
+        let runtime = Handle::try_current().map_err(|_| AllowanceError::NoRuntime)?;
+        let fallback = match config.on_failure {
+            FailurePolicy::Fallback(quota) => Some(TokenBucket::new(quota)),
+            FailurePolicy::Closed | FailurePolicy::Open => None,
+        };
+        let inner = Arc::new(Inner {
+            store,
+            key: key.into(),
+            config,
+            pool: LeasePool::new(),
+            low_water: AtomicU64::new(config.min_lease.div_ceil(2)),
+            demand: AtomicF64::new(0.0),
+            degraded: AtomicBool::new(false),
+            retry_hint: AtomicU64::new(0),
+            fallback,
+            runtime,
+            books: Mutex::new(Books {
+                last_lease: Lease::NONE,
+                sampled_at: Instant::now(),
+                spent_by_then: 0,
+            }),
+            stats: Stats::default(),
+        });
+        if let Some(idle) = config.idle_return {
+            inner
+                .runtime
+                .spawn(watch_idle(Arc::downgrade(&inner), idle));
+        }
+        Ok(LocalAllowance { inner })
+    }
+
+    /// Takes `cost` tokens from the pool now, or refuses; never waits. A
+    /// take that leaves the pool low starts one background refill. An empty
+    /// pool refuses with a short `retry_after` (a refill is on its way) —
+    /// unless the store was unreachable on the last attempt, when the
+    /// [`FailurePolicy`] decides.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{AcquireError, Quota, shared::*};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(5)?));
+    /// let node = LocalAllowance::new(store, "k", AllowanceConfig::new(FailurePolicy::Closed))?;
+    /// // The pool starts empty: the first call starts a refill and is refused.
+    /// assert!(matches!(node.try_acquire(1), Err(AcquireError::Insufficient { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire(&self, cost: u64) -> Result<Source, AcquireError> {
+        let inner = &self.inner;
+        if cost == 0 {
+            return Err(AcquireError::ZeroCost);
+        }
+        if cost > inner.config.max_lease {
+            return Err(AcquireError::ExceedsCapacity {
+                cost,
+                capacity: inner.config.max_lease,
+            });
+        }
+        match inner
+            .pool
+            .take(cost, inner.low_water.load(Ordering::Relaxed))
+        {
+            Take::Taken { refill } => {
+                if refill {
+                    spawn_refill(inner);
+                }
+                Ok(Source::Lease)
+            }
+            Take::Short { refill } => {
+                if refill {
+                    spawn_refill(inner);
+                }
+                inner.when_short(cost)
+            }
+        }
+    }
+
+    /// Asks the store for a lease now and waits for it, unless a refill is
+    /// already in flight (then returns `Ok(0)` at once). Returns the tokens
+    /// granted. Useful to warm the pool before serving.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, shared::*};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = LocalAllowance::new(store, "k", AllowanceConfig::new(FailurePolicy::Closed))?;
+    /// assert!(node.refill().await? >= 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn refill(&self) -> Result<u64, RefillError<S::Error>> {
+        if !self.inner.pool.claim_refill() {
+            return Ok(0);
+        }
+        self.inner.refill_claimed().await
+    }
+
+    /// Gives every unused token back to the store (once; a failed return
+    /// strands them) and returns how many were given back.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, shared::*};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = LocalAllowance::new(store.clone(), "k", AllowanceConfig::new(FailurePolicy::Closed))?;
+    /// node.refill().await?;
+    /// node.shutdown().await;
+    /// assert_eq!(store.limiter().available("k"), 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn shutdown(&self) -> u64 {
+        self.inner.give_back().await
+    }
+
+    /// Tokens in the local pool now.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, shared::*};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = LocalAllowance::new(store, "k", AllowanceConfig::new(FailurePolicy::Closed))?;
+    /// assert_eq!(node.pooled(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn pooled(&self) -> u64 {
+        self.inner.pool.tokens()
+    }
+
+    /// A snapshot of the counters.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, shared::*};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = LocalAllowance::new(store, "k", AllowanceConfig::new(FailurePolicy::Closed))?;
+    /// node.refill().await?;
+    /// assert_eq!(node.stats().leases, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stats(&self) -> AllowanceStats {
+        let s = &self.inner.stats;
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        AllowanceStats {
+            leases: read(&s.leases),
+            leased: read(&s.leased),
+            returned: read(&s.returned),
+            stranded: read(&s.stranded),
+            store_errors: read(&s.store_errors),
+            failed_open: read(&s.failed_open),
+            fallback: read(&s.fallback),
+        }
+    }
+}
+
+impl<S: Store> Drop for LocalAllowance<S> {
+    /// Returns the unused tokens in the background, best effort: if the
+    /// runtime is shutting down, they are stranded.
+    fn drop(&mut self) {
+        let inner = Arc::clone(&self.inner);
+        self.inner.runtime.spawn(async move {
+            inner.give_back().await;
+        });
+    }
+}
+
+/// Why [`LocalAllowance::refill`] brought nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RefillError<E: std::error::Error + 'static> {
+    /// The store refused or could not be reached.
+    #[error("store call failed: {0}")]
+    Store(#[source] E),
+    /// The store did not answer within the configured timeout; whatever it
+    /// granted is stranded.
+    #[error("store call timed out")]
+    Timeout,
+}
+
+fn spawn_refill<S: Store>(inner: &Arc<Inner<S>>) {
+    let inner = Arc::clone(inner);
+    let runtime = inner.runtime.clone();
+    runtime.spawn(async move {
+        // Failures are counted in the stats and handled by the policy.
+        let _ = inner.refill_claimed().await;
+    });
+}
+
+/// Returns the pool's tokens once it has sat unchanged for `idle`.
+async fn watch_idle<S: Store>(inner: Weak<Inner<S>>, idle: Duration) {
+    let mut last = None;
+    loop {
+        tokio::time::sleep(idle).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let now = (
+            inner.pool.tokens(),
+            inner.stats.leases.load(Ordering::Relaxed),
+        );
+        if last == Some(now) && now.0 > 0 {
+            inner.give_back().await;
+        }
+        last = Some((
+            inner.pool.tokens(),
+            inner.stats.leases.load(Ordering::Relaxed),
+        ));
+    }
+}
+
+impl<S: Store> Inner<S> {
+    /// The refusal or admission for a caller the pool could not serve.
+    #[cold]
+    fn when_short(&self, cost: u64) -> Result<Source, AcquireError> {
+        if !self.degraded.load(Ordering::Acquire) {
+            return Err(AcquireError::Insufficient {
+                retry_after: Duration::from_nanos(self.retry_hint.load(Ordering::Relaxed)),
+            });
+        }
+        match (self.config.on_failure, &self.fallback) {
+            (FailurePolicy::Open, _) => {
+                self.stats.failed_open.fetch_add(cost, Ordering::Relaxed);
+                Ok(Source::FailedOpen)
+            }
+            (FailurePolicy::Fallback(_), Some(bucket)) => {
+                bucket.try_acquire(cost)?;
+                self.stats.fallback.fetch_add(cost, Ordering::Relaxed);
+                Ok(Source::Fallback)
+            }
+            _ => Err(AcquireError::StoreUnavailable),
+        }
+    }
+
+    /// Runs the refill this caller claimed, and always ends it.
+    async fn refill_claimed(&self) -> Result<u64, RefillError<S::Error>> {
+        let want = self.lease_size();
+        let started = Instant::now();
+        let call = tokio::time::timeout(self.config.timeout, self.store.acquire(&self.key, want));
+        self.stats.leases.fetch_add(1, Ordering::Relaxed);
+        let outcome = match call.await {
+            Ok(Ok(grant)) => {
+                self.degraded.store(false, Ordering::Release);
+                let hint = if grant.is_empty() {
+                    grant.retry_after
+                } else {
+                    started.elapsed()
+                };
+                self.retry_hint.store(
+                    hint.as_nanos().try_into().unwrap_or(u64::MAX),
+                    Ordering::Relaxed,
+                );
+                self.stats.leased.fetch_add(grant.tokens, Ordering::Relaxed);
+                if !grant.is_empty() {
+                    self.lock_books().last_lease = grant.lease;
+                }
+                Ok(grant.tokens)
+            }
+            // Either way the store may have debited a lease we will never
+            // see: counted as spent, never asked for again as if lost.
+            Ok(Err(error)) => Err(RefillError::Store(error)),
+            Err(_elapsed) => Err(RefillError::Timeout),
+        };
+        if outcome.is_err() {
+            self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+            self.degraded.store(true, Ordering::Release);
+        }
+        self.pool.land(*outcome.as_ref().unwrap_or(&0));
+        outcome
+    }
+
+    /// The next lease's size from the smoothed demand, within the bounds;
+    /// also moves the low-water mark to half of it.
+    fn lease_size(&self) -> u64 {
+        let spent = self.spent();
+        let demand = {
+            let mut books = self.lock_books();
+            let elapsed = books.sampled_at.elapsed().as_secs_f64();
+            let rate = (spent - books.spent_by_then) as f64 / elapsed.max(1e-6);
+            books.sampled_at = Instant::now();
+            books.spent_by_then = spent;
+            // Half old, half new: follows a change of demand within a few
+            // leases without chasing every burst.
+            let old = self.demand.load(Ordering::Relaxed);
+            let smoothed = if old == 0.0 {
+                rate
+            } else {
+                0.5 * old + 0.5 * rate
+            };
+            self.demand.store(smoothed, Ordering::Relaxed);
+            smoothed
+        };
+        let wanted = (demand * self.config.lease_period.as_secs_f64()).ceil();
+        // `as` saturates for floats; the clamp bounds it either way.
+        let size = (wanted as u64).clamp(self.config.min_lease, self.config.max_lease);
+        self.low_water.store(size.div_ceil(2), Ordering::Relaxed);
+        size
+    }
+
+    /// Tokens spent from leases so far (granted, less pooled and returned
+    /// and stranded ones). An estimate while refills and returns run.
+    fn spent(&self) -> u64 {
+        let s = &self.stats;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        load(&s.leased)
+            .saturating_sub(load(&s.returned))
+            .saturating_sub(load(&s.stranded))
+            .saturating_sub(self.pool.tokens())
+    }
+
+    /// Drains the pool and gives the tokens back, once, against the last
+    /// lease's receipt. Which lease a pooled token came from does not matter
+    /// to the store, which only sees grants; what matters is that no receipt
+    /// is used for more than it granted, so the tokens given back are taken
+    /// off the receipt. Tokens beyond it came from older leases, whose
+    /// receipts are not kept: they are stranded.
+    async fn give_back(&self) -> u64 {
+        let drained = self.pool.drain();
+        if drained == 0 {
+            return 0;
+        }
+        let (lease, unused) = {
+            let mut books = self.lock_books();
+            let lease = books.last_lease;
+            let unused = drained.min(lease.granted);
+            books.last_lease.granted -= unused;
+            (lease, unused)
+        };
+        let sent = match unused {
+            0 => Ok(Ok(())),
+            _ => {
+                tokio::time::timeout(
+                    self.config.timeout,
+                    self.store.release(&self.key, lease, unused),
+                )
+                .await
+            }
+        };
+        let returned = match sent {
+            Ok(Ok(())) => unused,
+            Ok(Err(_)) | Err(_) => {
+                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+                0
+            }
+        };
+        self.stats.returned.fetch_add(returned, Ordering::Relaxed);
+        self.stats
+            .stranded
+            .fetch_add(drained - returned, Ordering::Relaxed);
+        returned
+    }
+
+    fn lock_books(&self) -> std::sync::MutexGuard<'_, Books> {
+        // The books hold plain numbers: a panic elsewhere cannot leave them
+        // inconsistent in a way that matters, so a poisoned lock is used.
+        self.books
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}

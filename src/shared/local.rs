@@ -1,0 +1,126 @@
+//! The in-process store: the shared budget as this process's own keyed
+//! limiter.
+
+use std::hash::BuildHasher;
+use std::time::Duration;
+
+use crate::shared::{Grant, Lease, Store};
+use crate::{AcquireError, Clock, KeyedLimiter, MonotonicClock, Quota};
+
+/// A [`Store`] in this process: one lock-free bucket per key, from a
+/// [`KeyedLimiter`]. The embedded default: everything works with no server,
+/// and threads of one process can share a hot budget through local
+/// allowances striped over it.
+///
+/// Tokens granted from the keyed limiter's overflow bucket
+/// ([`AtCapacity::SharedOverflow`](crate::AtCapacity::SharedOverflow)) are
+/// never given back to it by [`release`](Store::release): under-admission,
+/// never over-admission.
+///
+/// ```
+/// use tollgate::Quota;
+/// use tollgate::shared::{LocalStore, Store};
+///
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// let store = LocalStore::new(Quota::per_second(10)?);
+/// let grant = store.acquire("customer-7", 4).await?;
+/// assert_eq!(grant.tokens, 4);
+/// store.release("customer-7", grant.lease, 4).await?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct LocalStore<C = MonotonicClock, S = ahash::RandomState> {
+    buckets: KeyedLimiter<String, C, S>,
+}
+
+impl LocalStore {
+    /// A store giving every key `quota`, on the monotonic clock.
+    ///
+    /// ```
+    /// use tollgate::{Quota, shared::LocalStore};
+    ///
+    /// let store = LocalStore::new(Quota::per_second(100)?);
+    /// assert_eq!(store.limiter().quota().capacity(), 100);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn new(quota: Quota) -> Self {
+        LocalStore::from_limiter(KeyedLimiter::new(quota))
+    }
+}
+
+impl<C: Clock, S: BuildHasher + Clone> LocalStore<C, S> {
+    /// A store over a configured keyed limiter (its clock, key cap, sweeps).
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota, shared::LocalStore};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(5)?).clock(ManualClock::new()).build();
+    /// let store = LocalStore::from_limiter(limiter);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn from_limiter(buckets: KeyedLimiter<String, C, S>) -> Self {
+        LocalStore { buckets }
+    }
+
+    /// The keyed limiter holding the budget.
+    ///
+    /// ```
+    /// use tollgate::{Quota, shared::LocalStore};
+    ///
+    /// let store = LocalStore::new(Quota::per_second(3)?);
+    /// assert!(store.limiter().is_empty());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn limiter(&self) -> &KeyedLimiter<String, C, S> {
+        &self.buckets
+    }
+
+    /// The grant of [`Store::acquire`], without the future.
+    fn grant(&self, key: &str, want: u64) -> Result<Grant, AcquireError> {
+        if want == 0 {
+            return Ok(Grant {
+                tokens: 0,
+                retry_after: Duration::ZERO,
+                lease: Lease::NONE,
+            });
+        }
+        match self.buckets.grant_up_to(key, want) {
+            Ok((tokens, admission, _overflow)) => Ok(Grant {
+                tokens,
+                retry_after: Duration::ZERO,
+                lease: Lease {
+                    granted: tokens,
+                    at: admission.at,
+                },
+            }),
+            Err(AcquireError::Insufficient { retry_after }) => Ok(Grant {
+                tokens: 0,
+                retry_after,
+                lease: Lease::NONE,
+            }),
+            Err(other) => Err(other),
+        }
+    }
+}
+
+impl<C, S> Store for LocalStore<C, S>
+where
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    /// A key the limiter cannot track ([`AcquireError::TooManyKeys`]).
+    type Error = AcquireError;
+
+    async fn acquire(&self, key: &str, want: u64) -> Result<Grant, AcquireError> {
+        self.grant(key, want)
+    }
+
+    async fn release(&self, key: &str, lease: Lease, unused: u64) -> Result<(), AcquireError> {
+        let unused = unused.min(lease.granted);
+        self.buckets
+            .give_back(key, lease.granted, lease.at, unused, false);
+        Ok(())
+    }
+}

@@ -1,0 +1,1 @@
+//! The Redis store (to be written).

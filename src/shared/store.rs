@@ -1,0 +1,99 @@
+//! The authoritative side of a shared budget.
+
+use std::future::Future;
+use std::time::Duration;
+
+/// What a [`Store`] granted for one lease request.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::shared::{Grant, Lease};
+///
+/// let nothing = Grant { tokens: 0, retry_after: Duration::from_millis(20), lease: Lease::NONE };
+/// assert!(nothing.is_empty());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// Tokens granted, at most what was asked for. They are already debited
+    /// from the shared budget: the caller may spend them, or give them back.
+    pub tokens: u64,
+    /// When nothing was granted, how long until at least one token could
+    /// be; zero otherwise.
+    pub retry_after: Duration,
+    /// The store's receipt for this grant, needed to give unused tokens back.
+    pub lease: Lease,
+}
+
+impl Grant {
+    /// Whether nothing was granted.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::shared::{Grant, Lease};
+    ///
+    /// assert!(!Grant { tokens: 3, retry_after: Duration::ZERO, lease: Lease::NONE }.is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.tokens == 0
+    }
+}
+
+/// A store's receipt for a grant: how many tokens it debited and when, in
+/// the store's own time (its own units; only the store reads it).
+///
+/// Giving tokens back needs both: returning a grant's tokens long after it
+/// was made must not hand out refill the shared bucket wasted while full,
+/// so a store returns at most the unused tokens less the time since the
+/// grant (the rule of `docs/design.md`, "undo without minting").
+///
+/// ```
+/// use tollgate::shared::Lease;
+///
+/// assert_eq!(Lease::NONE.granted, 0);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// Tokens the grant debited.
+    pub granted: u64,
+    /// When the store debited them, in the store's time.
+    pub at: u64,
+}
+
+impl Lease {
+    /// The receipt of an empty grant: nothing to give back.
+    pub const NONE: Lease = Lease { granted: 0, at: 0 };
+}
+
+/// The authoritative bucket of each key of a shared budget.
+///
+/// Implementations make each operation atomic on the store's side (refill,
+/// compare and deduct in one step), keep integer arithmetic, and take time
+/// from one clock of their own, never from their callers. The in-process
+/// `LocalStore` is the embedded default;
+/// `RedisStore` (feature `redis`) shares a budget across processes.
+///
+/// A call that fails may or may not have reached the store. Callers
+/// (`LocalAllowance`) therefore treat a
+/// failed `acquire` as possibly spent (its tokens stranded, never
+/// re-requested as if lost) and never retry a `release` blindly.
+pub trait Store: Send + Sync + 'static {
+    /// Why a call failed (unreachable, timed out, refused).
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Refills `key`'s bucket to the store's now and grants up to `want`
+    /// tokens of it (`want >= 1`), in one atomic step.
+    fn acquire(
+        &self,
+        key: &str,
+        want: u64,
+    ) -> impl Future<Output = Result<Grant, Self::Error>> + Send;
+
+    /// Gives back `unused` tokens (at most `lease.granted`) of the grant
+    /// `lease`, less the refill the shared bucket would have wasted since.
+    fn release(
+        &self,
+        key: &str,
+        lease: Lease,
+        unused: u64,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}
