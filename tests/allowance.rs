@@ -174,9 +174,10 @@ async fn nodes_sharing_a_key_admit_exactly_the_shared_capacity() {
     );
 }
 
-/// On a moving clock, nodes hammering one key stay within `B + r·t` of the
-/// store's quota over the run, and return their unused tokens at the end.
-#[tokio::test]
+/// On a moving clock (the store's and tokio's, advanced together), nodes
+/// hammering one key stay within `B + r·t` of the store's quota over the
+/// run, and admit most of it.
+#[tokio::test(start_paused = true)]
 async fn nodes_on_a_moving_clock_stay_within_the_envelope() {
     let (capacity, rate) = (50, 1_000);
     let clock = ManualClock::new();
@@ -192,6 +193,7 @@ async fn nodes_on_a_moving_clock_stay_within_the_envelope() {
     let mut admitted = 0u64;
     for _step in 0..500 {
         clock.advance(Duration::from_micros(700));
+        tokio::time::advance(Duration::from_micros(700)).await;
         for node in &nodes {
             while node.try_acquire(1).is_ok() {
                 admitted += 1;
@@ -416,4 +418,30 @@ fn real_threads_as_nodes_stay_within_the_envelope() {
     assert!(admitted <= leased);
     drop(nodes);
     runtime.shutdown_timeout(Duration::from_secs(1));
+}
+
+/// With the shared budget exhausted, callers spinning on an empty pool do
+/// not turn into a round trip each: after a short grant the next lease
+/// request waits a quarter of the lease period.
+#[tokio::test(start_paused = true)]
+async fn an_exhausted_store_is_asked_at_most_once_per_pause() {
+    let clock = ManualClock::new();
+    let store = Flaky::new(
+        Quota::new(5, 1_000, Duration::from_secs(1)).unwrap(),
+        &clock,
+    );
+    let node = LocalAllowance::new(Arc::clone(&store), KEY, config(FailurePolicy::Closed)).unwrap();
+    // 100 ms lease period: a pause of 25 ms after each short grant, longer
+    // than the store's own retry_after (1 ms a token).
+    for _ in 0..1_000 {
+        while node.try_acquire(1).is_ok() {}
+        clock.advance(Duration::from_millis(1));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        settle().await;
+    }
+    let calls = store.calls.load(Ordering::SeqCst);
+    assert!(
+        (30..=50).contains(&calls),
+        "{calls} store calls in one second"
+    );
 }

@@ -57,7 +57,11 @@ pub struct AllowanceConfig {
     /// per lease, and the largest cost a single call may ask for.
     pub max_lease: u64,
     /// A lease asks for the smoothed local demand over this long: longer
-    /// means fewer round trips and more tokens held idle per node.
+    /// means fewer round trips and more tokens held idle per node. After a
+    /// grant smaller than asked for (the shared budget is exhausted), the
+    /// next request waits a quarter of this (or the store's `retry_after`,
+    /// if longer); keep that below the shared bucket's fill time `B / r`,
+    /// or refill is wasted while every node waits.
     pub lease_period: Duration,
     /// Unused tokens go back to the store after the pool has been idle this
     /// long (`None`: only on shutdown or drop).
@@ -205,6 +209,10 @@ struct Inner<S: Store> {
 #[derive(Debug)]
 struct Books {
     last_lease: Lease,
+    /// The next lease request waits until then: after a grant smaller than
+    /// asked for, the shared budget is exhausted, and asking again at once
+    /// would cost a round trip per trickle of refill.
+    next_refill: tokio::time::Instant,
     /// When demand was last sampled, and the tokens spent by then.
     sampled_at: Instant,
     spent_by_then: u64,
@@ -260,6 +268,7 @@ impl<S: Store> LocalAllowance<S> {
             runtime,
             books: Mutex::new(Books {
                 last_lease: Lease::NONE,
+                next_refill: tokio::time::Instant::now(),
                 sampled_at: Instant::now(),
                 spent_by_then: 0,
             }),
@@ -491,8 +500,14 @@ impl<S: Store> Inner<S> {
         }
     }
 
-    /// Runs the refill this caller claimed, and always ends it.
+    /// Runs the refill this caller claimed, and always ends it. Holding the
+    /// claim while waiting for the next refill time keeps every other caller
+    /// from asking meanwhile.
     async fn refill_claimed(&self) -> Result<u64, RefillError<S::Error>> {
+        let not_before = self.lock_books().next_refill;
+        if not_before > tokio::time::Instant::now() {
+            tokio::time::sleep_until(not_before).await;
+        }
         let want = self.lease_size();
         let started = Instant::now();
         let call = tokio::time::timeout(self.config.timeout, self.store.acquire(&self.key, want));
@@ -510,8 +525,17 @@ impl<S: Store> Inner<S> {
                     Ordering::Relaxed,
                 );
                 self.stats.leased.fetch_add(grant.tokens, Ordering::Relaxed);
+                let mut books = self.lock_books();
                 if !grant.is_empty() {
-                    self.lock_books().last_lease = grant.lease;
+                    books.last_lease = grant.lease;
+                }
+                if grant.tokens < want {
+                    let pause = grant.retry_after.max(self.config.lease_period / 4);
+                    books.next_refill = tokio::time::Instant::now() + pause;
+                    self.retry_hint.store(
+                        pause.as_nanos().try_into().unwrap_or(u64::MAX),
+                        Ordering::Relaxed,
+                    );
                 }
                 Ok(grant.tokens)
             }
