@@ -445,3 +445,24 @@ async fn an_exhausted_store_is_asked_at_most_once_per_pause() {
         "{calls} store calls in one second"
     );
 }
+
+/// An allowance that outlives its runtime drops without panicking; its
+/// pooled tokens are stranded, never admitted twice.
+#[test]
+fn dropping_an_allowance_after_its_runtime_is_gone_does_not_panic() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let store = Arc::new(LocalStore::new(Quota::per_second(10).unwrap()));
+    let node = runtime.block_on(async {
+        let node =
+            LocalAllowance::new(Arc::clone(&store), KEY, config(FailurePolicy::Closed)).unwrap();
+        node.refill().await.unwrap();
+        node
+    });
+    drop(runtime);
+    assert!(node.try_acquire(1).is_ok());
+    drop(node);
+    assert!(store.limiter().available(KEY) < 10);
+}

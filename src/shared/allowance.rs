@@ -12,6 +12,10 @@ use crate::shared::pool::{LeasePool, Take};
 use crate::shared::{Lease, Store};
 use crate::{AcquireError, Quota, TokenBucket};
 
+/// The least `retry_after` an empty pool reports while a refill is on its
+/// way: the refill's duration is unknown until it lands.
+const MIN_RETRY_HINT: Duration = Duration::from_millis(1);
+
 /// What a [`LocalAllowance`] does when its pool is empty and its store could
 /// not be reached on the last attempt. A caller's explicit choice: there is
 /// no default.
@@ -482,8 +486,10 @@ impl<S: Store> Inner<S> {
     #[cold]
     fn when_short(&self, cost: u64) -> Result<Source, AcquireError> {
         if !self.degraded.load(Ordering::Acquire) {
+            // Never zero: a refused caller told to retry at once would spin.
+            let hint = Duration::from_nanos(self.retry_hint.load(Ordering::Relaxed));
             return Err(AcquireError::Insufficient {
-                retry_after: Duration::from_nanos(self.retry_hint.load(Ordering::Relaxed)),
+                retry_after: hint.max(MIN_RETRY_HINT),
             });
         }
         match (self.config.on_failure, &self.fallback) {
