@@ -415,7 +415,7 @@ impl<S: Store> LocalAllowance<S> {
     /// ```
     pub fn stats(&self) -> AllowanceStats {
         let s = &self.inner.stats;
-        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let read = |counter: &AtomicU64| counter.load(Ordering::Acquire);
         AllowanceStats {
             leases: read(&s.leases),
             leased: read(&s.leased),
@@ -551,8 +551,10 @@ impl<S: Store> Inner<S> {
             Err(_elapsed) => Err(RefillError::Timeout),
         };
         if outcome.is_err() {
-            self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+            // Degraded first, so that whoever sees the error counted also
+            // sees the failure policy in force.
             self.degraded.store(true, Ordering::Release);
+            self.stats.store_errors.fetch_add(1, Ordering::Release);
         }
         self.pool.land(*outcome.as_ref().unwrap_or(&0));
         outcome
