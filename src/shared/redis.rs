@@ -1,1 +1,0 @@
-//! The Redis store (to be written).

@@ -1,0 +1,637 @@
+//! [`RedisStore`]: the authoritative buckets of a shared budget, in Redis.
+//!
+//! Each key's bucket is one Redis string holding the GCRA state (the
+//! instant the bucket is full again), changed only by two short Lua scripts
+//! that run atomically on the server and take the time from the server's
+//! own clock. The details, and what a timed-out call means, are in
+//! `docs/redis.md`.
+
+mod lua;
+mod scale;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime};
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::{Client, RedisError, Script, ScriptInvocation, Value};
+
+use self::scale::{EPOCH_UNIX_SECS, Scale};
+use super::store::{Grant, Lease, Store};
+use crate::{InitialCredit, Quota};
+
+// Loaded by hash: `Script::invoke_async` sends EVALSHA and, on a NOSCRIPT
+// reply (a restarted or flushed server), loads the script and retries once.
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(lua::ACQUIRE));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(lua::RELEASE));
+
+/// Why a [`RedisStore`] could not be built or a call failed.
+///
+/// A call that failed with [`Redis`](Self::Redis) or
+/// [`Timeout`](Self::Timeout) may or may not have been applied by the
+/// server: count a failed `acquire` as spent (see [`Store`]).
+///
+/// ```
+/// use tollgate::shared::RedisStoreError;
+///
+/// fn may_have_been_applied(e: &RedisStoreError) -> bool {
+///     matches!(e, RedisStoreError::Redis(_) | RedisStoreError::Timeout(_))
+/// }
+/// assert!(may_have_been_applied(&RedisStoreError::Timeout(std::time::Duration::from_millis(50))));
+/// assert!(!may_have_been_applied(&RedisStoreError::InvalidPrefix));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RedisStoreError {
+    /// The client or the server reported an error: no connection, a
+    /// dropped connection, a script error, a wrong-type key. A dropped
+    /// connection may have carried the call to the server first.
+    #[error("redis: {0}")]
+    Redis(#[from] RedisError),
+    /// No reply within the store's timeout. The call may still have reached
+    /// the server and been applied: a timed-out `acquire` may have debited
+    /// its tokens.
+    #[error("no reply from redis within {0:?}; the call may still have been applied")]
+    Timeout(Duration),
+    /// The server's reply was not what the store's scripts return.
+    #[error("unexpected reply from redis: {0}")]
+    BadReply(String),
+    /// The quota's emission interval (`period / tokens`) is not a multiple
+    /// of 1/8 µs and rounding it up to one would slow the refill by more
+    /// than 0.1 %: the interval is shorter than about 125 µs (faster than
+    /// 8000 tokens per second) without being a multiple of 1/8 µs. Use a
+    /// coarser token unit.
+    #[error("the quota's rate cannot be represented in 1/8 microseconds within 0.1%")]
+    RateTooFine,
+    /// Capacity times the emission interval (a full refill) is too long for
+    /// the scripts' exact range (integers below `2^53` ticks) to last 30
+    /// years from 2025.
+    #[error(
+        "capacity {capacity} refilled at this rate is too long for the redis store's exact range"
+    )]
+    RefillTooLong {
+        /// The quota's capacity.
+        capacity: u64,
+    },
+    /// The quota's initial credit is not [`InitialCredit::Full`]. An absent
+    /// key is a full bucket (that is what lets keys expire), so a store
+    /// cannot tell a new key from one that refilled and expired.
+    #[error("a redis store's buckets start full: initial credit {0:?} is not supported")]
+    InitialCreditUnsupported(InitialCredit),
+    /// The key prefix contains `{` or `}`, which would move every key's
+    /// Redis Cluster hash tag into the prefix.
+    #[error("the key prefix must not contain '{{' or '}}'")]
+    InvalidPrefix,
+    /// The server's clock is before 2025 or past the store's range
+    /// ([`RedisStore::valid_until`]): the script refused to decide.
+    #[error("the redis server's clock is outside the store's range (2025 to its valid_until)")]
+    ServerClockOutOfRange,
+    /// The key holds a value this store did not write (not `"<d>:<tat>"`);
+    /// it is left untouched.
+    #[error("redis key {0:?} holds a value that is not a tollgate bucket")]
+    ForeignValue(String),
+}
+
+/// A [`Store`] in Redis: one GCRA token bucket per key, shared by every
+/// process that uses the same server, key prefix and quota.
+///
+/// - **Atomic and exact.** Each operation is one Lua script, run atomically
+///   by the server, in integer ticks of `1/d` µs (see [`is_exact`](Self::is_exact)).
+/// - **Server time.** The scripts read the server's `TIME`; the clocks of
+///   the processes calling them never matter.
+/// - **Expiry.** A key expires when its bucket is full again; an absent key
+///   is a full bucket, so idle keys cost no memory and none lives forever.
+/// - **One key, one slot.** Key `k` is stored at `{prefix}{k}` with braces
+///   in `k` escaped ([`redis_key`](Self::redis_key)), so each bucket is one
+///   Redis key in one Redis Cluster slot.
+/// - **Timeouts.** Every call is bounded by the store's timeout; a timed-out
+///   call may still have been applied ([`RedisStoreError::Timeout`]).
+/// - **Runtime.** Calls run on tokio (the connection's tasks and the
+///   timeout's timer): use the store inside a tokio runtime with time
+///   enabled.
+///
+/// Cloning is cheap: clones share the connection.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tollgate::Quota;
+/// use tollgate::shared::{RedisStore, Store};
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// // Bursts of 100, 50 per second, shared by every process of the fleet.
+/// let quota = Quota::new(100, 50, Duration::from_secs(1))?;
+/// let store = RedisStore::connect("redis://127.0.0.1/", quota, "rl:api:", Duration::from_millis(200)).await?;
+///
+/// let grant = store.acquire("tenant-7", 10).await?;
+/// if grant.is_empty() {
+///     println!("over the limit, retry in {:?}", grant.retry_after);
+/// } else if grant.tokens > 1 {
+///     // Spent one; give the rest back.
+///     store.release("tenant-7", grant.lease, grant.tokens - 1).await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    connection: ConnectionManager,
+    quota: Quota,
+    scale: Scale,
+    prefix: String,
+    timeout: Duration,
+}
+
+impl RedisStore {
+    /// A store on an existing connection manager (which reconnects on its
+    /// own after a failure), with `quota` for every key, Redis keys under
+    /// `prefix`, and every call bounded by `timeout`.
+    ///
+    /// The timeout bounds each call as a whole (an `EVALSHA`, and the
+    /// script load after a `NOSCRIPT` reply); a zero timeout fails every
+    /// call.
+    ///
+    /// Every store sharing a prefix on one server should use the same
+    /// quota. (A different tick size under the same prefix is converted,
+    /// never misread; a different capacity or rate simply applies its own
+    /// rule to the shared state.)
+    ///
+    /// # Errors
+    ///
+    /// [`RateTooFine`](RedisStoreError::RateTooFine),
+    /// [`RefillTooLong`](RedisStoreError::RefillTooLong),
+    /// [`InitialCreditUnsupported`](RedisStoreError::InitialCreditUnsupported)
+    /// for a quota the scripts cannot apply exactly enough;
+    /// [`InvalidPrefix`](RedisStoreError::InvalidPrefix) for a prefix with
+    /// braces. Never panics.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::RedisStore;
+    ///
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let connection = redis::aio::ConnectionManager::new(client).await?;
+    /// let store = RedisStore::new(connection, Quota::per_second(20)?, "rl:login:", Duration::from_millis(100))?;
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(
+        connection: ConnectionManager,
+        quota: Quota,
+        prefix: impl Into<String>,
+        timeout: Duration,
+    ) -> Result<Self, RedisStoreError> {
+        let (scale, prefix) = validate(&quota, prefix.into())?;
+        Ok(RedisStore {
+            connection,
+            quota,
+            scale,
+            prefix,
+            timeout,
+        })
+    }
+
+    /// Connects to the server at `url` (`redis://host:port/db`,
+    /// `rediss://...` with a TLS feature of `redis`, `redis+unix:///path`)
+    /// and builds a store as [`new`](Self::new) does.
+    ///
+    /// The connection manager is configured for a limiter: each connection
+    /// attempt is bounded by `timeout`, and reconnection attempts after a
+    /// failure are at most one second apart (the `redis` default backs off
+    /// to a minute). For other settings build the manager yourself and use
+    /// [`new`](Self::new).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new), checked before connecting; then
+    /// [`Redis`](RedisStoreError::Redis) for a bad URL or a refused
+    /// connection, [`Timeout`](RedisStoreError::Timeout) if the first
+    /// connection is not made within `timeout`.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::RedisStore;
+    ///
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let quota = Quota::new(1000, 1000, Duration::from_secs(60))?;
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379/0", quota, "rl:", Duration::from_millis(250)).await?;
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(
+        url: &str,
+        quota: Quota,
+        prefix: impl Into<String>,
+        timeout: Duration,
+    ) -> Result<Self, RedisStoreError> {
+        let (scale, prefix) = validate(&quota, prefix.into())?;
+        let client = Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(timeout)
+            .set_max_delay(1000);
+        let connection =
+            tokio::time::timeout(timeout, ConnectionManager::new_with_config(client, config))
+                .await
+                .map_err(|_| RedisStoreError::Timeout(timeout))??;
+        Ok(RedisStore {
+            connection,
+            quota,
+            scale,
+            prefix,
+            timeout,
+        })
+    }
+
+    /// The Redis key that holds `key`'s bucket: the prefix, then `key` in
+    /// braces as its Redis Cluster hash tag, with `\`, `{` and `}` in `key`
+    /// escaped as `\\`, `\[` and `\]`. The escaping is one-to-one, so
+    /// distinct keys never share a bucket, and no key can choose another
+    /// hash tag than its own (escaped) self.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use tollgate::Quota;
+    /// # use tollgate::shared::RedisStore;
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::connect("redis://127.0.0.1/", Quota::per_second(5)?, "rl:", Duration::from_secs(1)).await?;
+    /// assert_eq!(store.redis_key("alice"), "rl:{alice}");
+    /// assert_eq!(store.redis_key("a}{b"), r"rl:{a\]\[b}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn redis_key(&self, key: &str) -> String {
+        redis_key(&self.prefix, key)
+    }
+
+    /// The quota applied to every key.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use tollgate::Quota;
+    /// # use tollgate::shared::RedisStore;
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::connect("redis://127.0.0.1/", Quota::per_second(5)?, "rl:", Duration::from_secs(1)).await?;
+    /// assert_eq!(store.quota().capacity(), 5);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// Whether the store applies the quota's emission interval exactly: it
+    /// does when the interval's reduced denominator in microseconds is at
+    /// most 8 (3/s, 7/s, 1000 per 7 s, 8 000 000/s). Otherwise the interval
+    /// is rounded up to a multiple of 1/8 µs (by at most 0.1 %), so the
+    /// store refills slightly slower than asked, never faster. (This can
+    /// differ from [`Quota::is_exact`], which counts in nanoseconds.)
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use tollgate::Quota;
+    /// # use tollgate::shared::RedisStore;
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::connect("redis://127.0.0.1/", Quota::per_second(7)?, "rl:", Duration::from_secs(1)).await?;
+    /// assert!(store.is_exact());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn is_exact(&self) -> bool {
+        self.scale.exact
+    }
+
+    /// The last instant, on the server's clock, at which the scripts still
+    /// decide; after it every call fails with
+    /// [`ServerClockOutOfRange`](RedisStoreError::ServerClockOutOfRange).
+    /// At least 2055-01-01 for every quota the store accepts; centuries
+    /// later for whole-microsecond intervals and small buckets.
+    ///
+    /// ```no_run
+    /// # use std::time::{Duration, SystemTime};
+    /// # use tollgate::Quota;
+    /// # use tollgate::shared::RedisStore;
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::connect("redis://127.0.0.1/", Quota::per_second(5)?, "rl:", Duration::from_secs(1)).await?;
+    /// assert!(store.valid_until() > SystemTime::now());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn valid_until(&self) -> SystemTime {
+        self.scale.valid_until()
+    }
+
+    /// Runs one of the scripts on `key` with the shared arguments and
+    /// `extra`, bounded by the timeout, and checks the reply's shape:
+    /// `{code, value, now}` with `code >= 0`.
+    async fn run(
+        &self,
+        script: &Script,
+        key: &str,
+        extra: &[u64],
+    ) -> Result<[u64; 3], RedisStoreError> {
+        let redis_key = self.redis_key(key);
+        let mut invocation: ScriptInvocation<'_> = script.prepare_invoke();
+        invocation
+            .key(&redis_key)
+            .arg(EPOCH_UNIX_SECS)
+            .arg(self.scale.ticks_per_micro)
+            .arg(self.scale.token_ticks)
+            .arg(self.scale.tolerance)
+            .arg(self.scale.last_tick);
+        for &value in extra {
+            invocation.arg(value);
+        }
+        let mut connection = self.connection.clone();
+        let reply: Value =
+            tokio::time::timeout(self.timeout, invocation.invoke_async(&mut connection))
+                .await
+                .map_err(|_| RedisStoreError::Timeout(self.timeout))??;
+        match parse_reply(&reply)? {
+            [-1, _, _] => Err(RedisStoreError::ServerClockOutOfRange),
+            [-2, _, _] => Err(RedisStoreError::ForeignValue(redis_key)),
+            [code, value, now] if code >= 0 && value >= 0 && now >= 0 => {
+                // Lossless: all three are non-negative.
+                Ok([code as u64, value as u64, now as u64])
+            }
+            _ => Err(bad_reply(&reply)),
+        }
+    }
+
+    async fn acquire_tokens(&self, key: &str, want: u64) -> Result<Grant, RedisStoreError> {
+        if want == 0 {
+            return Ok(Grant {
+                tokens: 0,
+                retry_after: Duration::ZERO,
+                lease: Lease::NONE,
+            });
+        }
+        // No bucket ever holds more than B: asking for more is asking for B.
+        let want = want.min(self.scale.capacity);
+        let [granted, wait, now] = self.run(&ACQUIRE, key, &[want]).await?;
+        match (granted, wait) {
+            (0, wait) if wait > 0 => Ok(Grant {
+                tokens: 0,
+                retry_after: self.scale.duration(wait),
+                lease: Lease::NONE,
+            }),
+            (granted, 0) if (1..=want).contains(&granted) => Ok(Grant {
+                tokens: granted,
+                retry_after: Duration::ZERO,
+                lease: Lease { granted, at: now },
+            }),
+            _ => Err(RedisStoreError::BadReply(format!(
+                "acquire of {want} returned {granted} tokens with a wait of {wait} ticks"
+            ))),
+        }
+    }
+
+    async fn release_tokens(
+        &self,
+        key: &str,
+        lease: Lease,
+        unused: u64,
+    ) -> Result<(), RedisStoreError> {
+        // A lease of this store never exceeds B nor lies beyond the range;
+        // clamping keeps the script's arithmetic exact whatever it is given.
+        let granted = lease.granted.min(self.scale.capacity);
+        let unused = unused.min(granted);
+        if unused == 0 || lease.at > self.scale.last_tick {
+            return Ok(());
+        }
+        let [code, _returned, _] = self
+            .run(&RELEASE, key, &[granted, lease.at, unused])
+            .await?;
+        if code == 1 {
+            Ok(())
+        } else {
+            Err(RedisStoreError::BadReply(format!(
+                "release returned code {code}"
+            )))
+        }
+    }
+}
+
+impl Store for RedisStore {
+    type Error = RedisStoreError;
+
+    /// Refills `key`'s bucket to the server's now and grants up to `want`
+    /// tokens of it, in one script. Nothing granted means `retry_after` is
+    /// the exact wait for one token (rounded up to the microsecond).
+    /// `want = 0` returns an empty grant without calling the server; a
+    /// `want` above the capacity asks for the capacity.
+    ///
+    /// # Errors
+    ///
+    /// Any [`RedisStoreError`] but the construction ones. After
+    /// [`Redis`](RedisStoreError::Redis) or
+    /// [`Timeout`](RedisStoreError::Timeout) the tokens may have been
+    /// debited: count them as spent.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use tollgate::Quota;
+    /// use tollgate::shared::{RedisStore, Store};
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = RedisStore::connect("redis://127.0.0.1/", Quota::per_second(5)?, "rl:", Duration::from_secs(1)).await?;
+    /// let grant = store.acquire("alice", 3).await?;
+    /// assert!(grant.tokens <= 3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn acquire(
+        &self,
+        key: &str,
+        want: u64,
+    ) -> impl Future<Output = Result<Grant, Self::Error>> + Send {
+        self.acquire_tokens(key, want)
+    }
+
+    /// Gives back up to `unused` tokens of the grant `lease` (clamped to
+    /// `lease.granted`): the state moves back by
+    /// `min(unused, granted - held)` tokens, where `held` is the time since
+    /// the grant on the server's clock, so the refill a full bucket wasted
+    /// meanwhile is never handed out again. An expired key (a full bucket)
+    /// takes nothing back. Release each lease once: a repeated release
+    /// returns its tokens again.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Store::acquire); a failed release may or may not have
+    /// been applied, so it must not be retried blindly.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use tollgate::Quota;
+    /// use tollgate::shared::{RedisStore, Store};
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = RedisStore::connect("redis://127.0.0.1/", Quota::per_second(5)?, "rl:", Duration::from_secs(1)).await?;
+    /// let grant = store.acquire("alice", 5).await?;
+    /// // Used two of them.
+    /// store.release("alice", grant.lease, grant.tokens.saturating_sub(2)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn release(
+        &self,
+        key: &str,
+        lease: Lease,
+        unused: u64,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.release_tokens(key, lease, unused)
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("quota", &self.quota)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks a store's configuration; shared by both constructors so that
+/// `connect` refuses a bad one before touching the network.
+fn validate(quota: &Quota, prefix: String) -> Result<(Scale, String), RedisStoreError> {
+    if quota.initial_credit() != InitialCredit::Full {
+        return Err(RedisStoreError::InitialCreditUnsupported(
+            quota.initial_credit(),
+        ));
+    }
+    if prefix.contains(['{', '}']) {
+        return Err(RedisStoreError::InvalidPrefix);
+    }
+    let (tokens, period) = quota.refill();
+    let scale = Scale::new(quota.capacity(), tokens, period)?;
+    Ok((scale, prefix))
+}
+
+/// `prefix{key}` with `\`, `{`, `}` in `key` escaped as `\\`, `\[`, `\]`.
+/// The escape is a prefix code (every escape starts with `\`, which is
+/// itself escaped), so it is one-to-one; the result has exactly one `{` and
+/// one `}`, hence the hash tag is the whole escaped key. (An empty key has
+/// the empty tag `{}`, which Redis Cluster ignores, hashing the whole name:
+/// still one key in one slot.)
+fn redis_key(prefix: &str, key: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + key.len() + 2);
+    out.push_str(prefix);
+    out.push('{');
+    for c in key.chars() {
+        match c {
+            '\\' => out.push_str(r"\\"),
+            '{' => out.push_str(r"\["),
+            '}' => out.push_str(r"\]"),
+            c => out.push(c),
+        }
+    }
+    out.push('}');
+    out
+}
+
+/// A script's `{code, value, now}`.
+fn parse_reply(reply: &Value) -> Result<[i64; 3], RedisStoreError> {
+    if let Value::Array(items) = reply
+        && let [Value::Int(a), Value::Int(b), Value::Int(c)] = items.as_slice()
+    {
+        return Ok([*a, *b, *c]);
+    }
+    Err(bad_reply(reply))
+}
+
+fn bad_reply(reply: &Value) -> RedisStoreError {
+    RedisStoreError::BadReply(format!("{reply:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_escaped_one_to_one_inside_one_hash_tag() {
+        assert_eq!(redis_key("rl:", "alice"), "rl:{alice}");
+        assert_eq!(redis_key("rl:", ""), "rl:{}");
+        assert_eq!(redis_key("", "{x}"), r"{\[x\]}");
+        assert_eq!(redis_key("p", r"a\b"), r"p{a\\b}");
+        let tricky = [
+            "", "{", "}", "{}", "}{", r"\", r"\\", r"\[", r"\]", "[", "]", r"\{", "{a}", "a{b}c",
+            "x", "x}", "{x", r"x\", "é{ü}",
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for key in tricky {
+            let name = redis_key("rl:", key);
+            assert!(seen.insert(name.clone()), "{key:?} collides");
+            let inner = &name["rl:".len()..];
+            assert_eq!(inner.matches('{').count(), 1, "{name}");
+            assert_eq!(inner.matches('}').count(), 1, "{name}");
+            assert!(inner.starts_with('{') && inner.ends_with('}'), "{name}");
+        }
+    }
+
+    #[test]
+    fn bad_configurations_are_typed_errors() {
+        let quota = Quota::per_second(5).unwrap();
+        assert!(matches!(
+            validate(&quota, "a{b}:".into()),
+            Err(RedisStoreError::InvalidPrefix)
+        ));
+        assert!(matches!(
+            validate(&quota, "a}".into()),
+            Err(RedisStoreError::InvalidPrefix)
+        ));
+        let empty = quota.with_initial_credit(InitialCredit::Empty).unwrap();
+        assert!(matches!(
+            validate(&empty, "rl:".into()),
+            Err(RedisStoreError::InitialCreditUnsupported(
+                InitialCredit::Empty
+            ))
+        ));
+        let too_fine = Quota::per_second(1_000_000_000).unwrap();
+        assert!(matches!(
+            validate(&too_fine, "rl:".into()),
+            Err(RedisStoreError::RateTooFine)
+        ));
+        let too_long = Quota::new(9_000_000_000, 1, Duration::from_secs(1)).unwrap();
+        assert!(matches!(
+            validate(&too_long, "rl:".into()),
+            Err(RedisStoreError::RefillTooLong { .. })
+        ));
+        assert!(validate(&quota, String::new()).is_ok());
+    }
+
+    #[test]
+    fn replies_of_the_wrong_shape_are_bad_replies() {
+        let ok = Value::Array(vec![Value::Int(1), Value::Int(0), Value::Int(7)]);
+        assert_eq!(parse_reply(&ok).unwrap(), [1, 0, 7]);
+        for reply in [
+            Value::Nil,
+            Value::Int(3),
+            Value::Array(vec![Value::Int(1), Value::Int(0)]),
+            Value::Array(vec![Value::Int(1), Value::Nil, Value::Int(0)]),
+        ] {
+            assert!(matches!(
+                parse_reply(&reply),
+                Err(RedisStoreError::BadReply(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn the_scripts_read_their_arguments_where_the_store_puts_them() {
+        for script in [lua::ACQUIRE, lua::RELEASE] {
+            for (i, name) in ["epoch", "d", "T", "BT", "last"].iter().enumerate() {
+                let line = format!("local {name} = tonumber(ARGV[{}])", i + 1);
+                assert!(script.contains(&line), "{line}");
+            }
+        }
+        assert!(lua::ACQUIRE.contains("local want = tonumber(ARGV[6])"));
+        assert!(lua::RELEASE.contains("local granted = tonumber(ARGV[6])"));
+        assert!(lua::RELEASE.contains("local at = tonumber(ARGV[7])"));
+        assert!(lua::RELEASE.contains("local unused = tonumber(ARGV[8])"));
+    }
+}

@@ -1,0 +1,237 @@
+//! A private `redis-server` per test: started on a free local port with no
+//! persistence, answered PING before use, killed when dropped.
+//!
+//! Include it with
+//!
+//! ```ignore
+//! #[path = "support/redis_server.rs"]
+//! mod redis_server;
+//! ```
+//!
+//! and start a server with [`RedisServer::start`], which returns `None`
+//! (after printing why) when `redis-server` cannot be run on a developer's
+//! machine, and panics instead when the `CI` environment variable is set,
+//! so that CI never passes by skipping. The binary is `redis-server` from
+//! `PATH`, or the path in `TOLLGATE_REDIS_SERVER`.
+//!
+//! Only `std`: usable from any test crate, sync or async.
+
+// Each test crate that includes this module uses only part of it.
+#![allow(dead_code)]
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How many times a fresh port is tried when the server fails to start
+/// (another process may take the port between our probe and its bind).
+const PORT_ATTEMPTS: usize = 5;
+/// PING attempts while a server starts, and the pause between them: up to
+/// 20 s for a slow, loaded CI machine.
+const PING_ATTEMPTS: usize = 400;
+const PING_PAUSE: Duration = Duration::from_millis(50);
+
+/// A running `redis-server` owned by one test.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port, or explains why it cannot: returns
+    /// `None` after printing a skip notice for `test` to stderr, unless the
+    /// `CI` environment variable is set, in which case it panics.
+    pub fn start(test: &str) -> Option<RedisServer> {
+        let mut last_error = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let port = match free_port() {
+                Ok(port) => port,
+                Err(e) => {
+                    last_error = format!("no free local port: {e}");
+                    continue;
+                }
+            };
+            match RedisServer::start_on(port) {
+                Ok(server) => return Some(server),
+                Err(StartError::NotInstalled(e)) => {
+                    last_error = e;
+                    break;
+                }
+                Err(StartError::Failed(e)) => last_error = e,
+            }
+        }
+        if std::env::var_os("CI").is_some() {
+            panic!("{test}: cannot start redis-server, and CI is set: {last_error}");
+        }
+        // Straight to the process's stderr: the test harness captures
+        // `eprintln!` of passing tests, and a skip must be seen.
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: cannot start redis-server ({last_error}); \
+             install it (apt-get install redis-server) to run this test"
+        );
+        None
+    }
+
+    /// Starts a server on `port`, waiting until it answers PING.
+    pub fn start_on(port: u16) -> Result<RedisServer, StartError> {
+        let dir = scratch_dir(port).map_err(|e| StartError::Failed(format!("temp dir: {e}")))?;
+        let binary =
+            std::env::var_os("TOLLGATE_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
+        let spawned = Command::new(&binary)
+            .arg("--port")
+            .arg(port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--daemonize", "no", "--protected-mode", "yes"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--logfile")
+            .arg(dir.join("redis.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                let message = format!("{}: {e}", binary.to_string_lossy());
+                return Err(if e.kind() == ErrorKind::NotFound {
+                    StartError::NotInstalled(message)
+                } else {
+                    StartError::Failed(message)
+                });
+            }
+        };
+        let mut server = RedisServer {
+            child: Some(child),
+            port,
+            dir,
+        };
+        for _ in 0..PING_ATTEMPTS {
+            if ping(port) {
+                return Ok(server);
+            }
+            if let Some(child) = server.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(StartError::Failed(format!(
+                    "redis-server on port {port} exited with {status}: {}",
+                    server.log_tail()
+                )));
+            }
+            thread::sleep(PING_PAUSE);
+        }
+        Err(StartError::Failed(format!(
+            "redis-server on port {port} did not answer PING: {}",
+            server.log_tail()
+        )))
+    }
+
+    /// The server's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A `redis://` URL for the server.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server (SIGKILL: no clean shutdown) and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a new, empty server on the same port, killing the current one
+    /// first if it still runs.
+    pub fn restart(&mut self) -> Result<(), StartError> {
+        self.kill();
+        let mut fresh = RedisServer::start_on(self.port)?;
+        self.child = fresh.child.take();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        self.dir = std::mem::take(&mut fresh.dir);
+        Ok(())
+    }
+
+    /// The end of the server's log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(10)..].join("\n")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Why [`RedisServer::start_on`] failed.
+#[derive(Debug)]
+pub enum StartError {
+    /// The binary does not exist: no other port will help.
+    NotInstalled(String),
+    /// It ran but did not come up (port taken, crashed, no PING reply).
+    Failed(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::NotInstalled(e) => write!(f, "redis-server not installed: {e}"),
+            StartError::Failed(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// A port that was free a moment ago: the kernel's choice for port 0.
+fn free_port() -> std::io::Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// A fresh empty directory for one server's working files and log.
+fn scratch_dir(port: u16) -> std::io::Result<PathBuf> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!(
+        "tollgate-redis-{}-{port}-{}-{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Whether a server on `port` answers PING with PONG, in RESP, with short
+/// timeouts so that one attempt never hangs.
+fn ping(port: u16) -> bool {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&address, Duration::from_millis(200)) else {
+        return false;
+    };
+    let timeout = Some(Duration::from_millis(500));
+    if stream.set_read_timeout(timeout).is_err() || stream.set_write_timeout(timeout).is_err() {
+        return false;
+    }
+    if stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_err() {
+        return false;
+    }
+    let mut reply = [0u8; 7];
+    stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
+}
