@@ -19,7 +19,7 @@ use crate::{AcquireError, InitialCredit, QuotaError};
 /// The finest subdivision of a nanosecond a bucket uses. `u64::MAX` ticks of
 /// `1/8` ns are 73 years after a bucket's creation, longer than any bucket
 /// lives, while denominators up to eight (3/s, 6/s, 7/s) stay exact.
-const MAX_TICKS_PER_NANO: u64 = 8;
+const MAX_TICKS_PER_UNIT: u64 = 8;
 
 /// Relative error tolerated when an emission interval must be rounded up.
 const MAX_ROUNDING_ERROR_DENOMINATOR: u128 = 1000;
@@ -52,22 +52,15 @@ impl Gcra {
         if period == 0 {
             return Err(QuotaError::ZeroPeriod);
         }
-        // The emission interval is period/tokens ns = (period/g) / (tokens/g).
-        let g = gcd(period, tokens);
-        let (denominator, numerator) = (tokens / g, period / g);
-        let (ticks_per_nano, token_ticks, exact) = if denominator <= MAX_TICKS_PER_NANO {
-            (denominator, numerator, true)
-        } else {
-            // Round the interval *up*: a slower refill can only admit less.
-            let scaled = u128::from(period) * u128::from(MAX_TICKS_PER_NANO);
-            let ticks = scaled.div_ceil(u128::from(tokens));
-            let excess = ticks * u128::from(tokens) - scaled;
-            if excess * MAX_ROUNDING_ERROR_DENOMINATOR > scaled {
-                return Err(QuotaError::Unrepresentable);
-            }
-            // Lossless: this branch has tokens > 8, so ticks <= period.
-            (MAX_TICKS_PER_NANO, ticks as u64, false)
-        };
+        let interval = Interval::of(u128::from(period), u128::from(tokens))
+            .ok_or(QuotaError::Unrepresentable)?;
+        // Lossless: d <= 8, and T <= period (exact: T divides it; rounded:
+        // tokens > 8, so 8 * period / tokens < period).
+        let (ticks_per_nano, token_ticks, exact) = (
+            interval.ticks_per_unit as u64,
+            interval.token_ticks as u64,
+            interval.exact,
+        );
         // Bounding a full refill by half the tick range leaves the other half,
         // at least 2^63 ticks after a bucket's creation, in which every
         // decision is exact: `max(tat, now) + cost*T` cannot overflow there.
@@ -225,7 +218,48 @@ impl Gcra {
 /// A TAT at or before every `now`: a full bucket.
 pub(crate) const FULL: u64 = 0;
 
-fn gcd(mut a: u64, mut b: u64) -> u64 {
+/// An emission interval of `period / tokens` time units as a whole number
+/// of ticks of `1 / ticks_per_unit` unit, `ticks_per_unit <= 8`. One
+/// construction for every clock unit: nanoseconds in-process, microseconds
+/// in the Redis store (`docs/design.md`, "Exact time").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Interval {
+    /// `d`: ticks per time unit.
+    pub(crate) ticks_per_unit: u128,
+    /// `T`: ticks per token, never shorter than the exact interval.
+    pub(crate) token_ticks: u128,
+    /// Whether `T` is the exact interval.
+    pub(crate) exact: bool,
+}
+
+impl Interval {
+    /// Exact when the reduced denominator of `period / tokens` is at most 8;
+    /// otherwise rounded *up* to eighths of a unit (a slower refill can only
+    /// admit less), or `None` if that slows it by more than 0.1 %. Both
+    /// arguments non-zero and below 2^64 * 1000.
+    pub(crate) fn of(period: u128, tokens: u128) -> Option<Interval> {
+        let g = gcd(period, tokens);
+        let (denominator, numerator) = (tokens / g, period / g);
+        let max = u128::from(MAX_TICKS_PER_UNIT);
+        if denominator <= max {
+            return Some(Interval {
+                ticks_per_unit: denominator,
+                token_ticks: numerator,
+                exact: true,
+            });
+        }
+        let scaled = period * max;
+        let ticks = scaled.div_ceil(tokens);
+        let excess = ticks * tokens - scaled;
+        (excess * MAX_ROUNDING_ERROR_DENOMINATOR <= scaled).then_some(Interval {
+            ticks_per_unit: max,
+            token_ticks: ticks,
+            exact: false,
+        })
+    }
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
     while b != 0 {
         (a, b) = (b, a % b);
     }

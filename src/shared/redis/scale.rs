@@ -10,25 +10,18 @@
 //!   largest range in which a Lua number (an IEEE double) holds every
 //!   integer exactly, instead of within a `u64`.
 //!
-//! It is a separate type rather than a generalisation of `Gcra` so that the
-//! in-process bucket's arithmetic stays exactly as it is.
+//! The interval itself comes from `crate::gcra::Interval`, shared with the
+//! in-process bucket; what differs is the unit and the range checks.
 
 use std::time::{Duration, SystemTime};
 
 use super::RedisStoreError;
+use crate::gcra::Interval;
 
 /// Unix seconds of the store's epoch, 2025-01-01T00:00:00Z. Server time is
 /// counted from here; every store sharing a Redis keyspace uses the same
 /// epoch, so it is a constant and never configuration.
 pub(super) const EPOCH_UNIX_SECS: u64 = 1_735_689_600;
-
-/// The finest subdivision of a microsecond a store uses: `2^53` ticks of
-/// `1/8` µs are 35.7 years, which leaves room for the 30 years required
-/// below while keeping 3/s, 6/s and 7/s exact.
-const MAX_TICKS_PER_MICRO: u128 = 8;
-
-/// Relative error tolerated when an emission interval is rounded up: 0.1 %.
-const MAX_ROUNDING_ERROR_DENOMINATOR: u128 = 1000;
 
 /// Lua numbers hold every integer up to this one exactly.
 pub(super) const EXACT_LIMIT: u64 = 1 << 53;
@@ -73,22 +66,14 @@ impl Scale {
         if capacity == 0 || tokens == 0 || period_nanos == 0 {
             return Err(RedisStoreError::RateTooFine);
         }
-        // The interval is period_ns / (1000 * tokens) µs; reduce the fraction.
-        let numerator = period_nanos;
-        let denominator = 1000 * u128::from(tokens);
-        let g = gcd(numerator, denominator);
-        let (d, t, exact) = if denominator / g <= MAX_TICKS_PER_MICRO {
-            (denominator / g, numerator / g, true)
-        } else {
-            // Round the interval *up*: a slower refill can only admit less.
-            let scaled = numerator * MAX_TICKS_PER_MICRO;
-            let ticks = scaled.div_ceil(denominator);
-            let excess = ticks * denominator - scaled;
-            if excess * MAX_ROUNDING_ERROR_DENOMINATOR > scaled {
-                return Err(RedisStoreError::RateTooFine);
-            }
-            (MAX_TICKS_PER_MICRO, ticks, false)
-        };
+        // The interval is period_ns / (1000 * tokens) µs: the in-process
+        // bucket's construction, in microseconds.
+        let Interval {
+            ticks_per_unit: d,
+            token_ticks: t,
+            exact,
+        } = Interval::of(period_nanos, 1000 * u128::from(tokens))
+            .ok_or(RedisStoreError::RateTooFine)?;
         // `(B + 1) * T` plus thirty years of ticks must stay exact in Lua.
         let refill = (u128::from(capacity) + 1).checked_mul(t);
         let needed = refill.and_then(|r| r.checked_add(MIN_RANGE_MICROS * d));
@@ -125,13 +110,6 @@ impl Scale {
             + Duration::from_secs(EPOCH_UNIX_SECS)
             + Duration::from_micros(micros)
     }
-}
-
-fn gcd(mut a: u128, mut b: u128) -> u128 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 #[cfg(test)]
