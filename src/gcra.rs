@@ -16,7 +16,8 @@ use std::time::Duration;
 use crate::clock::saturating_nanos;
 use crate::{AcquireError, InitialCredit, QuotaError};
 
-/// The finest subdivision of a nanosecond a bucket uses. `u64::MAX` ticks of
+/// The finest subdivision of a time unit (a nanosecond in-process, a
+/// microsecond in the Redis store) a bucket uses. `u64::MAX` ticks of
 /// `1/8` ns are 73 years after a bucket's creation, longer than any bucket
 /// lives, while denominators up to eight (3/s, 6/s, 7/s) stay exact.
 const MAX_TICKS_PER_UNIT: u64 = 8;
