@@ -37,6 +37,7 @@ mod hierarchy;
 pub mod identity;
 mod keyed;
 mod quota;
+pub mod retry;
 pub mod shared;
 mod state;
 mod sync;
