@@ -256,7 +256,7 @@ async fn an_idle_pool_goes_back_after_the_idle_interval() {
     assert_eq!(store.inner.limiter().available(KEY), 10);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn fail_closed_denies_once_the_pool_is_spent() {
     let clock = ManualClock::new();
     let store = Flaky::new(Quota::per_second(100).unwrap(), &clock);
@@ -270,9 +270,10 @@ async fn fail_closed_denies_once_the_pool_is_spent() {
     settle().await;
     assert!(node.stats().store_errors >= 1);
     assert_eq!(node.try_acquire(1), Err(AcquireError::StoreUnavailable));
-    // The refused call started a refill; the store comes back before it
-    // runs, and service resumes.
+    // The refused call started a refill, which waits out the backoff after
+    // the failure; the store comes back meanwhile, and service resumes.
     store.failing.store(false, Ordering::SeqCst);
+    tokio::time::advance(Duration::from_secs(1)).await;
     settle().await;
     assert_eq!(node.try_acquire(1), Ok(Source::Lease));
 }
@@ -465,4 +466,88 @@ fn dropping_an_allowance_after_its_runtime_is_gone_does_not_panic() {
     assert!(node.try_acquire(1).is_ok());
     drop(node);
     assert!(store.limiter().available(KEY) < 10);
+}
+
+/// A refill whose future is dropped (a caller's timeout around `refill`)
+/// still ends its claim: the node is not left refusing forever, and the
+/// cancelled call is counted as a store error.
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_refill_releases_its_claim() {
+    let clock = ManualClock::new();
+    let store = Flaky::new(Quota::per_second(10).unwrap(), &clock);
+    store.hanging.store(true, Ordering::SeqCst);
+    let node = LocalAllowance::new(Arc::clone(&store), KEY, config(FailurePolicy::Closed)).unwrap();
+    let cancelled = tokio::time::timeout(Duration::from_millis(10), node.refill()).await;
+    assert!(cancelled.is_err());
+    assert_eq!(node.stats().store_errors, 1);
+    store.hanging.store(false, Ordering::SeqCst);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert!(node.refill().await.unwrap() >= 1);
+    assert_eq!(node.try_acquire(1), Ok(Source::Lease));
+}
+
+/// A store that fails fast is not asked once per request: failed refills
+/// back off, doubling up to a second.
+#[tokio::test(start_paused = true)]
+async fn a_failing_store_is_asked_with_backoff() {
+    let clock = ManualClock::new();
+    let store = Flaky::new(Quota::per_second(10).unwrap(), &clock);
+    store.failing.store(true, Ordering::SeqCst);
+    let node = LocalAllowance::new(Arc::clone(&store), KEY, config(FailurePolicy::Open)).unwrap();
+    for _ in 0..1_000 {
+        // Open once the first refill has failed; refused before that.
+        let outcome = node.try_acquire(1);
+        assert!(
+            matches!(
+                outcome,
+                Ok(Source::FailedOpen) | Err(AcquireError::Insufficient { .. })
+            ),
+            "{outcome:?}"
+        );
+        tokio::time::advance(Duration::from_millis(1)).await;
+        settle().await;
+    }
+    let calls = store.calls.load(Ordering::SeqCst);
+    // 25 ms, 50, 100, ... capped at 1 s: a handful of calls in one second.
+    assert!(
+        (2..=10).contains(&calls),
+        "{calls} store calls for 1000 requests"
+    );
+}
+
+/// A call costing more than the demand-sized lease gets a lease of at
+/// least its cost (up to the maximum), instead of one token at a time.
+#[tokio::test]
+async fn a_costly_call_gets_a_lease_of_its_size() {
+    let clock = ManualClock::new();
+    let store = Flaky::new(Quota::per_second(100).unwrap(), &clock);
+    let node = LocalAllowance::new(Arc::clone(&store), KEY, config(FailurePolicy::Closed)).unwrap();
+    assert!(node.try_acquire(8).is_err());
+    settle().await;
+    assert_eq!(node.try_acquire(8), Ok(Source::Lease));
+    assert_eq!(store.calls.load(Ordering::SeqCst), 1);
+}
+
+/// Sparse traffic: `acquire` waits for the lease an empty pool starts, so a
+/// request arriving after the idle return is served, not refused.
+#[tokio::test(start_paused = true)]
+async fn acquire_waits_for_the_lease_an_empty_pool_starts() {
+    let clock = ManualClock::new();
+    let store = Flaky::new(Quota::per_second(100).unwrap(), &clock);
+    let sparse = AllowanceConfig {
+        idle_return: Some(Duration::from_secs(1)),
+        ..config(FailurePolicy::Closed)
+    };
+    let node = LocalAllowance::new(Arc::clone(&store), KEY, sparse).unwrap();
+    for _ in 0..5 {
+        assert_eq!(
+            node.acquire(1, Duration::from_millis(100)).await,
+            Ok(Source::Lease)
+        );
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+    }
+    // A store that never answers: acquire gives up at its deadline.
+    store.hanging.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(node.acquire(1, Duration::from_millis(20)).await.is_err());
 }

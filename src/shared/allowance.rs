@@ -16,6 +16,45 @@ use crate::{AcquireError, Quota, TokenBucket};
 /// way: the refill's duration is unknown until it lands.
 const MIN_RETRY_HINT: Duration = Duration::from_millis(1);
 
+/// The longest wait between two lease requests while the store fails.
+const MAX_FAILURE_BACKOFF: Duration = Duration::from_secs(1);
+
+/// A refill claim, ended exactly once: by [`Claim::land`] or
+/// [`Claim::fail`], or on drop (a cancelled or panicking refill) as a
+/// failure, so the in-flight bit can never be left set.
+struct Claim<'a, S: Store> {
+    inner: &'a Inner<S>,
+}
+
+impl<S: Store> Claim<'_, S> {
+    fn land(self, granted: u64) {
+        let inner = self.inner;
+        std::mem::forget(self);
+        inner.pool.land(granted);
+        inner.landed.notify_waiters();
+    }
+
+    fn fail(self) {
+        let inner = self.inner;
+        std::mem::forget(self);
+        inner.record_failure();
+        inner.pool.land(0);
+        inner.landed.notify_waiters();
+    }
+}
+
+impl<S: Store> Drop for Claim<'_, S> {
+    fn drop(&mut self) {
+        self.inner.record_failure();
+        self.inner.pool.land(0);
+        self.inner.landed.notify_waiters();
+    }
+}
+
+fn saturating_nanos(d: Duration) -> u64 {
+    d.as_nanos().try_into().unwrap_or(u64::MAX)
+}
+
 /// What a [`LocalAllowance`] does when its pool is empty and its store could
 /// not be reached on the last attempt. A caller's explicit choice: there is
 /// no default.
@@ -204,6 +243,12 @@ struct Inner<S: Store> {
     /// last `retry_after`, or the last refill's duration.
     retry_hint: AtomicU64,
     fallback: Option<TokenBucket>,
+    /// The largest cost a caller found the pool short of since the last
+    /// lease: the next lease asks for at least that, so a call costing more
+    /// than the demand-sized lease is not refused forever.
+    shortfall: AtomicU64,
+    /// Woken whenever a refill ends, for callers of `acquire`.
+    landed: tokio::sync::Notify,
     runtime: Handle,
     /// Cold-path state: the last lease (for returns), demand sampling.
     books: Mutex<Books>,
@@ -215,8 +260,11 @@ struct Books {
     last_lease: Lease,
     /// The next lease request waits until then: after a grant smaller than
     /// asked for, the shared budget is exhausted, and asking again at once
-    /// would cost a round trip per trickle of refill.
+    /// would cost a round trip per trickle of refill; after a failure, the
+    /// store is down, and asking at once would cost one per request.
     next_refill: tokio::time::Instant,
+    /// Failed refills in a row.
+    failures: u32,
     /// When demand was last sampled, and the tokens spent by then.
     sampled_at: Instant,
     spent_by_then: u64,
@@ -269,10 +317,13 @@ impl<S: Store> LocalAllowance<S> {
             degraded: AtomicBool::new(false),
             retry_hint: AtomicU64::new(0),
             fallback,
+            shortfall: AtomicU64::new(0),
+            landed: tokio::sync::Notify::new(),
             runtime,
             books: Mutex::new(Books {
                 last_lease: Lease::NONE,
                 next_refill: tokio::time::Instant::now(),
+                failures: 0,
                 sampled_at: Instant::now(),
                 spent_by_then: 0,
             }),
@@ -328,10 +379,51 @@ impl<S: Store> LocalAllowance<S> {
                 Ok(Source::Lease)
             }
             Take::Short { refill } => {
+                inner.shortfall.fetch_max(cost, Ordering::Relaxed);
                 if refill {
                     spawn_refill(inner);
                 }
                 inner.when_short(cost)
+            }
+        }
+    }
+
+    /// Takes `cost` tokens, waiting up to `max_wait` for refills to land
+    /// when the pool is short: for callers that prefer a short delay to a
+    /// refusal, and for sparse traffic, whose pool is often empty (idle
+    /// returns give tokens back between requests). Refuses as
+    /// [`try_acquire`](Self::try_acquire) does once `max_wait` has passed;
+    /// cancelling the future takes nothing.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate::{Quota, shared::*};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(5)?));
+    /// let node = LocalAllowance::new(store, "k", AllowanceConfig::new(FailurePolicy::Closed))?;
+    /// // The pool starts empty; this waits for the first lease.
+    /// assert_eq!(node.acquire(1, Duration::from_millis(100)).await, Ok(Source::Lease));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn acquire(&self, cost: u64, max_wait: Duration) -> Result<Source, AcquireError> {
+        let deadline = tokio::time::Instant::now() + max_wait;
+        loop {
+            // Registered before the attempt, so a landing between the
+            // attempt and the wait still wakes this caller.
+            let landed = self.inner.landed.notified();
+            match self.try_acquire(cost) {
+                Err(AcquireError::Insufficient { .. })
+                    if self.inner.pool.refilling() && tokio::time::Instant::now() < deadline =>
+                {
+                    if tokio::time::timeout_at(deadline, landed).await.is_err() {
+                        return self.try_acquire(cost);
+                    }
+                }
+                outcome => return outcome,
             }
         }
     }
@@ -506,10 +598,12 @@ impl<S: Store> Inner<S> {
         }
     }
 
-    /// Runs the refill this caller claimed, and always ends it. Holding the
-    /// claim while waiting for the next refill time keeps every other caller
-    /// from asking meanwhile.
+    /// Runs the refill this caller claimed, and always ends it: a guard
+    /// lands nothing and records a failure if this future is dropped or the
+    /// store panics before the end. Holding the claim while waiting for the
+    /// next refill time keeps every other caller from asking meanwhile.
     async fn refill_claimed(&self) -> Result<u64, RefillError<S::Error>> {
+        let claim = Claim { inner: self };
         let not_before = self.lock_books().next_refill;
         if not_before > tokio::time::Instant::now() {
             tokio::time::sleep_until(not_before).await;
@@ -521,28 +615,21 @@ impl<S: Store> Inner<S> {
         let outcome = match call.await {
             Ok(Ok(grant)) => {
                 self.degraded.store(false, Ordering::Release);
-                let hint = if grant.is_empty() {
-                    grant.retry_after
-                } else {
-                    started.elapsed()
-                };
-                self.retry_hint.store(
-                    hint.as_nanos().try_into().unwrap_or(u64::MAX),
-                    Ordering::Relaxed,
-                );
                 self.stats.leased.fetch_add(grant.tokens, Ordering::Relaxed);
                 let mut books = self.lock_books();
+                books.failures = 0;
                 if !grant.is_empty() {
                     books.last_lease = grant.lease;
                 }
-                if grant.tokens < want {
+                let hint = if grant.tokens < want {
                     let pause = grant.retry_after.max(self.config.lease_period / 4);
                     books.next_refill = tokio::time::Instant::now() + pause;
-                    self.retry_hint.store(
-                        pause.as_nanos().try_into().unwrap_or(u64::MAX),
-                        Ordering::Relaxed,
-                    );
-                }
+                    pause
+                } else {
+                    started.elapsed()
+                };
+                self.retry_hint
+                    .store(saturating_nanos(hint), Ordering::Relaxed);
                 Ok(grant.tokens)
             }
             // Either way the store may have debited a lease we will never
@@ -550,14 +637,29 @@ impl<S: Store> Inner<S> {
             Ok(Err(error)) => Err(RefillError::Store(error)),
             Err(_elapsed) => Err(RefillError::Timeout),
         };
-        if outcome.is_err() {
-            // Degraded first, so that whoever sees the error counted also
-            // sees the failure policy in force.
-            self.degraded.store(true, Ordering::Release);
-            self.stats.store_errors.fetch_add(1, Ordering::Release);
+        match outcome {
+            Ok(granted) => claim.land(granted),
+            Err(_) => claim.fail(),
         }
-        self.pool.land(*outcome.as_ref().unwrap_or(&0));
         outcome
+    }
+
+    /// Records a failed refill: the failure policy comes into force, and
+    /// the next attempt waits a backoff that doubles with each failure in a
+    /// row, from a quarter lease period up to 1 s, so a store that fails
+    /// fast is not asked once per request.
+    fn record_failure(&self) {
+        // Degraded first, so that whoever sees the error counted also sees
+        // the failure policy in force.
+        self.degraded.store(true, Ordering::Release);
+        self.stats.store_errors.fetch_add(1, Ordering::Release);
+        let mut books = self.lock_books();
+        books.failures = books.failures.saturating_add(1);
+        let first = (self.config.lease_period / 4).max(MIN_RETRY_HINT);
+        let backoff = first
+            .saturating_mul(1 << books.failures.min(16))
+            .min(MAX_FAILURE_BACKOFF);
+        books.next_refill = tokio::time::Instant::now() + backoff;
     }
 
     /// The next lease's size from the smoothed demand, within the bounds;
@@ -567,7 +669,7 @@ impl<S: Store> Inner<S> {
         let demand = {
             let mut books = self.lock_books();
             let elapsed = books.sampled_at.elapsed().as_secs_f64();
-            let rate = (spent - books.spent_by_then) as f64 / elapsed.max(1e-6);
+            let rate = spent.saturating_sub(books.spent_by_then) as f64 / elapsed.max(1e-6);
             books.sampled_at = Instant::now();
             books.spent_by_then = spent;
             // Half old, half new: follows a change of demand within a few
@@ -583,7 +685,9 @@ impl<S: Store> Inner<S> {
         };
         let wanted = (demand * self.config.lease_period.as_secs_f64()).ceil();
         // `as` saturates for floats; the clamp bounds it either way.
-        let size = (wanted as u64).clamp(self.config.min_lease, self.config.max_lease);
+        let size = (wanted as u64)
+            .max(self.shortfall.swap(0, Ordering::Relaxed))
+            .clamp(self.config.min_lease, self.config.max_lease);
         self.low_water.store(size.div_ceil(2), Ordering::Relaxed);
         size
     }
@@ -612,10 +716,9 @@ impl<S: Store> Inner<S> {
         }
         let (lease, unused) = {
             let mut books = self.lock_books();
-            let lease = books.last_lease;
-            let unused = drained.min(lease.granted);
-            books.last_lease.granted -= unused;
-            (lease, unused)
+            let receipt = books.last_lease.split_off(drained);
+            let unused = receipt.granted;
+            (receipt, unused)
         };
         let sent = match unused {
             0 => Ok(Ok(())),

@@ -133,8 +133,13 @@ impl LeasePool {
     /// ```
     pub fn land(&self, granted: u64) {
         // One add: `granted` tokens in, the in-flight bit (known set) out.
-        self.0
+        let before = self
+            .0
             .fetch_add(granted.wrapping_sub(REFILLING), Ordering::AcqRel);
+        debug_assert!(
+            before & REFILLING != 0,
+            "LeasePool::land without a claimed refill"
+        );
     }
 
     /// Takes every token out, leaving the refill bit as it is, and returns

@@ -62,6 +62,29 @@ pub struct Lease {
 impl Lease {
     /// The receipt of an empty grant: nothing to give back.
     pub const NONE: Lease = Lease { granted: 0, at: 0 };
+
+    /// Splits off a receipt for `tokens` of this grant (at most what it
+    /// still covers), leaving this one covering the rest. A receipt must be
+    /// released for at most the tokens it covers, once: releasing the same
+    /// receipt twice can return more than the grant's unused tokens. Split
+    /// it for partial returns instead.
+    ///
+    /// ```
+    /// use tollgate::shared::Lease;
+    ///
+    /// let mut lease = Lease { granted: 10, at: 7 };
+    /// let part = lease.split_off(4);
+    /// assert_eq!((part.granted, lease.granted), (4, 6));
+    /// assert_eq!(lease.split_off(100).granted, 6);
+    /// ```
+    pub fn split_off(&mut self, tokens: u64) -> Lease {
+        let part = tokens.min(self.granted);
+        self.granted -= part;
+        Lease {
+            granted: part,
+            at: self.at,
+        }
+    }
 }
 
 /// The authoritative bucket of each key of a shared budget.
@@ -90,6 +113,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Gives back `unused` tokens (at most `lease.granted`) of the grant
     /// `lease`, less the refill the shared bucket would have wasted since.
+    /// Release a receipt at most once; for partial returns, give each its
+    /// own part ([`Lease::split_off`]).
     fn release(
         &self,
         key: &str,
