@@ -34,6 +34,8 @@ pub mod concurrency;
 mod error;
 mod gcra;
 mod hierarchy;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod identity;
 mod keyed;
 mod quota;

@@ -1,0 +1,72 @@
+//! An axum server behind the tollgate layer: a per-client limit (the client
+//! resolved from X-Forwarded-For, believed only from 127.0.0.1) and a global
+//! limit. Over the limit it answers 429 with Retry-After, the RateLimit
+//! fields and a problem+json body.
+//!
+//!     cargo run --example axum_server --features tower [-- PORT]
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use tollgate::http::tower::{RateLimitLayer, Rule, extract};
+use tollgate::http::{Jitter, PolicyName};
+use tollgate::identity::{ForwardedResolver, HeaderSource, TrustedProxies};
+use tollgate::{KeyedLimiter, Quota, TokenBucket};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let port: u16 = match std::env::args().nth(1) {
+        Some(arg) => arg.parse()?,
+        None => 3000,
+    };
+
+    // Only the local reverse proxy (here: curl on this machine) may say who
+    // the client is; anyone else is keyed on its own address.
+    let resolver = ForwardedResolver::new(
+        HeaderSource::XForwardedFor,
+        TrustedProxies::parse(["127.0.0.1"])?,
+    );
+    let peer = extract::extension_map(|info: &ConnectInfo<SocketAddr>| info.0.ip());
+    let client = extract::forwarded(resolver, peer);
+
+    // Bursts of 5 per client, refilled at 1 per second; 50 per second in all.
+    let per_client = Arc::new(
+        KeyedLimiter::builder(Quota::new(5, 1, Duration::from_secs(1))?)
+            .max_keys(100_000.try_into()?)
+            .build(),
+    );
+    let global = Arc::new(TokenBucket::new(Quota::per_second(50)?));
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::keyed(
+            PolicyName::new("per-client")?,
+            per_client,
+            client,
+        ))
+        .rule(Rule::global(PolicyName::new("global")?, global))
+        .jitter(Jitter::up_to(1))
+        .advertise_on_success(true)
+        .build();
+
+    let app = Router::new()
+        .route("/", get(|| async { "hello\n" }))
+        .layer(layer);
+
+    let addr = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), port);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    println!("listening on {url}");
+    println!("try:");
+    println!("  for i in $(seq 7); do curl -si {url}/ | head -n 12; echo; done");
+    println!("  # another client behind the trusted proxy gets its own budget:");
+    println!("  curl -si -H 'X-Forwarded-For: 203.0.113.9' {url}/");
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}

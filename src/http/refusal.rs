@@ -1,0 +1,389 @@
+//! A refused request as an HTTP response: status, Retry-After, the
+//! RateLimit fields and a problem+json body.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderValue, Response, StatusCode};
+
+use super::fields::{RATELIMIT, RATELIMIT_POLICY, rate_limit_policy_value, rate_limit_value};
+use super::problem::{PROBLEM_JSON, body};
+use super::{PolicyName, ProblemType, RateLimitPolicy, ServiceLimit, delay_seconds};
+use crate::{AcquireError, HierarchyError};
+
+/// The Retry-After of a 503 whose cause has no wait of its own (a store
+/// that is down, a key table that is full): long enough not to hammer a
+/// struggling server, short enough to recover quickly. Override with
+/// [`Refusal::with_retry_after`].
+pub const DEFAULT_UNAVAILABLE_RETRY: Duration = Duration::from_secs(1);
+
+/// A refusal, ready to become a response.
+///
+/// | refusal | status | problem type | Retry-After |
+/// |---|---|---|---|
+/// | `Insufficient { retry_after }` | 429 | quota-exceeded | `retry_after`, rounded up |
+/// | `ExceedsCapacity` | 413 | quota-exceeded | none: waiting cannot help |
+/// | `StoreUnavailable`, `TooManyKeys`, load shedding | 503 | temporary-reduced-capacity | 1 s unless set |
+/// | `ZeroCost` (a mis-computed cost: the server's bug) | 500 | about:blank | none |
+///
+/// Every response carries `Cache-Control: no-store` (a refusal is about this
+/// client at this moment, and a cache must not replay it to anyone) and a
+/// problem+json body with `type`, `title`, `status`, `detail` and, for the
+/// rate-limit types, `violated-policies`. The RateLimit fields are added
+/// when policies or service limits are given. Retry-After is never earlier
+/// than the effective window `t` of a violated policy, as the draft asks.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{AcquireError, Quota};
+/// use tollgate::http::{PolicyName, RateLimitPolicy, Refusal};
+///
+/// let policy = RateLimitPolicy::from_quota(PolicyName::new("burst")?, &Quota::per_second(10)?);
+/// let refused = AcquireError::Insufficient { retry_after: Duration::from_millis(1500) };
+/// let response = Refusal::from_acquire(&refused, &policy).into_response();
+/// assert_eq!(response.status(), 429);
+/// assert_eq!(response.headers()["retry-after"], "2");
+/// assert_eq!(response.headers()["cache-control"], "no-store");
+/// assert_eq!(response.headers()["content-type"], "application/problem+json");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Refusal {
+    status: StatusCode,
+    kind: ProblemType,
+    title: &'static str,
+    detail: String,
+    retry_after: Option<Duration>,
+    violated: Vec<PolicyName>,
+    policies: Vec<RateLimitPolicy>,
+    limits: Vec<ServiceLimit>,
+}
+
+impl Refusal {
+    /// The refusal of one limit, advertised as `policy` (which goes into
+    /// `violated-policies` and the `RateLimit-Policy` field).
+    ///
+    /// ```
+    /// use tollgate::AcquireError;
+    /// use tollgate::http::{PolicyName, RateLimitPolicy, Refusal};
+    ///
+    /// let policy = RateLimitPolicy::new(PolicyName::new("global")?, 100);
+    /// let refusal = Refusal::from_acquire(&AcquireError::StoreUnavailable, &policy);
+    /// assert_eq!(refusal.status(), 503);
+    /// # Ok::<(), tollgate::http::HttpError>(())
+    /// ```
+    pub fn from_acquire(error: &AcquireError, policy: &RateLimitPolicy) -> Refusal {
+        let mut refusal = Refusal::of(error, policy.name());
+        refusal.policies.push(policy.clone());
+        refusal
+    }
+
+    /// The refusal of a hierarchy whose limits are advertised as
+    /// `policies`, in the order of the steps. The limit that refused is the
+    /// violated policy; add others with [`with_violated`](Self::with_violated).
+    /// Every policy goes into the `RateLimit-Policy` field.
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Quota, TokenBucket, try_acquire_all};
+    /// use tollgate::http::{PolicyName, RateLimitPolicy, Refusal};
+    ///
+    /// let clock = ManualClock::new();
+    /// let (per_user, global) = (Quota::per_second(5)?, Quota::per_second(1)?);
+    /// let user = TokenBucket::with_clock(per_user, &clock);
+    /// let all = TokenBucket::with_clock(global, &clock);
+    /// let policies = [
+    ///     RateLimitPolicy::from_quota(PolicyName::new("per-user")?, &per_user),
+    ///     RateLimitPolicy::from_quota(PolicyName::new("global")?, &global),
+    /// ];
+    /// try_acquire_all(&[user.cost(1), all.cost(1)])?;
+    /// let refused = try_acquire_all(&[user.cost(1), all.cost(1)]).unwrap_err();
+    /// let response = Refusal::from_hierarchy(&refused, &policies).into_response();
+    /// assert_eq!(response.status(), 429);
+    /// assert_eq!(response.headers()["retry-after"], "1");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_hierarchy(error: &HierarchyError, policies: &[RateLimitPolicy]) -> Refusal {
+        let mut refusal = match policies.get(error.limit) {
+            Some(policy) => Refusal::of(&error.error, policy.name()),
+            None => Refusal::of_unnamed(&error.error),
+        };
+        refusal.policies.extend(policies.iter().cloned());
+        refusal
+    }
+
+    /// A 503 for load shedding: the server is refusing work it cannot take
+    /// now, whoever sends it. `retry_after` defaults to
+    /// [`DEFAULT_UNAVAILABLE_RETRY`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::http::Refusal;
+    ///
+    /// let response = Refusal::load_shed(Some(Duration::from_secs(5))).into_response();
+    /// assert_eq!(response.status(), 503);
+    /// assert_eq!(response.headers()["retry-after"], "5");
+    /// ```
+    pub fn load_shed(retry_after: Option<Duration>) -> Refusal {
+        Refusal {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            kind: ProblemType::TemporaryReducedCapacity,
+            title: "Temporary Reduced Capacity",
+            detail: "The server is shedding load; retry later.".into(),
+            retry_after: Some(retry_after.unwrap_or(DEFAULT_UNAVAILABLE_RETRY)),
+            violated: Vec::new(),
+            policies: Vec::new(),
+            limits: Vec::new(),
+        }
+    }
+
+    fn of(error: &AcquireError, policy: &PolicyName) -> Refusal {
+        let mut refusal = Refusal::of_unnamed(error);
+        if refusal.kind != ProblemType::Blank {
+            refusal.violated.push(policy.clone());
+            refusal.detail = format!(
+                "{} (policy \"{policy}\").",
+                refusal.detail.trim_end_matches('.')
+            );
+        }
+        refusal
+    }
+
+    fn of_unnamed(error: &AcquireError) -> Refusal {
+        let (status, kind, title, detail, retry_after) = match *error {
+            AcquireError::Insufficient { retry_after } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                ProblemType::QuotaExceeded,
+                "Quota Exceeded",
+                "The request exceeds the quota; retry after the advertised delay.",
+                Some(retry_after),
+            ),
+            AcquireError::ExceedsCapacity { .. } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ProblemType::QuotaExceeded,
+                "Quota Exceeded",
+                "The request costs more than the quota can ever hold; retrying cannot help.",
+                None,
+            ),
+            AcquireError::ZeroCost => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ProblemType::Blank,
+                "Internal Server Error",
+                "The server computed no cost for this request.",
+                None,
+            ),
+            // A full key table, an unreachable store, and whatever a future
+            // version adds: the client did nothing wrong, so 503.
+            _ => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ProblemType::TemporaryReducedCapacity,
+                "Temporary Reduced Capacity",
+                "The server cannot take this request now; retry later.",
+                Some(DEFAULT_UNAVAILABLE_RETRY),
+            ),
+        };
+        Refusal {
+            status,
+            kind,
+            title,
+            detail: detail.into(),
+            retry_after,
+            violated: Vec::new(),
+            policies: Vec::new(),
+            limits: Vec::new(),
+        }
+    }
+
+    /// Adds `names` to `violated-policies` (each once).
+    ///
+    /// ```
+    /// use tollgate::http::{PolicyName, Refusal};
+    ///
+    /// let refusal = Refusal::load_shed(None).with_violated([PolicyName::new("hourly")?]);
+    /// assert_eq!(refusal.violated()[0].as_str(), "hourly");
+    /// # Ok::<(), tollgate::http::HttpError>(())
+    /// ```
+    pub fn with_violated(mut self, names: impl IntoIterator<Item = PolicyName>) -> Refusal {
+        for name in names {
+            if !self.violated.contains(&name) {
+                self.violated.push(name);
+            }
+        }
+        self
+    }
+
+    /// Replaces the policies advertised in `RateLimit-Policy`.
+    ///
+    /// ```
+    /// use tollgate::http::{PolicyName, RateLimitPolicy, Refusal};
+    ///
+    /// let policy = RateLimitPolicy::new(PolicyName::new("reduced")?, 10);
+    /// let response = Refusal::load_shed(None).with_policies([policy]).into_response();
+    /// assert_eq!(response.headers()["ratelimit-policy"], r#""reduced";q=10"#);
+    /// # Ok::<(), tollgate::http::HttpError>(())
+    /// ```
+    pub fn with_policies(mut self, policies: impl IntoIterator<Item = RateLimitPolicy>) -> Refusal {
+        self.policies = policies.into_iter().collect();
+        self
+    }
+
+    /// Sets the live service limits sent in `RateLimit`.
+    ///
+    /// ```
+    /// use tollgate::http::{PolicyName, Refusal, ServiceLimit};
+    ///
+    /// let limit = ServiceLimit::new(PolicyName::new("burst")?, 0).with_reset_seconds(4);
+    /// let response = Refusal::load_shed(None).with_service_limits([limit]).into_response();
+    /// assert_eq!(response.headers()["ratelimit"], r#""burst";r=0;t=4"#);
+    /// # Ok::<(), tollgate::http::HttpError>(())
+    /// ```
+    pub fn with_service_limits(
+        mut self,
+        limits: impl IntoIterator<Item = ServiceLimit>,
+    ) -> Refusal {
+        self.limits = limits.into_iter().collect();
+        self
+    }
+
+    /// Replaces the human-readable `detail`.
+    ///
+    /// ```
+    /// use tollgate::http::Refusal;
+    ///
+    /// let refusal = Refusal::load_shed(None).with_detail("Maintenance until 14:00.");
+    /// assert_eq!(refusal.detail(), "Maintenance until 14:00.");
+    /// ```
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Refusal {
+        self.detail = detail.into();
+        self
+    }
+
+    /// Replaces the wait before Retry-After's rounding (for the 503s whose
+    /// cause has no wait of its own, say).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::AcquireError;
+    /// use tollgate::http::{PolicyName, RateLimitPolicy, Refusal};
+    ///
+    /// let policy = RateLimitPolicy::new(PolicyName::new("shared")?, 100);
+    /// let refusal = Refusal::from_acquire(&AcquireError::StoreUnavailable, &policy)
+    ///     .with_retry_after(Duration::from_secs(10));
+    /// assert_eq!(refusal.retry_after_seconds(), Some(10));
+    /// # Ok::<(), tollgate::http::HttpError>(())
+    /// ```
+    pub fn with_retry_after(mut self, wait: Duration) -> Refusal {
+        self.retry_after = Some(wait);
+        self
+    }
+
+    /// The status code.
+    ///
+    /// ```
+    /// use tollgate::http::Refusal;
+    ///
+    /// assert_eq!(Refusal::load_shed(None).status(), 503);
+    /// ```
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The problem type.
+    ///
+    /// ```
+    /// use tollgate::http::{ProblemType, Refusal};
+    ///
+    /// assert_eq!(Refusal::load_shed(None).problem_type(), ProblemType::TemporaryReducedCapacity);
+    /// ```
+    pub fn problem_type(&self) -> ProblemType {
+        self.kind
+    }
+
+    /// The violated policies.
+    ///
+    /// ```
+    /// use tollgate::http::Refusal;
+    ///
+    /// assert!(Refusal::load_shed(None).violated().is_empty());
+    /// ```
+    pub fn violated(&self) -> &[PolicyName] {
+        &self.violated
+    }
+
+    /// The `detail` member.
+    ///
+    /// ```
+    /// use tollgate::http::Refusal;
+    ///
+    /// assert!(!Refusal::load_shed(None).detail().is_empty());
+    /// ```
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    /// The Retry-After value that will be sent, in seconds: the wait rounded
+    /// up, raised to the largest `t` among the violated policies' service
+    /// limits; `None` when no retry time exists.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::AcquireError;
+    /// use tollgate::http::{PolicyName, RateLimitPolicy, Refusal, ServiceLimit};
+    ///
+    /// let name = PolicyName::new("burst")?;
+    /// let refused = AcquireError::Insufficient { retry_after: Duration::from_nanos(1) };
+    /// let refusal = Refusal::from_acquire(&refused, &RateLimitPolicy::new(name.clone(), 5));
+    /// assert_eq!(refusal.retry_after_seconds(), Some(1));
+    /// // A jittered t of 3 s for the violated policy moves Retry-After too.
+    /// let refusal = refusal.with_service_limits([ServiceLimit::new(name, 0).with_reset_seconds(3)]);
+    /// assert_eq!(refusal.retry_after_seconds(), Some(3));
+    /// # Ok::<(), tollgate::http::HttpError>(())
+    /// ```
+    pub fn retry_after_seconds(&self) -> Option<u64> {
+        let wait = delay_seconds(self.retry_after?);
+        let window = self
+            .limits
+            .iter()
+            .filter(|limit| self.violated.contains(limit.name()))
+            .filter_map(ServiceLimit::reset_seconds)
+            .max()
+            .unwrap_or(0);
+        Some(wait.max(window))
+    }
+
+    /// The response: status, headers and problem+json body.
+    ///
+    /// ```
+    /// use tollgate::http::Refusal;
+    ///
+    /// let response = Refusal::load_shed(None).into_response();
+    /// let doc: serde_json::Value = serde_json::from_slice(response.body())?;
+    /// assert_eq!(doc["status"], 503);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn into_response(self) -> Response<Bytes> {
+        let retry_after = self.retry_after_seconds();
+        let content = body(
+            self.kind,
+            self.title,
+            self.status.as_u16(),
+            &self.detail,
+            &self.violated,
+        );
+        let mut response = Response::new(content);
+        *response.status_mut() = self.status;
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let Some(seconds) = retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if let Some(value) = rate_limit_policy_value(&self.policies) {
+            headers.insert(RATELIMIT_POLICY, value);
+        }
+        if let Some(value) = rate_limit_value(&self.limits) {
+            headers.insert(RATELIMIT, value);
+        }
+        response
+    }
+}

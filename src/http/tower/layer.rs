@@ -1,0 +1,488 @@
+//! The middleware: charge every rule that applies, all or nothing, and
+//! answer a refusal from `call` with the 429 (or 503) response.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::{Either, Full};
+use tower::{Layer, Service};
+
+use super::MissingKey;
+use super::rule::{Bound, Rule};
+use crate::http::fields::{RATELIMIT, RATELIMIT_POLICY, rate_limit_policy_value, rate_limit_value};
+use crate::http::problem::{PROBLEM_JSON, body};
+use crate::http::{
+    Jitter, PartitionKeys, ProblemType, RateLimitPolicy, Refusal, ServiceLimit, delay_seconds,
+};
+use crate::{HierarchyError, Step, try_acquire_all};
+
+/// The body of the layer's responses: its own refusals (`Left`) or the
+/// inner service's body (`Right`).
+pub type RateLimitBody<B> = Either<Full<Bytes>, B>;
+
+/// A tower [`Layer`] that rate-limits requests with a list of [`Rule`]s.
+///
+/// For each request, every rule that applies is charged in order with
+/// [`try_acquire_all`] (so a refusal spends nothing anywhere). An admitted
+/// request goes to the inner service; a refused one gets the response of
+/// [`Refusal`] (429 with Retry-After, the RateLimit fields and a
+/// problem+json body; 503 when the limiter itself is short of capacity).
+/// Refusals are responses, not errors: the service's error type is the
+/// inner service's, and `poll_ready` only asks the inner service, so the
+/// limiter never makes a caller wait. `docs/http.md` has the contract.
+///
+/// Cheap to clone: the configuration is behind an `Arc`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tollgate::{Quota, TokenBucket};
+/// use tollgate::http::PolicyName;
+/// use tollgate::http::tower::{RateLimitLayer, Rule};
+///
+/// let global = Arc::new(TokenBucket::new(Quota::per_second(100)?));
+/// let layer = RateLimitLayer::builder()
+///     .rule(Rule::global(PolicyName::new("global")?, global))
+///     .advertise_on_success(true)
+///     .build();
+/// # let _ = layer;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct RateLimitLayer {
+    shared: Arc<Shared>,
+}
+
+/// Configures a [`RateLimitLayer`].
+///
+/// ```
+/// use tollgate::http::{Jitter, PartitionKeys};
+/// use tollgate::http::tower::RateLimitLayer;
+///
+/// let layer = RateLimitLayer::builder()
+///     .partition_keys(PartitionKeys::with_secret(*b"fleet-wide-key!!"))
+///     .jitter(Jitter::up_to(2))
+///     .build();
+/// # let _ = layer;
+/// ```
+#[derive(Debug, Default)]
+pub struct RateLimitLayerBuilder {
+    rules: Vec<Rule>,
+    keys: Option<PartitionKeys>,
+    jitter: Jitter,
+    on_success: bool,
+}
+
+impl RateLimitLayer {
+    /// Starts a layer with no rules, no jitter, random partition keys and
+    /// the RateLimit fields on refusals only.
+    ///
+    /// ```
+    /// use tollgate::http::tower::RateLimitLayer;
+    ///
+    /// let _layer = RateLimitLayer::builder().build();
+    /// ```
+    pub fn builder() -> RateLimitLayerBuilder {
+        RateLimitLayerBuilder::default()
+    }
+}
+
+impl RateLimitLayerBuilder {
+    /// Adds a rule, charged after the ones added before it. Add them from
+    /// the most selective (per address) to the most shared (global), so a
+    /// request refused early never touches the shared limit.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, TokenBucket};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::{RateLimitLayer, Rule};
+    ///
+    /// let global = Arc::new(TokenBucket::new(Quota::per_second(100)?));
+    /// let _layer = RateLimitLayer::builder().rule(Rule::global(PolicyName::new("global")?, global)).build();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rule(mut self, rule: Rule) -> Self {
+        self.rules.push(rule);
+        self
+    }
+
+    /// How `pk` values are derived (default: [`PartitionKeys::random`],
+    /// drawn when the layer is built).
+    ///
+    /// ```
+    /// use tollgate::http::PartitionKeys;
+    /// use tollgate::http::tower::RateLimitLayer;
+    ///
+    /// let _layer = RateLimitLayer::builder().partition_keys(PartitionKeys::with_secret([9; 16])).build();
+    /// ```
+    pub fn partition_keys(mut self, keys: PartitionKeys) -> Self {
+        self.keys = Some(keys);
+        self
+    }
+
+    /// Jitter added to every advertised `t` (default: none). Retry-After is
+    /// never earlier than a violated policy's `t`, so it moves with it.
+    ///
+    /// ```
+    /// use tollgate::http::Jitter;
+    /// use tollgate::http::tower::RateLimitLayer;
+    ///
+    /// let _layer = RateLimitLayer::builder().jitter(Jitter::up_to(3)).build();
+    /// ```
+    pub fn jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Whether admitted responses carry the RateLimit fields too (default:
+    /// no). They are never added to 401 and 403 responses, which would
+    /// otherwise tell a client with bad credentials about the budget of the
+    /// identity it claimed.
+    ///
+    /// ```
+    /// use tollgate::http::tower::RateLimitLayer;
+    ///
+    /// let _layer = RateLimitLayer::builder().advertise_on_success(true).build();
+    /// ```
+    pub fn advertise_on_success(mut self, advertise: bool) -> Self {
+        self.on_success = advertise;
+        self
+    }
+
+    /// The layer.
+    ///
+    /// ```
+    /// use tollgate::http::tower::RateLimitLayer;
+    ///
+    /// let layer = RateLimitLayer::builder().build();
+    /// let _clone = layer.clone(); // shares the configuration
+    /// ```
+    pub fn build(self) -> RateLimitLayer {
+        RateLimitLayer {
+            shared: Arc::new(Shared {
+                rules: self.rules,
+                keys: self.keys.unwrap_or_default(),
+                jitter: self.jitter,
+                on_success: self.on_success,
+            }),
+        }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimitService<S>;
+
+    fn layer(&self, inner: S) -> RateLimitService<S> {
+        RateLimitService {
+            inner,
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+/// The service a [`RateLimitLayer`] wraps around `S`.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use std::sync::Arc;
+/// use http::{Request, Response};
+/// use tollgate::{ManualClock, Quota, TokenBucket};
+/// use tollgate::http::PolicyName;
+/// use tollgate::http::tower::{RateLimitLayer, Rule};
+/// use tower::{Layer, Service, ServiceExt};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// let bucket = Arc::new(TokenBucket::with_clock(Quota::per_second(1)?, ManualClock::new()));
+/// let layer = RateLimitLayer::builder().rule(Rule::global(PolicyName::new("global")?, bucket)).build();
+/// let mut service = layer.layer(tower::service_fn(|_req: Request<()>| async {
+///     Ok::<_, Infallible>(Response::new(String::from("hello")))
+/// }));
+/// let first = service.ready().await?.call(Request::new(())).await?;
+/// assert_eq!(first.status(), 200);
+/// let second = service.ready().await?.call(Request::new(())).await?;
+/// assert_eq!(second.status(), 429);
+/// assert_eq!(second.headers()["retry-after"], "1");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RateLimitService<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    rules: Vec<Rule>,
+    keys: PartitionKeys,
+    jitter: Jitter,
+    on_success: bool,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("rules", &self.rules)
+            .field("jitter", &self.jitter)
+            .field("on_success", &self.on_success)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A rule bound to one request: which rule, its limit, and the cost.
+struct Charge {
+    rule: usize,
+    bound: Box<dyn Bound>,
+    cost: u64,
+}
+
+/// What the response future needs once the inner service answers.
+struct Admitted {
+    shared: Arc<Shared>,
+    charges: Vec<Charge>,
+}
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for RateLimitService<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+{
+    type Response = Response<RateLimitBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        // The limiter never waits: a refusal is an answer from `call`.
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        let (parts, body) = request.into_parts();
+        let shared = &self.shared;
+        let mut charges = Vec::with_capacity(shared.rules.len());
+        for (index, rule) in shared.rules.iter().enumerate() {
+            if !rule.applies_to(&parts) {
+                continue;
+            }
+            match rule.bind(&parts) {
+                Some(bound) => charges.push(Charge {
+                    rule: index,
+                    bound,
+                    cost: rule.cost_of(&parts),
+                }),
+                None if rule.missing_key() == MissingKey::Skip => {}
+                None => return ResponseFuture::refused(missing_key(rule.policy())),
+            }
+        }
+        if let Err(refused) = charge(&charges) {
+            return ResponseFuture::refused(shared.refusal(&charges, refused));
+        }
+        let future = self.inner.call(Request::from_parts(parts, body));
+        ResponseFuture {
+            state: State::Admitted {
+                future: Box::pin(future),
+                admitted: Some(Admitted {
+                    shared: Arc::clone(shared),
+                    charges,
+                }),
+            },
+        }
+    }
+}
+
+/// Charges every step with a cost, all or nothing. The refusal's `limit` is
+/// an index into `charges`.
+fn charge(charges: &[Charge]) -> Result<(), HierarchyError> {
+    // Zero-cost steps charge nothing (an empty body under a per-byte
+    // limit), so they are left out rather than refused as `ZeroCost`.
+    let charged: Vec<usize> = (0..charges.len())
+        .filter(|&i| charges[i].cost > 0)
+        .collect();
+    let limits: Vec<_> = charged.iter().map(|&i| charges[i].bound.limit()).collect();
+    let steps: Vec<Step<'_>> = charged
+        .iter()
+        .zip(&limits)
+        .map(|(&i, limit)| Step::new(limit.as_limit(), charges[i].cost))
+        .collect();
+    try_acquire_all(&steps).map_err(|refused| HierarchyError {
+        limit: charged.get(refused.limit).copied().unwrap_or(0),
+        error: refused.error,
+    })
+}
+
+impl Shared {
+    /// The policies and live limits of the charged rules, each tagged with
+    /// the request's partition key.
+    fn advertised(&self, charges: &[Charge]) -> (Vec<RateLimitPolicy>, Vec<ServiceLimit>) {
+        charges
+            .iter()
+            .map(|charge| {
+                let mut policy = self.rules[charge.rule].policy().clone();
+                let pk = charge.bound.partition(&self.keys, policy.name());
+                let mut limit = ServiceLimit::new(policy.name().clone(), charge.bound.available())
+                    .with_reset_seconds(
+                        self.jitter.apply(delay_seconds(next_token(&*charge.bound))),
+                    );
+                if let Some(pk) = pk {
+                    policy = policy.with_partition_key(pk);
+                    limit = limit.with_partition_key(pk);
+                }
+                (policy, limit)
+            })
+            .unzip()
+    }
+
+    fn refusal(&self, charges: &[Charge], refused: HierarchyError) -> Response<Full<Bytes>> {
+        let (policies, limits) = self.advertised(charges);
+        // Every limit that would refuse its cost now is violated, not only
+        // the first one that did.
+        let violated = charges
+            .iter()
+            .zip(&policies)
+            .filter(|(charge, _)| {
+                charge.cost > 0
+                    && charge
+                        .bound
+                        .wait(charge.cost)
+                        .is_ok_and(|w| w > Duration::ZERO)
+            })
+            .map(|(_, policy)| policy.name().clone())
+            .collect::<Vec<_>>();
+        Refusal::from_hierarchy(&refused, &policies)
+            .with_violated(violated)
+            .with_service_limits(limits)
+            .into_response()
+            .map(Full::new)
+    }
+}
+
+/// The wait until `bound` holds one more whole token: the draft's effective
+/// window, within which no more than what is available can be spent. A
+/// full bucket gains nothing until it is spent from, and then its next
+/// token takes one emission interval.
+fn next_token(bound: &dyn Bound) -> Duration {
+    let quota = bound.quota();
+    let available = bound.available();
+    if available < quota.capacity() {
+        return bound.wait(available + 1).unwrap_or(Duration::ZERO);
+    }
+    let (tokens, period) = quota.refill();
+    let nanos = period.as_nanos().div_ceil(u128::from(tokens.max(1)));
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+/// The 400 for a request from which a rule could extract no key.
+fn missing_key(policy: &RateLimitPolicy) -> Response<Full<Bytes>> {
+    let detail = format!(
+        "The request carries no identity for rate-limit policy \"{}\".",
+        policy.name()
+    );
+    let content = body(ProblemType::Blank, "Bad Request", 400, &detail, &[]);
+    let mut response = Response::new(Full::new(content));
+    *response.status_mut() = StatusCode::BAD_REQUEST;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// The future of [`RateLimitService::call`]: the refusal, ready at once, or
+/// the inner service's response (with refunds and fields applied).
+pub struct ResponseFuture<F> {
+    state: State<F>,
+}
+
+enum State<F> {
+    Refused(Option<Response<Full<Bytes>>>),
+    Admitted {
+        // Boxed so this future is `Unpin` without unsafe pin projection.
+        future: Pin<Box<F>>,
+        admitted: Option<Admitted>,
+    },
+}
+
+impl<F> ResponseFuture<F> {
+    fn refused(response: Response<Full<Bytes>>) -> Self {
+        ResponseFuture {
+            state: State::Refused(Some(response)),
+        }
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            State::Refused(_) => "refused",
+            State::Admitted { .. } => "admitted",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<RateLimitBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.get_mut().state {
+            // Polling again after completion yields an empty 500 rather than
+            // a panic.
+            State::Refused(response) => {
+                Poll::Ready(Ok(response.take().unwrap_or_else(spent).map(Either::Left)))
+            }
+            State::Admitted { future, admitted } => {
+                let mut response = match future.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                    Poll::Ready(Ok(response)) => response,
+                };
+                if let Some(admitted) = admitted.take() {
+                    admitted.finish(&mut response);
+                }
+                Poll::Ready(Ok(response.map(Either::Right)))
+            }
+        }
+    }
+}
+
+fn spent() -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    response
+}
+
+impl Admitted {
+    /// Refunds the rules configured to give back this status, then adds
+    /// the fields if configured (never to 401 or 403).
+    fn finish<B>(self, response: &mut Response<B>) {
+        let status = response.status();
+        for charge in &self.charges {
+            if charge.cost > 0 && self.shared.rules[charge.rule].refunds(status) {
+                charge.bound.refund(charge.cost);
+            }
+        }
+        let private = status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN;
+        if !self.shared.on_success || private || self.charges.is_empty() {
+            return;
+        }
+        let (policies, limits) = self.shared.advertised(&self.charges);
+        let headers = response.headers_mut();
+        if let Some(value) = rate_limit_policy_value(&policies) {
+            headers.insert(RATELIMIT_POLICY, value);
+        }
+        if let Some(value) = rate_limit_value(&limits) {
+            headers.insert(RATELIMIT, value);
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! Rate limiting as tower middleware (feature `tower`), for axum, hyper
+//! and any other tower-based server.
+//!
+//! A [`RateLimitLayer`] holds a list of [`Rule`]s: a global bucket, or a
+//! keyed limiter with a key [`extract`]ed from the request head (the peer
+//! address, the client behind trusted proxies, a principal from earlier
+//! middleware, the route). Every rule that applies is charged, all or
+//! nothing; a refusal becomes the [`Refusal`](crate::http::Refusal)
+//! response. `docs/http.md` has the contract and an axum example, and
+//! `examples/axum_server.rs` a runnable server.
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use std::sync::Arc;
+//! use tollgate::identity::{ForwardedResolver, HeaderSource, TrustedProxies};
+//! use tollgate::http::PolicyName;
+//! use tollgate::http::tower::{RateLimitLayer, Rule, extract};
+//! use tollgate::{KeyedLimiter, Quota, TokenBucket};
+//!
+//! let resolver = ForwardedResolver::new(HeaderSource::XForwardedFor, TrustedProxies::parse(["10.0.0.0/8"])?);
+//! // With axum: `extract::extension_map(|info: &ConnectInfo<SocketAddr>| info.0.ip())`.
+//! let client = extract::forwarded(resolver, extract::extension_map(|peer: &SocketAddr| peer.ip()));
+//! let layer = RateLimitLayer::builder()
+//!     .rule(Rule::keyed(PolicyName::new("per-address")?, Arc::new(KeyedLimiter::new(Quota::per_second(10)?)), client))
+//!     .rule(Rule::global(PolicyName::new("global")?, Arc::new(TokenBucket::new(Quota::per_second(1000)?))))
+//!     .build();
+//! # let _ = layer;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod extract;
+mod layer;
+mod rule;
+
+pub use layer::{
+    RateLimitBody, RateLimitLayer, RateLimitLayerBuilder, RateLimitService, ResponseFuture,
+};
+pub use rule::{MissingKey, Rule};

@@ -1,0 +1,420 @@
+//! One limit the layer charges: which limiter, keyed how, at what cost,
+//! for which requests.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use http::request::Parts;
+
+use crate::http::{PartitionKey, PartitionKeys, PolicyName, RateLimitPolicy};
+use crate::{AcquireError, Clock, KeyedLimiter, Limit, Quota, TokenBucket};
+
+/// What the layer does with a request from which a rule cannot extract a
+/// key.
+///
+/// ```
+/// use tollgate::http::tower::MissingKey;
+///
+/// assert_eq!(MissingKey::default(), MissingKey::Reject);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MissingKey {
+    /// Refuse the request with 400 and a problem+json body. The default: a
+    /// key that cannot be found is far more often a misconfiguration (no
+    /// peer address installed, the authentication layer placed after this
+    /// one) than a request that deserves to go unlimited, and failing
+    /// loudly shows it at once.
+    #[default]
+    Reject,
+    /// Let the request through this rule uncharged. Right for a rule that
+    /// only concerns some requests, such as a per-account limit that
+    /// anonymous requests skip (limit those with another rule).
+    Skip,
+}
+
+type KeyFn<K> = dyn Fn(&Parts) -> Option<K> + Send + Sync;
+type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
+type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
+
+/// One limit of a [`RateLimitLayer`](super::RateLimitLayer): a global
+/// [`TokenBucket`] or a [`KeyedLimiter`] with a key extractor, advertised
+/// as a [`RateLimitPolicy`], with a cost per request (1 unless set), an
+/// optional predicate choosing the requests it applies to, a
+/// [`MissingKey`] policy, and the response statuses whose cost it gives
+/// back.
+///
+/// Cheap to clone: the limiter and the functions are behind `Arc`s.
+///
+/// ```
+/// use std::sync::Arc;
+/// use http::StatusCode;
+/// use tollgate::{KeyedLimiter, Quota};
+/// use tollgate::http::PolicyName;
+/// use tollgate::http::tower::{MissingKey, Rule, extract};
+///
+/// #[derive(Clone, Hash, PartialEq, Eq)]
+/// struct Account(u64); // placed in the extensions by authentication
+///
+/// let per_account = Arc::new(KeyedLimiter::new(Quota::per_second(5)?));
+/// let rule = Rule::keyed(PolicyName::new("per-account")?, per_account, extract::extension::<Account>())
+///     .on_missing_key(MissingKey::Skip)
+///     .refund_on([StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN])
+///     .when(|parts| parts.uri.path().starts_with("/api/"));
+/// assert_eq!(rule.policy().name().as_str(), "per-account");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Rule {
+    policy: RateLimitPolicy,
+    source: Arc<dyn Source>,
+    cost: Option<Arc<CostFn>>,
+    when: Option<Arc<Predicate>>,
+    missing: MissingKey,
+    refund_on: Vec<StatusCode>,
+}
+
+impl Rule {
+    /// One bucket shared by every request, advertised as the bucket's quota
+    /// under `name` ([`RateLimitPolicy::from_quota`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, TokenBucket};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::Rule;
+    ///
+    /// let global = Rule::global(PolicyName::new("global")?, Arc::new(TokenBucket::new(Quota::per_second(1000)?)));
+    /// assert_eq!(global.policy().quota(), 1000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn global<C: Clock + 'static>(name: PolicyName, bucket: Arc<TokenBucket<C>>) -> Rule {
+        let policy = RateLimitPolicy::from_quota(name, bucket.quota());
+        Rule::new(policy, Arc::new(GlobalSource(bucket)))
+    }
+
+    /// A bucket per key, the key taken from each request by `key`
+    /// (see [`extract`](super::extract) for ready-made extractors).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{KeyedLimiter, Quota};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::Rule;
+    ///
+    /// let per_tenant = Arc::new(KeyedLimiter::<String>::new(Quota::per_second(50)?));
+    /// let rule = Rule::keyed(PolicyName::new("per-tenant")?, per_tenant, |parts: &http::request::Parts| {
+    ///     parts.headers.get("x-tenant")?.to_str().ok().map(str::to_owned)
+    /// });
+    /// # let _ = rule;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn keyed<K, C, S, F>(name: PolicyName, limiter: Arc<KeyedLimiter<K, C, S>>, key: F) -> Rule
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        C: Clock + 'static,
+        S: BuildHasher + Clone + Send + Sync + 'static,
+        F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+    {
+        let policy = RateLimitPolicy::from_quota(name, limiter.quota());
+        Rule::new(
+            policy,
+            Arc::new(KeyedSource {
+                limiter,
+                key: Arc::new(key) as Arc<KeyFn<K>>,
+            }),
+        )
+    }
+
+    fn new(policy: RateLimitPolicy, source: Arc<dyn Source>) -> Rule {
+        Rule {
+            policy,
+            source,
+            cost: None,
+            when: None,
+            missing: MissingKey::default(),
+            refund_on: Vec::new(),
+        }
+    }
+
+    /// Replaces the advertised policy (to set its unit, say); its name is
+    /// what the fields and `violated-policies` carry.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, TokenBucket};
+    /// use tollgate::http::{PolicyName, QuotaUnit};
+    /// use tollgate::http::tower::Rule;
+    ///
+    /// let bytes = Rule::global(PolicyName::new("upload")?, Arc::new(TokenBucket::new(Quota::per_second(1 << 20)?)));
+    /// let policy = bytes.policy().clone().with_unit(QuotaUnit::ContentBytes);
+    /// let bytes = bytes.with_policy(policy);
+    /// assert_eq!(bytes.policy().unit(), QuotaUnit::ContentBytes);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_policy(mut self, policy: RateLimitPolicy) -> Rule {
+        self.policy = policy;
+        self
+    }
+
+    /// Charges `cost(request)` tokens instead of 1. A cost of 0 charges
+    /// nothing (an empty body under a per-byte limit); a cost above the
+    /// capacity is refused with 413.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, TokenBucket};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::{Rule, extract};
+    ///
+    /// let upload = Rule::global(PolicyName::new("upload")?, Arc::new(TokenBucket::new(Quota::per_second(1 << 20)?)))
+    ///     .cost(extract::content_length);
+    /// # let _ = upload;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Rule {
+        self.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Applies this rule only to requests for which `predicate` holds (a
+    /// route, a method): the way to give routes their own policies.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, TokenBucket};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::Rule;
+    ///
+    /// let logins = Rule::global(PolicyName::new("login")?, Arc::new(TokenBucket::new(Quota::per_second(10)?)))
+    ///     .when(|parts| parts.method == http::Method::POST && parts.uri.path() == "/login");
+    /// # let _ = logins;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn when(mut self, predicate: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Rule {
+        self.when = Some(Arc::new(predicate));
+        self
+    }
+
+    /// What to do when the key cannot be extracted (default:
+    /// [`MissingKey::Reject`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{KeyedLimiter, Quota};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::{MissingKey, Rule, extract};
+    ///
+    /// let limiter = Arc::new(KeyedLimiter::<u64>::new(Quota::per_second(5)?));
+    /// let rule = Rule::keyed(PolicyName::new("per-user")?, limiter, extract::extension::<u64>())
+    ///     .on_missing_key(MissingKey::Skip);
+    /// assert_eq!(rule.missing_key(), MissingKey::Skip);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_missing_key(mut self, policy: MissingKey) -> Rule {
+        self.missing = policy;
+        self
+    }
+
+    /// Gives the request's cost back to this limit when the response has
+    /// one of `statuses`. Typically 401 and 403 on a limit keyed by a
+    /// claimed identity: otherwise anyone can spend (and, through the
+    /// RateLimit fields, observe) another user's budget by sending bad
+    /// credentials in their name. Leave address limits counting them: they
+    /// are what slows down credential guessing. A refund returns the whole
+    /// cost, clipped at the capacity.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use http::StatusCode;
+    /// use tollgate::{KeyedLimiter, Quota};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::{Rule, extract};
+    ///
+    /// let limiter = Arc::new(KeyedLimiter::<u64>::new(Quota::per_second(5)?));
+    /// let rule = Rule::keyed(PolicyName::new("per-user")?, limiter, extract::extension::<u64>())
+    ///     .refund_on([StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN]);
+    /// # let _ = rule;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund_on(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Rule {
+        self.refund_on = statuses.into_iter().collect();
+        self
+    }
+
+    /// The advertised policy.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, TokenBucket};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::Rule;
+    ///
+    /// let rule = Rule::global(PolicyName::new("g")?, Arc::new(TokenBucket::new(Quota::per_second(3)?)));
+    /// assert_eq!(rule.policy().window_seconds(), Some(1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn policy(&self) -> &RateLimitPolicy {
+        &self.policy
+    }
+
+    /// The missing-key policy.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, TokenBucket};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::{MissingKey, Rule};
+    ///
+    /// let rule = Rule::global(PolicyName::new("g")?, Arc::new(TokenBucket::new(Quota::per_second(3)?)));
+    /// assert_eq!(rule.missing_key(), MissingKey::Reject);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn missing_key(&self) -> MissingKey {
+        self.missing
+    }
+
+    pub(super) fn applies_to(&self, parts: &Parts) -> bool {
+        self.when.as_ref().is_none_or(|when| when(parts))
+    }
+
+    pub(super) fn cost_of(&self, parts: &Parts) -> u64 {
+        self.cost.as_ref().map_or(1, |cost| cost(parts))
+    }
+
+    pub(super) fn bind(&self, parts: &Parts) -> Option<Box<dyn Bound>> {
+        self.source.bind(parts)
+    }
+
+    pub(super) fn refunds(&self, status: StatusCode) -> bool {
+        self.refund_on.contains(&status)
+    }
+}
+
+impl fmt::Debug for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rule")
+            .field("policy", &self.policy)
+            .field("missing", &self.missing)
+            .field("refund_on", &self.refund_on)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A limiter that can be bound to one request's key.
+trait Source: Send + Sync {
+    fn bind(&self, parts: &Parts) -> Option<Box<dyn Bound>>;
+}
+
+/// A limit bound to one request: the limiter and, if keyed, the key.
+/// Owned (no borrow of the request), so it can wait for the response.
+pub(super) trait Bound: Send + Sync {
+    /// The limit as one step of a hierarchy.
+    fn limit(&self) -> LimitRef<'_>;
+    fn available(&self) -> u64;
+    fn wait(&self, cost: u64) -> Result<Duration, AcquireError>;
+    fn refund(&self, cost: u64);
+    fn quota(&self) -> &Quota;
+    fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey>;
+}
+
+/// A [`Limit`] for one request: borrowed (a bucket) or built for the call
+/// (a key's view of a keyed limiter).
+pub(super) enum LimitRef<'a> {
+    Borrowed(&'a dyn Limit),
+    Owned(Box<dyn Limit + 'a>),
+}
+
+impl LimitRef<'_> {
+    pub(super) fn as_limit(&self) -> &dyn Limit {
+        match self {
+            LimitRef::Borrowed(limit) => *limit,
+            LimitRef::Owned(limit) => limit.as_ref(),
+        }
+    }
+}
+
+struct GlobalSource<C>(Arc<TokenBucket<C>>);
+
+impl<C: Clock + 'static> Source for GlobalSource<C> {
+    fn bind(&self, _: &Parts) -> Option<Box<dyn Bound>> {
+        Some(Box::new(GlobalSource(Arc::clone(&self.0))))
+    }
+}
+
+impl<C: Clock + 'static> Bound for GlobalSource<C> {
+    fn limit(&self) -> LimitRef<'_> {
+        LimitRef::Borrowed(&*self.0)
+    }
+    fn available(&self) -> u64 {
+        self.0.available()
+    }
+    fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
+        self.0.retry_after(cost)
+    }
+    fn refund(&self, cost: u64) {
+        self.0.refund(cost);
+    }
+    fn quota(&self) -> &Quota {
+        self.0.quota()
+    }
+    fn partition(&self, _: &PartitionKeys, _: &PolicyName) -> Option<PartitionKey> {
+        // One partition for everyone: there is nothing to tell apart.
+        None
+    }
+}
+
+struct KeyedSource<K, C, S> {
+    limiter: Arc<KeyedLimiter<K, C, S>>,
+    key: Arc<KeyFn<K>>,
+}
+
+struct KeyedBound<K, C, S> {
+    limiter: Arc<KeyedLimiter<K, C, S>>,
+    key: K,
+}
+
+impl<K, C, S> Source for KeyedSource<K, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn bind(&self, parts: &Parts) -> Option<Box<dyn Bound>> {
+        let key = (self.key)(parts)?;
+        Some(Box::new(KeyedBound {
+            limiter: Arc::clone(&self.limiter),
+            key,
+        }))
+    }
+}
+
+impl<K, C, S> Bound for KeyedBound<K, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn limit(&self) -> LimitRef<'_> {
+        LimitRef::Owned(Box::new(self.limiter.key(self.key.borrow())))
+    }
+    fn available(&self) -> u64 {
+        self.limiter.available(&self.key)
+    }
+    fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
+        self.limiter.retry_after(&self.key, cost)
+    }
+    fn refund(&self, cost: u64) {
+        self.limiter.refund(&self.key, cost);
+    }
+    fn quota(&self) -> &Quota {
+        self.limiter.quota()
+    }
+    fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
+        Some(keys.key(name, &self.key))
+    }
+}
