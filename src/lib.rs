@@ -22,6 +22,18 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! Around the bucket:
+//!
+//! - [`KeyedLimiter`]: a bucket per key, in bounded memory; [`identity`]
+//!   turns client addresses (behind trusted proxies) into keys;
+//! - [`try_acquire_all`]: several limits, all or nothing;
+//! - [`concurrency`]: limits on work in flight, with RAII permits;
+//! - [`shared`]: a budget shared by many nodes through a store (in-process,
+//!   or Redis with feature `redis`), served from local allowances;
+//! - `http` (feature `http`; its tower layer with feature `tower`): 429
+//!   responses, the RateLimit fields, problem+json;
+//! - [`retry`]: Retry-After parsing and retry planning for clients.
+//!
 //! The contract (units, initial credit, denial versus delay, clocks) is in
 //! `docs/semantics.md`; the state packing and linearization points are in
 //! `docs/design.md`.
