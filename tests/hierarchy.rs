@@ -170,6 +170,28 @@ fn steps_can_cross_threads() {
     assert_eq!(global.available(), 4);
 }
 
+/// Requests refused by a later limit leave no key behind in an earlier
+/// keyed limiter: they cannot fill its key cap and turn refusals into
+/// `TooManyKeys` for everyone else.
+#[test]
+fn refused_requests_leave_no_keys_behind() {
+    let clock = ManualClock::new();
+    let per_account = KeyedLimiter::builder(Quota::per_second(5).unwrap())
+        .clock(clock.clone())
+        .max_keys(std::num::NonZeroUsize::new(3).unwrap())
+        .sweep_interval(None)
+        .build::<u32>();
+    let global = bucket(1, 1, &clock);
+    try_acquire_all(&[per_account.key(&0).cost(1), global.cost(1)]).unwrap();
+    for account in 1..10 {
+        let refused = try_acquire_all(&[per_account.key(&account).cost(1), global.cost(1)]);
+        assert_eq!(refused.unwrap_err().limit, 1, "account {account}");
+    }
+    assert_eq!(per_account.len(), 1);
+    // The account that was admitted keeps its spent bucket.
+    assert_eq!(per_account.available(&0), 4);
+}
+
 #[test]
 fn an_empty_chain_admits() {
     assert_eq!(try_acquire_all(&[]), Ok(()));

@@ -523,6 +523,27 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         self.sweep_at(self.now())
     }
 
+    /// Drops `key`'s bucket if it is full, as a sweep would (losslessly,
+    /// with the same watermarks), so that a key created by a request a later
+    /// limit refused leaves no trace in the table: refusals elsewhere must
+    /// not fill this limiter's key cap.
+    fn forget_if_full<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let now = self.now();
+        self.swept_at.fetch_max(now, Ordering::AcqRel);
+        self.overflow.raise_to(now);
+        if self
+            .buckets
+            .remove_if(key, |_, tat| tat.is_full(now))
+            .is_some()
+        {
+            self.keys.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
     fn sweep_at(&self, now: u64) -> usize {
         // Published before any bucket goes: whoever recreates a dropped key
         // reads it under the same shard lock (see `fresh_tat`).
@@ -664,11 +685,15 @@ where
         let now = || limiter.now();
         if taken.overflow {
             limiter.overflow.rollback(taken.admission, now);
-        } else if let Some(tat) = limiter.buckets.get(self.key) {
+            return;
+        }
+        if let Some(tat) = limiter.buckets.get(self.key) {
             // A bucket dropped since the admission was full, which means the
             // admission's cost had refilled: there is nothing to give back.
             tat.rollback(taken.admission, now);
         }
+        // The guard above is dropped: the map may be written now.
+        limiter.forget_if_full(self.key);
     }
 
     fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {

@@ -148,10 +148,17 @@ pub fn method_and_path(parts: &Parts) -> Option<(Method, String)> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn content_length(parts: &Parts) -> u64 {
-    parts
-        .headers
-        .get(CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|text| text.trim().parse().ok())
-        .unwrap_or(0)
+    // Only an absent header costs nothing. One that is present but is not
+    // plain digits (a sign, an overflow, garbage) costs the most there is,
+    // so that it is refused rather than let through for free.
+    match parts.headers.get(CONTENT_LENGTH) {
+        None => 0,
+        Some(value) => value
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|text| text.parse().ok())
+            .unwrap_or(u64::MAX),
+    }
 }

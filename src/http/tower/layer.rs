@@ -248,6 +248,26 @@ struct Charge {
 struct Admitted {
     shared: Arc<Shared>,
     charges: Vec<Charge>,
+    /// Set once the response was seen; until then, dropping refunds.
+    finished: bool,
+}
+
+impl Drop for Admitted {
+    /// A request whose response never arrived (the future was dropped: a
+    /// client gone, an outer timeout; or the inner service failed) is
+    /// refunded on every rule that refunds some statuses: its outcome may
+    /// have been one of them, and otherwise a client could spend another
+    /// identity's budget with bad credentials by hanging up before the 401.
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        for charge in &self.charges {
+            if charge.cost > 0 && self.shared.rules[charge.rule].refunds_any() {
+                charge.bound.refund(charge.cost);
+            }
+        }
+    }
 }
 
 impl<S, ReqB, ResB> Service<Request<ReqB>> for RateLimitService<S>
@@ -291,6 +311,7 @@ where
                 admitted: Some(Admitted {
                     shared: Arc::clone(shared),
                     charges,
+                    finished: false,
                 }),
             },
         }
@@ -341,6 +362,16 @@ impl Shared {
 
     fn refusal(&self, charges: &[Charge], refused: HierarchyError) -> Response<Full<Bytes>> {
         let (policies, limits) = self.advertised(charges);
+        if refused.error.retry_after().is_none() {
+            // A refusal no wait can cure (a cost above the capacity) or one
+            // that is the limiter's own shortage (a full key table, a store
+            // down): the policies' windows say nothing about when to come
+            // back, so they neither move Retry-After nor count as violated
+            // by waiting.
+            return Refusal::from_hierarchy(&refused, &policies)
+                .into_response()
+                .map(Full::new);
+        }
         // Every limit that would refuse its cost now is violated, not only
         // the first one that did.
         let violated = charges
@@ -465,7 +496,8 @@ fn spent() -> Response<Full<Bytes>> {
 impl Admitted {
     /// Refunds the rules configured to give back this status, then adds
     /// the fields if configured (never to 401 or 403).
-    fn finish<B>(self, response: &mut Response<B>) {
+    fn finish<B>(mut self, response: &mut Response<B>) {
+        self.finished = true;
         let status = response.status();
         for charge in &self.charges {
             if charge.cost > 0 && self.shared.rules[charge.rule].refunds(status) {

@@ -293,6 +293,12 @@ impl Rule {
     pub(super) fn refunds(&self, status: StatusCode) -> bool {
         self.refund_on.contains(&status)
     }
+
+    /// Whether this rule gives anything back: then a request whose outcome
+    /// never arrives (dropped, or an error) is refunded too.
+    pub(super) fn refunds_any(&self) -> bool {
+        !self.refund_on.is_empty()
+    }
 }
 
 impl fmt::Debug for Rule {
