@@ -24,8 +24,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => 3000,
     };
 
-    // Only the local reverse proxy (here: curl on this machine) may say who
-    // the client is; anyone else is keyed on its own address.
+    // Only the local reverse proxy may say who the client is; anyone else is
+    // keyed on its own address. For this demo that "proxy" is curl on this
+    // machine, so any local client can choose its key: in production, trust
+    // your proxies' addresses only, never a port that clients reach.
     let resolver = ForwardedResolver::new(
         HeaderSource::XForwardedFor,
         TrustedProxies::parse(["127.0.0.1"])?,
