@@ -141,6 +141,45 @@ impl<C: Clock> TokenBucket<C> {
             .map(|wait| gcra.duration(wait))
     }
 
+    /// Takes `cost` tokens and waits until they may be used: the async form
+    /// of [`reserve`](Self::reserve), for callers that prefer delay to
+    /// denial. If the tokens exist within `max_wait`, they are reserved at
+    /// once and the future completes after the wait (on tokio's timer);
+    /// otherwise it refuses at once, spending nothing, with the exact
+    /// `retry_after`.
+    ///
+    /// Cancellation-safe: dropping the future before its wait ends gives the
+    /// reservation back (exactly, if nothing else reserved since; otherwise
+    /// less the time it was held, the rule that never mints credit).
+    ///
+    /// Fairness: first come, first served. A caller's slot is fixed when it
+    /// calls, and every later call, however small, is scheduled after it, so
+    /// a large request is never starved by a stream of small ones; it is only
+    /// refused when its own slot lies beyond its `max_wait`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?.block_on(async {
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
+    /// bucket.acquire(2, Duration::ZERO).await?;
+    /// let started = tokio::time::Instant::now();
+    /// bucket.acquire(1, Duration::from_secs(1)).await?; // waits 500 ms
+    /// assert_eq!(started.elapsed(), Duration::from_millis(500));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn acquire(&self, cost: u64, max_wait: Duration) -> Result<(), AcquireError> {
+        let gcra = self.quota.gcra();
+        let admission = self.admit(cost, gcra.ticks_of(max_wait))?;
+        let wait = gcra.duration(gcra.wait(admission.after, admission.at));
+        crate::waiting::sleep_or_give_back(wait, || self.rollback(admission)).await;
+        Ok(())
+    }
+
     /// Undoes an admission of [`Self::admit`] as far as provably mints
     /// nothing (see `Tat::rollback`).
     pub(crate) fn rollback(&self, admission: Admission) {

@@ -56,6 +56,8 @@ pub mod shared;
 mod state;
 mod sync;
 mod timeline;
+#[cfg(feature = "tokio")]
+mod waiting;
 
 pub use bucket::TokenBucket;
 #[cfg(feature = "tsc")]

@@ -216,6 +216,48 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             .map(|(admission, _)| gcra.duration(gcra.wait(admission.after, admission.at)))
     }
 
+    /// Takes `cost` tokens from `key`'s bucket and waits until they may be
+    /// used; see [`TokenBucket::acquire`](crate::TokenBucket::acquire)
+    /// (first come, first served; dropping the future gives the
+    /// reservation back).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?.block_on(async {
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(4)?).clock(ManualClock::new()).build::<u32>();
+    /// limiter.acquire(&1, 4, Duration::ZERO).await?;
+    /// let started = tokio::time::Instant::now();
+    /// limiter.acquire(&1, 1, Duration::from_secs(1)).await?;
+    /// assert_eq!(started.elapsed(), Duration::from_millis(250));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn acquire<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<(), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        use crate::hierarchy::sealed::Sealed;
+        let gcra = self.quota.gcra();
+        let (admission, overflow) = self.acquire_within(key, cost, gcra.ticks_of(max_wait))?;
+        let wait = gcra.duration(gcra.wait(admission.after, admission.at));
+        let taken = Taken {
+            admission,
+            overflow,
+        };
+        crate::waiting::sleep_or_give_back(wait, || self.key(key).undo(taken)).await;
+        Ok(())
+    }
+
     /// The one admission path: returns the admission and whether the
     /// overflow bucket served it.
     #[inline]
