@@ -193,6 +193,26 @@ impl<C: Clock> TokenBucket<C> {
             .map(|admission| self.quota.gcra().wait(admission.after, admission.at))
     }
 
+    /// Grants as many of `want` tokens as the bucket holds now (none if it
+    /// is empty), in one compare-and-swap: the grant and its admission.
+    pub(crate) fn grant_up_to(&self, want: u64) -> Option<(u64, Admission)> {
+        self.tat
+            .acquire_up_to(self.quota.gcra(), self.now(), want)
+            .ok()
+    }
+
+    /// Gives back `unused` of a grant of `granted` tokens made by
+    /// [`Self::grant_up_to`] at `at`, less the time since.
+    pub(crate) fn give_back(&self, granted: u64, at: u64, unused: u64) {
+        let token = self.quota.gcra().cost_ticks(1).unwrap_or(0);
+        self.tat.give_back(
+            granted.saturating_mul(token),
+            at,
+            unused.saturating_mul(token),
+            || self.now(),
+        );
+    }
+
     /// Admits `cost` tokens with up to `slack` ticks of delay.
     #[inline]
     pub(crate) fn admit(&self, cost: u64, slack: u64) -> Result<Admission, AcquireError> {

@@ -54,6 +54,7 @@ mod quota;
 pub mod retry;
 pub mod shared;
 mod state;
+mod striped;
 mod sync;
 mod timeline;
 #[cfg(feature = "tokio")]
@@ -67,6 +68,7 @@ pub use error::{AcquireError, QuotaError};
 pub use hierarchy::{HierarchyError, Limit, Step, try_acquire_all};
 pub use keyed::{AtCapacity, KeyLimit, KeyedBuilder, KeyedLimiter, Tiered};
 pub use quota::{InitialCredit, Quota};
+pub use striped::StripedBucket;
 
 /// Compiles and runs the README's examples as doc tests, so the quickstart
 /// cannot drift from the API.

@@ -2,7 +2,7 @@
 //! that runs a group over every class.
 
 // Each bench target compiles this module and may use only part of it.
-#![allow(dead_code, unused_macros)]
+#![allow(dead_code, unused_macros, unused_imports)]
 
 use std::time::Duration;
 

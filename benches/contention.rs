@@ -1,0 +1,158 @@
+//! One bucket contended by 1, 2, 4 and 8 threads: total decisions per second.
+//!
+//! Every implementation runs in the same process on the same quota (never
+//! denying) and the coarse clock class (so that contention, not the clock
+//! reading, is what is measured):
+//!
+//! - `floor`: a clock read and one compare-and-swap on one shared word;
+//! - `tollgate`: one `TokenBucket`;
+//! - `striped`: a `StripedBucket` with one stripe per thread, leasing 1024;
+//! - `governor`: a direct `RateLimiter` on `QuantaUpkeepClock`;
+//! - `mutex`: a token bucket behind a `std::sync::Mutex`.
+//!
+//! Threads are spawned outside the timed region: each measurement releases
+//! them with a barrier, times a fixed amount of total work (split evenly),
+//! and counts every thread's decisions. The machine has 2 cores, so 4 and 8
+//! threads are over-subscribed: they show what preemption in the middle of
+//! a contended section costs. Criterion reports time per decision; the
+//! decisions per second are its inverse, for all threads together.
+//!
+//! Run with `cargo bench --bench contention`; see `docs/benchmarks.md`.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use crossbeam_utils::CachePadded;
+use governor::{Quota as GovernorQuota, RateLimiter};
+use tollgate::{Clock, Quota, StripedBucket, TokenBucket};
+
+mod common;
+use common::{coarse_clock, quanta_upkeep_clock};
+
+const THREADS: [usize; 4] = [1, 2, 4, 8];
+
+fn quota() -> Quota {
+    Quota::new(u64::from(u32::MAX), 1_000_000_000, Duration::from_secs(1)).expect("a valid quota")
+}
+
+/// Runs `decide` `iters` times in total over `threads` threads released
+/// together, and returns the time from release to the last one's end.
+fn timed<F: Fn() + Sync>(threads: usize, iters: u64, decide: F) -> Duration {
+    let barrier = Barrier::new(threads + 1);
+    let per_thread = iters.div_ceil(threads as u64);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let (barrier, decide) = (&barrier, &decide);
+            s.spawn(move || {
+                barrier.wait();
+                for _ in 0..per_thread {
+                    decide();
+                }
+            });
+        }
+        barrier.wait();
+        let started = Instant::now();
+        // The scope joins every thread before returning.
+        started
+    })
+    .elapsed()
+}
+
+/// A token bucket behind a lock: the design tollgate's one word replaces.
+struct MutexBucket {
+    state: Mutex<(u64, f64)>,
+    capacity: f64,
+    per_nano: f64,
+}
+
+impl MutexBucket {
+    fn try_acquire(&self, now: u64) -> bool {
+        let mut state = self.state.lock().unwrap();
+        let (last, tokens) = *state;
+        let refilled =
+            (tokens + now.saturating_sub(last) as f64 * self.per_nano).min(self.capacity);
+        if refilled >= 1.0 {
+            *state = (now, refilled - 1.0);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+fn contention(c: &mut Criterion) {
+    let mut group = c.benchmark_group("contention");
+    let clock = coarse_clock();
+    for threads in THREADS {
+        let word = CachePadded::new(AtomicU64::new(0));
+        group.bench_function(BenchmarkId::new("floor", threads), |b| {
+            b.iter_custom(|iters| {
+                timed(threads, iters, || {
+                    let now = black_box(&clock).now_nanos();
+                    let current = word.load(Ordering::Acquire);
+                    let _ =
+                        word.compare_exchange(current, now, Ordering::AcqRel, Ordering::Acquire);
+                })
+            })
+        });
+
+        let bucket = TokenBucket::with_clock(quota(), &clock);
+        group.bench_function(BenchmarkId::new("tollgate", threads), |b| {
+            b.iter_custom(|iters| {
+                timed(threads, iters, || {
+                    black_box(black_box(&bucket).try_acquire(1)).unwrap()
+                })
+            })
+        });
+
+        let striped = StripedBucket::with_clock(quota(), &clock, threads, 1024);
+        group.bench_function(BenchmarkId::new("striped", threads), |b| {
+            b.iter_custom(|iters| {
+                timed(threads, iters, || {
+                    black_box(black_box(&striped).try_acquire(1)).unwrap()
+                })
+            })
+        });
+
+        let mutex = MutexBucket {
+            state: Mutex::new((clock.now_nanos(), f64::from(u32::MAX))),
+            capacity: f64::from(u32::MAX),
+            per_nano: 1.0,
+        };
+        group.bench_function(BenchmarkId::new("mutex", threads), |b| {
+            b.iter_custom(|iters| {
+                timed(threads, iters, || {
+                    assert!(black_box(&mutex).try_acquire(black_box(&clock).now_nanos()));
+                })
+            })
+        });
+    }
+    drop(clock);
+
+    let upkeep = quanta_upkeep_clock();
+    let governor_quota = GovernorQuota::with_period(Duration::from_nanos(1))
+        .expect("non-zero period")
+        .allow_burst(NonZeroU32::MAX);
+    for threads in THREADS {
+        let limiter = RateLimiter::direct_with_clock(governor_quota, upkeep.clone());
+        group.bench_function(BenchmarkId::new("governor", threads), |b| {
+            b.iter_custom(|iters| {
+                timed(threads, iters, || {
+                    black_box(black_box(&limiter).check()).unwrap()
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = common::config();
+    targets = contention
+}
+criterion_main!(benches);
