@@ -27,6 +27,8 @@
 //! - [`KeyedLimiter`]: a bucket per key, in bounded memory; [`identity`]
 //!   turns client addresses (behind trusted proxies) into keys;
 //! - [`try_acquire_all`]: several limits, all or nothing;
+//! - [`StripedBucket`]: one hot bucket shared by many threads through
+//!   per-thread pools;
 //! - [`concurrency`]: limits on work in flight, with RAII permits;
 //! - [`shared`]: a budget shared by many nodes through a store (in-process,
 //!   or Redis with feature `redis`), served from local allowances;
