@@ -229,7 +229,9 @@ impl RedisStore {
         prefix: impl Into<String>,
         timeout: Duration,
     ) -> Result<Self, RedisStoreError> {
-        let (scale, prefix) = validate(&quota, prefix.into())?;
+        // Checked before connecting, so a bad quota or prefix fails at once.
+        let prefix = prefix.into();
+        validate(&quota, prefix.clone())?;
         let client = Client::open(url)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(timeout)
@@ -238,13 +240,7 @@ impl RedisStore {
             tokio::time::timeout(timeout, ConnectionManager::new_with_config(client, config))
                 .await
                 .map_err(|_| RedisStoreError::Timeout(timeout))??;
-        Ok(RedisStore {
-            connection,
-            quota,
-            scale,
-            prefix,
-            timeout,
-        })
+        RedisStore::new(connection, quota, prefix, timeout)
     }
 
     /// The Redis key that holds `key`'s bucket: the prefix, then `key` in
