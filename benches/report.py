@@ -24,7 +24,8 @@ import os
 import sys
 from pathlib import Path
 
-GROUPS = ("clock", "allow", "deny", "keyed_hot", "keyed_100k")
+KEYED_GROUPS = ("keyed_hot", "keyed_100k", "keyed_1m", "keyed_zipf")
+GROUPS = ("clock", "allow", "deny") + KEYED_GROUPS
 KEYED_TARGET = 2.0  # tollgate at least 2x faster than governor's keyed limiter
 CLASSES = ("monotonic", "tsc", "coarse")
 TARGET = 1.2  # tollgate within 1.2x of the floor for the same clock
@@ -135,7 +136,7 @@ def main(argv):
     print("### clock\n\n" + clock_table(data) + "\n")
     for group in ("allow", "deny"):
         print(f"### {group}\n\n" + path_table(data, group) + "\n")
-    for group in ("keyed_hot", "keyed_100k"):
+    for group in KEYED_GROUPS:
         print(f"### {group}\n\n" + keyed_table(data, group) + "\n")
     if json_out:
         Path(json_out).write_text(json.dumps({k: {"median": v[0], "fastest": v[3]} for k, v in data.items()}, indent=1) + "\n")
