@@ -19,9 +19,9 @@ const MIN_RETRY_HINT: Duration = Duration::from_millis(1);
 /// The longest wait between two lease requests while the store fails.
 const MAX_FAILURE_BACKOFF: Duration = Duration::from_secs(1);
 
-/// A refill claim, ended exactly once: by [`Claim::land`] or
-/// [`Claim::fail`], or on drop (a cancelled or panicking refill) as a
-/// failure, so the in-flight bit can never be left set.
+/// A refill claim, ended exactly once: by [`Claim::land`], or on drop as a
+/// failure (a failed call, or a refill cancelled or panicking before it
+/// ended), so the in-flight bit can never be left set.
 struct Claim<'a, S: Store> {
     inner: &'a Inner<S>,
 }
@@ -31,14 +31,6 @@ impl<S: Store> Claim<'_, S> {
         let inner = self.inner;
         std::mem::forget(self);
         inner.pool.land(granted);
-        inner.landed.notify_waiters();
-    }
-
-    fn fail(self) {
-        let inner = self.inner;
-        std::mem::forget(self);
-        inner.record_failure();
-        inner.pool.land(0);
         inner.landed.notify_waiters();
     }
 }
@@ -639,7 +631,8 @@ impl<S: Store> Inner<S> {
         };
         match outcome {
             Ok(granted) => claim.land(granted),
-            Err(_) => claim.fail(),
+            // Dropping the claim records the failure and ends the refill.
+            Err(_) => drop(claim),
         }
         outcome
     }
