@@ -112,14 +112,7 @@ impl<C: Clock> StripedBucket<C> {
     pub fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
         // The bucket's checks, so that a bad cost is refused the same way
         // whichever path would have served it.
-        let capacity = self.bucket.quota().capacity();
-        if cost == 0 || cost > capacity {
-            return Err(if cost == 0 {
-                AcquireError::ZeroCost
-            } else {
-                AcquireError::ExceedsCapacity { cost, capacity }
-            });
-        }
+        self.bucket.quota().gcra().cost_ticks(cost)?;
         let stripe = &self.stripes[STRIPE.with(|s| *s) % self.stripes.len()];
         match stripe.pool.take(cost, self.lease.div_ceil(2)) {
             Take::Taken { refill } => {
