@@ -204,13 +204,8 @@ impl<C: Clock> TokenBucket<C> {
     /// Gives back `unused` of a grant of `granted` tokens made by
     /// [`Self::grant_up_to`] at `at`, less the time since.
     pub(crate) fn give_back(&self, granted: u64, at: u64, unused: u64) {
-        let token = self.quota.gcra().cost_ticks(1).unwrap_or(0);
-        self.tat.give_back(
-            granted.saturating_mul(token),
-            at,
-            unused.saturating_mul(token),
-            || self.now(),
-        );
+        self.tat
+            .give_back(self.quota.gcra(), granted, at, unused, || self.now());
     }
 
     /// Admits `cost` tokens with up to `slack` ticks of delay.

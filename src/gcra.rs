@@ -144,6 +144,13 @@ impl Gcra {
     /// too early. Credit is `B - max(0, tat - now)/T`, so "cost fits" is
     /// `max(tat, now) + cost*T <= now + B*T`. Taking `max(tat, now)` is what
     /// makes a stale or backward `now` harmless: it can only see less credit.
+    /// `tokens` as ticks, saturating (for returns, which the callers bound
+    /// by what was granted).
+    #[inline]
+    pub(crate) fn token_ticks(&self, tokens: u64) -> u64 {
+        tokens.saturating_mul(self.token_ticks)
+    }
+
     #[inline]
     pub(crate) fn admit(
         &self,

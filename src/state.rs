@@ -131,7 +131,7 @@ impl Tat {
         {
             return;
         }
-        self.give_back(
+        self.give_back_ticks(
             admission.cost_ticks,
             admission.at,
             admission.cost_ticks,
@@ -139,12 +139,23 @@ impl Tat {
         );
     }
 
-    /// Gives back `unused_ticks` of an admission of `granted_ticks` decided
-    /// at tick `at`, less the time elapsed since (the rule of `rollback`,
-    /// for part of an admission: the state may drop by at most
-    /// `granted - held` however much of it is returned). `now` is read after
-    /// each load.
+    /// Gives back `unused` of an admission of `granted` tokens decided at
+    /// tick `at`, less the time elapsed since (the rule of `rollback`, for
+    /// part of an admission: the state may drop by at most `granted - held`
+    /// however much of it is returned). `now` is read after each load.
     pub(crate) fn give_back(
+        &self,
+        gcra: &Gcra,
+        granted: u64,
+        at: u64,
+        unused: u64,
+        now: impl FnMut() -> u64,
+    ) {
+        self.give_back_ticks(gcra.token_ticks(granted), at, gcra.token_ticks(unused), now);
+    }
+
+    /// [`Self::give_back`] in ticks.
+    fn give_back_ticks(
         &self,
         granted_ticks: u64,
         at: u64,

@@ -349,13 +349,11 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let token = self.quota.gcra().cost_ticks(1).unwrap_or(0);
-        let (granted, unused) = (granted.saturating_mul(token), unused.saturating_mul(token));
-        let now = || self.now();
+        let (gcra, now) = (self.quota.gcra(), || self.now());
         if overflow {
-            self.overflow.give_back(granted, at, unused, now);
+            self.overflow.give_back(gcra, granted, at, unused, now);
         } else if let Some(tat) = self.buckets.get(key) {
-            tat.give_back(granted, at, unused, now);
+            tat.give_back(gcra, granted, at, unused, now);
         }
     }
 
