@@ -4,7 +4,9 @@
 //! same quota and the same class of clock:
 //!
 //! - `clock`: one reading of each clock.
-//! - `allow`: an admission on a bucket that never denies during the run.
+//! - `allow`: an admission on a bucket that never denies during the run;
+//!   `tollgate_counted` is the same bucket wrapped in `Counted` (opt-in
+//!   decision counters).
 //!   `floor` is the least any single-word design can do: one clock read, one
 //!   load and one successful compare-and-swap on a shared `AtomicU64`.
 //! - `deny`: a refusal on an exhausted bucket. `floor` is one clock read and
@@ -110,6 +112,14 @@ fn allow_class<C, G>(
         b.iter(|| black_box(&bucket).try_acquire(1))
     });
     assert!(bucket.try_acquire(1).is_ok(), "the allow bucket denied");
+
+    // The same bucket with opt-in decision counters: their cost is the
+    // difference from the row above.
+    let counted = tollgate::Counted::new(bucket);
+    group.bench_function(format!("{class}/tollgate_counted"), |b| {
+        b.iter(|| black_box(&counted).try_acquire(1))
+    });
+    assert!(counted.stats().denied == 0, "the allow bucket denied");
 
     let limiter = RateLimiter::direct_with_clock(governor_quota, governor_clock);
     assert!(limiter.check().is_ok());

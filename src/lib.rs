@@ -44,6 +44,7 @@
 
 mod bucket;
 mod clock;
+mod counted;
 pub mod concurrency;
 mod error;
 mod gcra;
@@ -56,6 +57,7 @@ mod quota;
 pub mod retry;
 pub mod shared;
 mod state;
+mod stripe;
 mod striped;
 mod sync;
 mod timeline;
@@ -66,6 +68,7 @@ pub use bucket::TokenBucket;
 #[cfg(feature = "tsc")]
 pub use clock::TscClock;
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock};
+pub use counted::{Counted, DecisionStats};
 pub use error::{AcquireError, QuotaError};
 pub use hierarchy::{HierarchyError, Limit, Step, try_acquire_all};
 pub use keyed::{AtCapacity, KeyLimit, KeyedBuilder, KeyedLimiter, Tiered};

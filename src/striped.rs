@@ -2,7 +2,6 @@
 //! per-thread pools of tokens leased from it.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 
@@ -42,13 +41,6 @@ struct Stripe {
     pool: LeasePool,
     /// The last grant's receipt, `(granted, at)`, for returns.
     receipt: Mutex<(u64, u64)>,
-}
-
-/// Hands each thread its stripe index, round robin, once.
-static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static STRIPE: usize = NEXT_STRIPE.fetch_add(1, Ordering::Relaxed);
 }
 
 impl StripedBucket {
@@ -113,7 +105,7 @@ impl<C: Clock> StripedBucket<C> {
         // The bucket's checks, so that a bad cost is refused the same way
         // whichever path would have served it.
         self.bucket.quota().gcra().cost_ticks(cost)?;
-        let stripe = &self.stripes[STRIPE.with(|s| *s) % self.stripes.len()];
+        let stripe = &self.stripes[crate::stripe::of(self.stripes.len())];
         match stripe.pool.take(cost, self.lease.div_ceil(2)) {
             Take::Taken { refill } => {
                 if refill {
