@@ -206,7 +206,7 @@ impl Gcra {
     /// by the `max(tat, now)` of every later decision.
     #[inline]
     pub(crate) fn refunded(&self, tat: u64, cost: u64) -> u64 {
-        tat.saturating_sub(cost.saturating_mul(self.token_ticks))
+        tat.saturating_sub(self.token_ticks(cost))
     }
 
     /// The TAT of a new bucket, whose own time starts at tick zero, holding
