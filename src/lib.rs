@@ -44,8 +44,8 @@
 
 mod bucket;
 mod clock;
-mod counted;
 pub mod concurrency;
+mod counted;
 mod error;
 mod gcra;
 mod hierarchy;
