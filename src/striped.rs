@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use crossbeam_utils::CachePadded;
 
 use crate::shared::{LeasePool, Take};
+use crate::sync::lock;
 use crate::{AcquireError, Clock, MonotonicClock, Quota, TokenBucket};
 
 /// A [`TokenBucket`] striped over per-thread pools: each thread takes from
@@ -215,11 +216,4 @@ impl<C: Clock> StripedBucket<C> {
     pub fn lease(&self) -> u64 {
         self.lease
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Plain numbers: a panic elsewhere cannot leave them inconsistent.
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -15,3 +15,12 @@ pub(crate) use std::sync::{
     Arc,
     atomic::{AtomicU64, AtomicUsize, Ordering},
 };
+
+/// Locks `mutex`, using the data even if a thread panicked while holding it:
+/// every mutex in this crate guards plain numbers that a panic elsewhere
+/// cannot leave inconsistent in a way that matters.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

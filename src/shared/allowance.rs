@@ -738,10 +738,6 @@ impl<S: Store> Inner<S> {
     }
 
     fn lock_books(&self) -> std::sync::MutexGuard<'_, Books> {
-        // The books hold plain numbers: a panic elsewhere cannot leave them
-        // inconsistent in a way that matters, so a poisoned lock is used.
-        self.books
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock(&self.books)
     }
 }
