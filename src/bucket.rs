@@ -173,10 +173,21 @@ impl<C: Clock> TokenBucket<C> {
     /// ```
     #[cfg(feature = "tokio")]
     pub async fn acquire(&self, cost: u64, max_wait: Duration) -> Result<(), AcquireError> {
+        self.acquire_observed(cost, max_wait, &()).await
+    }
+
+    /// [`Self::acquire`], telling `observer` of its wait and abandonment.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn acquire_observed(
+        &self,
+        cost: u64,
+        max_wait: Duration,
+        observer: &impl crate::waiting::WaitObserver,
+    ) -> Result<(), AcquireError> {
         let gcra = self.quota.gcra();
         let admission = self.admit(cost, gcra.ticks_of(max_wait))?;
         let wait = gcra.duration(gcra.wait(admission.after, admission.at));
-        crate::waiting::sleep_or_give_back(wait, || self.rollback(admission)).await;
+        crate::waiting::sleep_or_give_back(wait, observer, || self.rollback(admission)).await;
         Ok(())
     }
 

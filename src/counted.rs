@@ -4,6 +4,7 @@
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
@@ -28,6 +29,13 @@ pub struct DecisionStats {
     pub denied_cost: u64,
     /// Requests refused for any other reason (a bad cost, a full key table).
     pub rejected: u64,
+    /// Admissions that came with a wait (through `reserve` or `acquire`).
+    pub delayed: u64,
+    /// Those waits, summed, in nanoseconds.
+    pub delay_nanos: u64,
+    /// Async `acquire`s dropped before their wait ended, whose reservations
+    /// went back to the limiter. They are counted in `admitted` as well.
+    pub abandoned: u64,
 }
 
 /// One thread's counters, on a cache line of their own.
@@ -38,6 +46,9 @@ struct Stripe {
     denied: AtomicU64,
     denied_cost: AtomicU64,
     rejected: AtomicU64,
+    delayed: AtomicU64,
+    delay_nanos: AtomicU64,
+    abandoned: AtomicU64,
 }
 
 /// A limiter whose decisions are counted.
@@ -121,42 +132,22 @@ impl<L> Counted<L> {
             denied: sum(|s| &s.denied),
             denied_cost: sum(|s| &s.denied_cost),
             rejected: sum(|s| &s.rejected),
+            delayed: sum(|s| &s.delayed),
+            delay_nanos: sum(|s| &s.delay_nanos),
+            abandoned: sum(|s| &s.abandoned),
         }
     }
 
-    /// Publishes the counts through the `metrics` facade (feature `metrics`)
-    /// as counters `{prefix}_admitted_total`, `_admitted_cost_total`,
-    /// `_denied_total`, `_denied_cost_total` and `_rejected_total`, set to
-    /// their absolute values: call it from a periodic task, or before your
-    /// exporter scrapes.
-    ///
-    /// ```
-    /// use tollgate::{Counted, Quota, TokenBucket};
-    ///
-    /// let bucket = Counted::new(TokenBucket::new(Quota::per_second(10)?));
-    /// bucket.try_acquire(1)?;
-    /// bucket.export("api_global"); // no recorder installed: a no-op
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[cfg(feature = "metrics")]
-    pub fn export(&self, prefix: &str) {
-        let stats = self.stats();
-        for (name, value) in [
-            ("admitted_total", stats.admitted),
-            ("admitted_cost_total", stats.admitted_cost),
-            ("denied_total", stats.denied),
-            ("denied_cost_total", stats.denied_cost),
-            ("rejected_total", stats.rejected),
-        ] {
-            metrics::counter!(format!("{prefix}_{name}")).absolute(value);
-        }
+    /// This thread's counters.
+    #[inline]
+    fn stripe(&self) -> &Stripe {
+        &self.stripes[crate::stripe::of(self.stripes.len())]
     }
 
     /// Counts one decision of `cost` on this thread's stripe.
     #[inline]
     fn count<T>(&self, cost: u64, decision: Result<T, AcquireError>) -> Result<T, AcquireError> {
-        let stripe = &self.stripes[crate::stripe::of(self.stripes.len())];
-        let bump = |counter: &AtomicU64, by: u64| counter.fetch_add(by, Ordering::Relaxed);
+        let stripe = self.stripe();
         match &decision {
             Ok(_) => {
                 bump(&stripe.admitted, 1);
@@ -171,6 +162,66 @@ impl<L> Counted<L> {
             }
         }
         decision
+    }
+
+    /// Counts a wait that came with an admission, if there is one.
+    fn count_delay(&self, wait: Duration) {
+        if !wait.is_zero() {
+            let stripe = self.stripe();
+            bump(&stripe.delayed, 1);
+            bump(&stripe.delay_nanos, crate::clock::saturating_nanos(wait));
+        }
+    }
+}
+
+/// Adds `by` to `counter`: relaxed, since only the sums are ever read.
+#[inline]
+fn bump(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+#[cfg(feature = "tokio")]
+impl<L> crate::waiting::WaitObserver for Counted<L> {
+    fn delayed(&self, wait: Duration) {
+        self.count_delay(wait);
+    }
+
+    fn abandoned(&self) {
+        bump(&self.stripe().abandoned, 1);
+    }
+}
+
+impl DecisionStats {
+    /// Publishes these counts through the `metrics` facade (feature
+    /// `metrics`) as counters `{prefix}_admitted_total`,
+    /// `_admitted_cost_total`, `_denied_total`, `_denied_cost_total`,
+    /// `_rejected_total`, `_delayed_total`, `_delay_nanos_total` and
+    /// `_abandoned_total`, set to their absolute values: call it from a
+    /// periodic task, or before your exporter scrapes.
+    ///
+    /// ```
+    /// use tollgate::{Counted, Quota, TokenBucket};
+    ///
+    /// let bucket = Counted::new(TokenBucket::new(Quota::per_second(10)?));
+    /// bucket.try_acquire(1)?;
+    /// bucket.stats().export("api_global"); // no recorder installed: a no-op
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn export(&self, prefix: &str) {
+        crate::export::counters(
+            prefix,
+            &[
+                ("admitted_total", self.admitted),
+                ("admitted_cost_total", self.admitted_cost),
+                ("denied_total", self.denied),
+                ("denied_cost_total", self.denied_cost),
+                ("rejected_total", self.rejected),
+                ("delayed_total", self.delayed),
+                ("delay_nanos_total", self.delay_nanos),
+                ("abandoned_total", self.abandoned),
+            ],
+        );
     }
 }
 
@@ -188,6 +239,46 @@ impl<C: Clock> Counted<TokenBucket<C>> {
     #[inline]
     pub fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
         self.count(cost, self.limiter.try_acquire(cost))
+    }
+
+    /// [`TokenBucket::reserve`], counted, with its wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Counted, ManualClock, Quota, TokenBucket};
+    ///
+    /// let bucket = Counted::new(TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new()));
+    /// bucket.try_acquire(2)?;
+    /// assert_eq!(bucket.reserve(1, Duration::from_secs(1))?, Duration::from_millis(500));
+    /// let stats = bucket.stats();
+    /// assert_eq!((stats.admitted, stats.delayed, stats.delay_nanos), (2, 1, 500_000_000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve(&self, cost: u64, max_wait: Duration) -> Result<Duration, AcquireError> {
+        let decision = self.count(cost, self.limiter.reserve(cost, max_wait));
+        decision.inspect(|&wait| self.count_delay(wait))
+    }
+
+    /// [`TokenBucket::acquire`], counted, with its wait and whether it was
+    /// abandoned.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Counted, ManualClock, Quota, TokenBucket};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?.block_on(async {
+    /// let bucket = Counted::new(TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new()));
+    /// bucket.acquire(2, Duration::ZERO).await?;
+    /// bucket.acquire(1, Duration::from_secs(1)).await?; // waits 500 ms
+    /// assert_eq!((bucket.stats().delayed, bucket.stats().delay_nanos), (1, 500_000_000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn acquire(&self, cost: u64, max_wait: Duration) -> Result<(), AcquireError> {
+        let decision = self.limiter.acquire_observed(cost, max_wait, self).await;
+        self.count(cost, decision)
     }
 }
 
@@ -210,5 +301,69 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> Counted<KeyedLimiter<K, C, 
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.count(cost, self.limiter.try_acquire(key, cost))
+    }
+
+    /// [`KeyedLimiter::reserve`], counted, with its wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Counted, KeyedLimiter, ManualClock, Quota};
+    ///
+    /// let limiter = Counted::new(
+    ///     KeyedLimiter::builder(Quota::per_second(1)?).clock(ManualClock::new()).build::<u32>(),
+    /// );
+    /// limiter.try_acquire(&7, 1)?;
+    /// assert_eq!(limiter.reserve(&7, 1, Duration::from_secs(1))?, Duration::from_secs(1));
+    /// assert_eq!(limiter.stats().delay_nanos, 1_000_000_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Duration, AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let decision = self.count(cost, self.limiter.reserve(key, cost, max_wait));
+        decision.inspect(|&wait| self.count_delay(wait))
+    }
+
+    /// [`KeyedLimiter::acquire`], counted, with its wait and whether it was
+    /// abandoned.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Counted, KeyedLimiter, ManualClock, Quota};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?.block_on(async {
+    /// let limiter = Counted::new(
+    ///     KeyedLimiter::builder(Quota::per_second(1)?).clock(ManualClock::new()).build::<u32>(),
+    /// );
+    /// limiter.acquire(&7, 1, Duration::ZERO).await?;
+    /// limiter.acquire(&7, 1, Duration::from_secs(1)).await?; // waits 1 s
+    /// assert_eq!(limiter.stats().delayed, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn acquire<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<(), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let decision = self
+            .limiter
+            .acquire_observed(key, cost, max_wait, self)
+            .await;
+        self.count(cost, decision)
     }
 }

@@ -47,6 +47,8 @@ mod clock;
 pub mod concurrency;
 mod counted;
 mod error;
+#[cfg(feature = "metrics")]
+mod export;
 mod gcra;
 mod hierarchy;
 #[cfg(feature = "http")]
@@ -71,7 +73,7 @@ pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock};
 pub use counted::{Counted, DecisionStats};
 pub use error::{AcquireError, QuotaError};
 pub use hierarchy::{HierarchyError, Limit, Step, try_acquire_all};
-pub use keyed::{AtCapacity, KeyLimit, KeyedBuilder, KeyedLimiter, Tiered};
+pub use keyed::{AtCapacity, KeyLimit, KeyTableStats, KeyedBuilder, KeyedLimiter, Tiered};
 pub use quota::{InitialCredit, Quota};
 pub use striped::StripedBucket;
 

@@ -3,23 +3,41 @@
 
 use std::time::Duration;
 
+/// Told what becomes of an async acquire's reservation. The plain limiters
+/// pass `()`, whose empty methods compile away; [`Counted`](crate::Counted)
+/// passes its counters.
+pub(crate) trait WaitObserver {
+    /// The reservation must wait `wait` (non-zero) before it may be used.
+    fn delayed(&self, _wait: Duration) {}
+    /// The caller stopped waiting: the reservation was given back.
+    fn abandoned(&self) {}
+}
+
+impl WaitObserver for () {}
+
 /// Sleeps `wait` on tokio's timer, then returns. If the future is dropped
 /// before that (the caller gave up), `give_back` runs: the reservation's
 /// tokens return to the bucket instead of being spent on work that will
 /// never start.
-pub(crate) async fn sleep_or_give_back(wait: Duration, give_back: impl FnOnce()) {
+pub(crate) async fn sleep_or_give_back(
+    wait: Duration,
+    observer: &impl WaitObserver,
+    give_back: impl FnOnce(),
+) {
     /// Runs the give-back on drop unless disarmed.
-    struct Pending<F: FnOnce()>(Option<F>);
-    impl<F: FnOnce()> Drop for Pending<F> {
+    struct Pending<'a, O: WaitObserver, F: FnOnce()>(&'a O, Option<F>);
+    impl<O: WaitObserver, F: FnOnce()> Drop for Pending<'_, O, F> {
         fn drop(&mut self) {
-            if let Some(give_back) = self.0.take() {
+            if let Some(give_back) = self.1.take() {
                 give_back();
+                self.0.abandoned();
             }
         }
     }
-    let mut pending = Pending(Some(give_back));
+    let mut pending = Pending(observer, Some(give_back));
     if !wait.is_zero() {
+        observer.delayed(wait);
         tokio::time::sleep(wait).await;
     }
-    pending.0 = None;
+    pending.1 = None;
 }

@@ -110,7 +110,11 @@ async fn the_pool_refills_in_the_background_and_never_twice_at_once() {
     settle().await;
     assert_eq!(store.calls.load(Ordering::SeqCst), 1);
     assert!(node.pooled() >= 1);
+    let stats = node.stats();
+    assert_eq!((stats.leases, stats.largest_lease), (1, stats.leased));
+    assert_eq!(stats.pooled, node.pooled());
     assert_eq!(node.try_acquire(1), Ok(Source::Lease));
+    assert_eq!(node.stats().pooled, stats.pooled - 1);
 }
 
 #[tokio::test]
@@ -363,6 +367,12 @@ async fn leases_grow_with_demand() {
     assert!(admitted > 10_000, "{admitted}");
     // Far fewer round trips than admissions: leases grew past one token.
     assert!(stats.leases * 20 < admitted, "{stats:?} for {admitted}");
+    // The largest lease is at least the mean, and within the configured bound.
+    assert!(
+        stats.largest_lease * stats.leases >= stats.leased,
+        "{stats:?}"
+    );
+    assert!(stats.largest_lease <= big.max_lease);
 }
 
 /// Real threads, each a node with its own allowance, hammer one key of one

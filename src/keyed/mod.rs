@@ -2,6 +2,7 @@
 //! bounded memory.
 
 mod config;
+mod stats;
 mod tiers;
 
 use std::borrow::Borrow;
@@ -15,6 +16,7 @@ use dashmap::mapref::entry::{Entry, VacantEntry};
 use dashmap::mapref::one::Ref;
 
 pub use config::{AtCapacity, KeyedBuilder};
+pub use stats::KeyTableStats;
 pub use tiers::Tiered;
 
 use crate::hierarchy::{Limit, Step, Taken};
@@ -84,6 +86,8 @@ pub struct KeyedLimiter<K, C = MonotonicClock, S = ahash::RandomState> {
     /// never spent from the overflow bucket (but for a 1-in-slots hash
     /// collision) do not inherit its debt. Empty under [`AtCapacity::Deny`].
     overflow_floors: Box<[AtomicU64]>,
+    /// Sweeps, evictions and overflow admissions, for [`Self::table_stats`].
+    counters: stats::TableCounters,
 }
 
 /// Slots of [`KeyedLimiter::overflow_floors`]: 32 KiB per limiter with the
@@ -154,6 +158,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                     .map(|_| AtomicU64::new(0))
                     .collect(),
             },
+            counters: stats::TableCounters::default(),
             quota,
         }
     }
@@ -246,6 +251,22 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.acquire_observed(key, cost, max_wait, &()).await
+    }
+
+    /// [`Self::acquire`], telling `observer` of its wait and abandonment.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn acquire_observed<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        max_wait: Duration,
+        observer: &impl crate::waiting::WaitObserver,
+    ) -> Result<(), AcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         use crate::hierarchy::sealed::Sealed;
         let gcra = self.quota.gcra();
         let (admission, overflow) = self.acquire_within(key, cost, gcra.ticks_of(max_wait))?;
@@ -254,7 +275,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             admission,
             overflow,
         };
-        crate::waiting::sleep_or_give_back(wait, || self.key(key).undo(taken)).await;
+        crate::waiting::sleep_or_give_back(wait, observer, || self.key(key).undo(taken)).await;
         Ok(())
     }
 
@@ -336,6 +357,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                     floor.fetch_max(admission.after, Ordering::AcqRel);
                 }
                 drop(absent);
+                self.counters.overflowed();
                 Ok((admission, true))
             }
         }
@@ -581,6 +603,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             .is_some()
         {
             self.keys.fetch_sub(1, Ordering::AcqRel);
+            self.counters.evicted_one();
         }
     }
 
@@ -601,7 +624,30 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             !full
         });
         self.keys.fetch_sub(dropped, Ordering::AcqRel);
+        self.counters.swept(dropped);
         dropped
+    }
+
+    /// What the key table holds and has dropped so far. Always kept: its
+    /// counters move only on sweeps, evictions and overflow admissions, so
+    /// an ordinary decision pays nothing for them.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?).clock(clock.clone()).build::<u32>();
+    /// limiter.try_acquire(&1, 1)?;
+    /// clock.advance(Duration::from_secs(1));
+    /// limiter.sweep();
+    /// let stats = limiter.table_stats();
+    /// assert_eq!((stats.keys, stats.sweeps, stats.evicted), (0, 1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn table_stats(&self) -> KeyTableStats {
+        self.counters
+            .snapshot(self.len() as u64, self.bound.max_keys as u64)
     }
 
     /// Keys currently tracked.

@@ -171,6 +171,48 @@ pub struct AllowanceStats {
     pub failed_open: u64,
     /// Tokens admitted by [`FailurePolicy::Fallback`].
     pub fallback: u64,
+    /// The largest single grant so far (`leased / leases` is the mean).
+    pub largest_lease: u64,
+    /// Tokens in the local pool now.
+    pub pooled: u64,
+}
+
+impl AllowanceStats {
+    /// Publishes this snapshot through the `metrics` facade (feature
+    /// `metrics`): counters `{prefix}_leases_total`,
+    /// `_leased_tokens_total`, `_returned_tokens_total`,
+    /// `_stranded_tokens_total`, `_store_errors_total`,
+    /// `_failed_open_tokens_total` and `_fallback_tokens_total` at their
+    /// absolute values, and gauges `{prefix}_largest_lease_tokens` and
+    /// `{prefix}_pooled_tokens`.
+    ///
+    /// ```
+    /// use tollgate::shared::AllowanceStats;
+    ///
+    /// AllowanceStats::default().export("checkout_budget"); // no recorder installed: a no-op
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn export(&self, prefix: &str) {
+        crate::export::counters(
+            prefix,
+            &[
+                ("leases_total", self.leases),
+                ("leased_tokens_total", self.leased),
+                ("returned_tokens_total", self.returned),
+                ("stranded_tokens_total", self.stranded),
+                ("store_errors_total", self.store_errors),
+                ("failed_open_tokens_total", self.failed_open),
+                ("fallback_tokens_total", self.fallback),
+            ],
+        );
+        crate::export::gauges(
+            prefix,
+            &[
+                ("largest_lease_tokens", self.largest_lease),
+                ("pooled_tokens", self.pooled),
+            ],
+        );
+    }
 }
 
 /// Why a [`LocalAllowance`] could not be built.
@@ -271,6 +313,7 @@ struct Stats {
     store_errors: AtomicU64,
     failed_open: AtomicU64,
     fallback: AtomicU64,
+    largest_lease: AtomicU64,
 }
 
 impl<S: Store> LocalAllowance<S> {
@@ -508,6 +551,8 @@ impl<S: Store> LocalAllowance<S> {
             store_errors: read(&s.store_errors),
             failed_open: read(&s.failed_open),
             fallback: read(&s.fallback),
+            largest_lease: read(&s.largest_lease),
+            pooled: self.pooled(),
         }
     }
 }
@@ -608,6 +653,9 @@ impl<S: Store> Inner<S> {
             Ok(Ok(grant)) => {
                 self.degraded.store(false, Ordering::Release);
                 self.stats.leased.fetch_add(grant.tokens, Ordering::Relaxed);
+                self.stats
+                    .largest_lease
+                    .fetch_max(grant.tokens, Ordering::Relaxed);
                 let mut books = self.lock_books();
                 books.failures = 0;
                 if !grant.is_empty() {

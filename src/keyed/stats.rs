@@ -1,0 +1,95 @@
+//! What a keyed limiter's table holds and has dropped: kept off the
+//! decision path, so reading it costs a decision nothing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of a [`KeyedLimiter`](crate::KeyedLimiter)'s key table, from
+/// [`table_stats`](crate::KeyedLimiter::table_stats).
+///
+/// ```
+/// use tollgate::{KeyedLimiter, Quota};
+///
+/// let limiter = KeyedLimiter::builder(Quota::per_second(1)?).build::<u32>();
+/// limiter.try_acquire(&1, 1)?;
+/// assert_eq!(limiter.table_stats().keys, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyTableStats {
+    /// Keys tracked now.
+    pub keys: u64,
+    /// The key cap.
+    pub max_keys: u64,
+    /// Sweeps run, explicit and automatic.
+    pub sweeps: u64,
+    /// Buckets dropped because they had refilled to full: by sweeps, and
+    /// keys created for a request that a later limit of a hierarchy refused.
+    pub evicted: u64,
+    /// Admissions served by the shared overflow bucket because the table
+    /// was full ([`AtCapacity::SharedOverflow`](crate::AtCapacity::SharedOverflow)).
+    pub overflowed: u64,
+}
+
+impl KeyTableStats {
+    /// Publishes this snapshot through the `metrics` facade (feature
+    /// `metrics`): gauges `{prefix}_keys` and `{prefix}_max_keys`, counters
+    /// `{prefix}_sweeps_total`, `_evicted_total` and `_overflowed_total` at
+    /// their absolute values.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?).build::<u32>();
+    /// limiter.table_stats().export("per_client"); // no recorder installed: a no-op
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn export(&self, prefix: &str) {
+        crate::export::gauges(prefix, &[("keys", self.keys), ("max_keys", self.max_keys)]);
+        crate::export::counters(
+            prefix,
+            &[
+                ("sweeps_total", self.sweeps),
+                ("evicted_total", self.evicted),
+                ("overflowed_total", self.overflowed),
+            ],
+        );
+    }
+}
+
+/// The running totals behind [`KeyTableStats`]. Each is bumped only on a
+/// path that already writes shared state (a sweep, an eviction, a decision
+/// on the overflow bucket), never on an ordinary decision.
+#[derive(Debug, Default)]
+pub(crate) struct TableCounters {
+    sweeps: AtomicU64,
+    evicted: AtomicU64,
+    overflowed: AtomicU64,
+}
+
+impl TableCounters {
+    // Relaxed: each is a total read on its own, ordering nothing.
+    pub(crate) fn swept(&self, dropped: usize) {
+        self.sweeps.fetch_add(1, Ordering::Relaxed);
+        self.evicted.fetch_add(dropped as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn evicted_one(&self) {
+        self.evicted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn overflowed(&self) {
+        self.overflowed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self, keys: u64, max_keys: u64) -> KeyTableStats {
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        KeyTableStats {
+            keys,
+            max_keys,
+            sweeps: read(&self.sweeps),
+            evicted: read(&self.evicted),
+            overflowed: read(&self.overflowed),
+        }
+    }
+}
