@@ -19,7 +19,7 @@ use crate::{AcquireError, Clock, KeyedLimiter, TokenBucket};
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DecisionStats {
-    /// Requests admitted.
+    /// Requests admitted (an async `acquire` once its wait has ended).
     pub admitted: u64,
     /// Tokens they spent.
     pub admitted_cost: u64,
@@ -34,7 +34,7 @@ pub struct DecisionStats {
     /// Those waits, summed, in nanoseconds.
     pub delay_nanos: u64,
     /// Async `acquire`s dropped before their wait ended, whose reservations
-    /// went back to the limiter. They are counted in `admitted` as well.
+    /// went back to the limiter: counted in `delayed`, not in `admitted`.
     pub abandoned: u64,
 }
 
