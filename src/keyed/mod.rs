@@ -275,7 +275,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             admission,
             overflow,
         };
-        crate::waiting::sleep_or_give_back(wait, observer, || self.key(key).undo(taken)).await;
+        crate::waiting::sleep_or_give_back(wait, observer, || self.key(key).undo(&taken)).await;
         Ok(())
     }
 
@@ -766,7 +766,7 @@ where
         })
     }
 
-    fn undo(&self, taken: Taken) {
+    fn undo(&self, taken: &Taken) {
         let limiter = self.limiter;
         let now = || limiter.now();
         if taken.overflow {
