@@ -1,4 +1,5 @@
-//! Single-thread cost of a `tollgate` decision, beside its floor and `governor`.
+//! Single-thread cost of a `tollgate` decision, beside its floor and the
+//! other limiters of the ecosystem.
 //!
 //! Three groups, each measuring every implementation in the same run, on the
 //! same quota and the same class of clock:
@@ -12,10 +13,23 @@
 //! - `deny`: a refusal on an exhausted bucket. `floor` is one clock read and
 //!   one load (a refusal never writes).
 //!
+//! The baselines of `allow` and `deny`, beside `tollgate`:
+//!
+//! - `governor`: a direct `RateLimiter` (`check`);
+//! - `ratelimit`: the `ratelimit` crate's `Ratelimiter` (`try_wait`), which
+//!   refills and spends in separate compare-and-swaps, over two words (so a
+//!   decision is not one atomic step), and refills at most once a
+//!   microsecond;
+//! - `mutex`: a token bucket with a floating-point balance behind a
+//!   `std::sync::Mutex` (`common::MutexBucket`), the design a one-word bucket
+//!   replaces; it reads the class's clock at each decision.
+//!
 //! Clock classes: `monotonic` (`Instant`; governor's `MonotonicClock`),
 //! `coarse` (a background thread stores the time, a reading is one load;
 //! governor's `QuantaUpkeepClock`) and, with `--features tsc`, `tsc` (the
 //! time-stamp counter through `quanta`; governor's `QuantaClock`).
+//! `ratelimit` reads tollgate's clock of the class through its own clock
+//! trait (`common::RatelimitClock`).
 //!
 //! Every routine gets the limiter through `black_box(&limiter)`, so nothing
 //! about the quota is constant-folded, and returns the decision itself, which
@@ -28,45 +42,25 @@
 //! `docs/benchmarks.md`.
 
 use std::hint::black_box;
-use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use criterion::{
     BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
 };
 use crossbeam_utils::CachePadded;
+use governor::RateLimiter;
 use governor::clock::{Clock as GovernorClock, MonotonicClock as GovernorMonotonic, QuantaClock};
-use governor::{Quota as GovernorQuota, RateLimiter};
-use tollgate::{Clock, MonotonicClock, Quota, TokenBucket};
+use tollgate::{Clock, MonotonicClock, TokenBucket};
 
 mod common;
-use common::{coarse_clock, for_each_clock_class, quanta_upkeep_clock};
+use common::{SameQuota, coarse_clock, for_each_clock_class, quanta_upkeep_clock};
 
-/// The `allow` quota: a burst of `u32::MAX` (governor's largest) refilled at
-/// one token per nanosecond. A decision costs more than a nanosecond, so the
-/// bucket refills faster than the benchmark drains it and never denies.
-const ALLOW_CAPACITY: u32 = u32::MAX;
+/// The `allow` quota: refills faster than the benchmark drains it.
+const ALLOW: SameQuota = common::OPEN;
 
-fn allow_quotas() -> (Quota, GovernorQuota) {
-    let tollgate = Quota::new(
-        u64::from(ALLOW_CAPACITY),
-        1_000_000_000,
-        Duration::from_secs(1),
-    )
-    .expect("1 token/ns with a u32::MAX burst is a valid quota");
-    let governor = GovernorQuota::with_period(Duration::from_nanos(1))
-        .expect("non-zero period")
-        .allow_burst(NonZeroU32::MAX);
-    (tollgate, governor)
-}
-
-/// The `deny` quota: one token, refilled once an hour.
-fn deny_quotas() -> (Quota, GovernorQuota) {
-    let tollgate = Quota::new(1, 1, Duration::from_secs(3600)).expect("1 per hour is valid");
-    let governor = GovernorQuota::per_hour(NonZeroU32::MIN);
-    (tollgate, governor)
-}
+/// The `deny` quota: one token an hour, drained before measuring.
+const DENY: SameQuota = common::SHUT;
 
 /// The shared word the floors compare-and-swap, on its own cache line like a
 /// bucket's state.
@@ -89,7 +83,56 @@ fn floor_deny(clock: &impl Clock, word: &AtomicU64) -> bool {
     now < word.load(Ordering::Acquire)
 }
 
-/// Benchmarks floor, tollgate and governor for one clock class on the allow path.
+/// Benchmarks `decide` as `{class}/{name}`. Charged once first (which drains
+/// a `deny` bucket), it must decide `admits` before and after measuring: the
+/// `allow` limiters never deny during the run, the `deny` ones never admit.
+fn bench_decision<R>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    class: &str,
+    name: &str,
+    admits: bool,
+    decide: impl Fn() -> R + Copy,
+    admitted: impl Fn(&R) -> bool,
+) {
+    let id = format!("{class}/{name}");
+    assert!(admitted(&decide()), "{id} refused its first charge");
+    assert_eq!(admitted(&decide()), admits, "{id} before measuring");
+    // By value (a closure of references is `Copy`): given `&decide`, the
+    // timing loop called it out of line, a call per decision.
+    group.bench_function(&id, |b| b.iter(decide));
+    assert_eq!(admitted(&decide()), admits, "{id} after measuring");
+}
+
+/// Benchmarks the `ratelimit` and `mutex` baselines of `class` on `limit`.
+fn baselines<C: Clock>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    class: &str,
+    clock: &C,
+    limit: SameQuota,
+    admits: bool,
+) {
+    let limiter = limit.ratelimit(clock);
+    bench_decision(
+        group,
+        class,
+        "ratelimit",
+        admits,
+        || black_box(&limiter).try_wait(),
+        Result::is_ok,
+    );
+
+    let mutex = limit.mutex(clock.now_nanos());
+    bench_decision(
+        group,
+        class,
+        "mutex",
+        admits,
+        || black_box(&mutex).try_acquire(black_box(clock).now_nanos(), 1),
+        |&admitted| admitted,
+    );
+}
+
+/// Benchmarks every implementation for one clock class on the allow path.
 fn allow_class<C, G>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     class: &str,
@@ -99,37 +142,50 @@ fn allow_class<C, G>(
     C: Clock,
     G: GovernorClock,
 {
-    let (quota, governor_quota) = allow_quotas();
-
     let word = shared_word(&clock);
     group.bench_function(format!("{class}/floor"), |b| {
         b.iter(|| floor_allow(black_box(&clock), black_box(&word)))
     });
 
-    let bucket = TokenBucket::with_clock(quota, clock);
-    assert!(bucket.try_acquire(1).is_ok());
-    group.bench_function(format!("{class}/tollgate"), |b| {
-        b.iter(|| black_box(&bucket).try_acquire(1))
-    });
-    assert!(bucket.try_acquire(1).is_ok(), "the allow bucket denied");
+    // They borrow the clock, so they run before the bucket takes it.
+    baselines(group, class, &clock, ALLOW, true);
+
+    let bucket = TokenBucket::with_clock(ALLOW.tollgate(), clock);
+    bench_decision(
+        group,
+        class,
+        "tollgate",
+        true,
+        || black_box(&bucket).try_acquire(1),
+        Result::is_ok,
+    );
 
     // The same bucket with opt-in decision counters: their cost is the
     // difference from the row above.
     let counted = tollgate::Counted::new(bucket);
-    group.bench_function(format!("{class}/tollgate_counted"), |b| {
-        b.iter(|| black_box(&counted).try_acquire(1))
-    });
+    bench_decision(
+        group,
+        class,
+        "tollgate_counted",
+        true,
+        || black_box(&counted).try_acquire(1),
+        Result::is_ok,
+    );
+    // The counters saw every decision of the run, not just the last.
     assert!(counted.stats().denied == 0, "the allow bucket denied");
 
-    let limiter = RateLimiter::direct_with_clock(governor_quota, governor_clock);
-    assert!(limiter.check().is_ok());
-    group.bench_function(format!("{class}/governor"), |b| {
-        b.iter(|| black_box(&limiter).check())
-    });
-    assert!(limiter.check().is_ok(), "the allow limiter denied");
+    let limiter = RateLimiter::direct_with_clock(ALLOW.governor(), governor_clock);
+    bench_decision(
+        group,
+        class,
+        "governor",
+        true,
+        || black_box(&limiter).check(),
+        Result::is_ok,
+    );
 }
 
-/// Benchmarks floor, tollgate and governor for one clock class on the deny path.
+/// Benchmarks every implementation for one clock class on the deny path.
 fn deny_class<C, G>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     class: &str,
@@ -139,8 +195,6 @@ fn deny_class<C, G>(
     C: Clock,
     G: GovernorClock,
 {
-    let (quota, governor_quota) = deny_quotas();
-
     // A word an hour in the future: every comparison refuses.
     let word = CachePadded::new(AtomicU64::new(clock.now_nanos() + 3_600_000_000_000));
     assert!(floor_deny(&clock, &word));
@@ -148,24 +202,28 @@ fn deny_class<C, G>(
         b.iter(|| floor_deny(black_box(&clock), black_box(&word)))
     });
 
-    let bucket = TokenBucket::with_clock(quota, clock);
-    assert!(bucket.try_acquire(1).is_ok());
-    assert!(
-        bucket.try_acquire(1).is_err(),
-        "the deny bucket is not drained"
-    );
-    group.bench_function(format!("{class}/tollgate"), |b| {
-        b.iter(|| black_box(&bucket).try_acquire(1))
-    });
-    assert!(bucket.try_acquire(1).is_err(), "the deny bucket admitted");
+    // They borrow the clock, so they run before the bucket takes it.
+    baselines(group, class, &clock, DENY, false);
 
-    let limiter = RateLimiter::direct_with_clock(governor_quota, governor_clock);
-    assert!(limiter.check().is_ok());
-    assert!(limiter.check().is_err(), "the deny limiter is not drained");
-    group.bench_function(format!("{class}/governor"), |b| {
-        b.iter(|| black_box(&limiter).check())
-    });
-    assert!(limiter.check().is_err(), "the deny limiter admitted");
+    let bucket = TokenBucket::with_clock(DENY.tollgate(), clock);
+    bench_decision(
+        group,
+        class,
+        "tollgate",
+        false,
+        || black_box(&bucket).try_acquire(1),
+        Result::is_ok,
+    );
+
+    let limiter = RateLimiter::direct_with_clock(DENY.governor(), governor_clock);
+    bench_decision(
+        group,
+        class,
+        "governor",
+        false,
+        || black_box(&limiter).check(),
+        Result::is_ok,
+    );
 }
 
 fn clock(c: &mut Criterion) {

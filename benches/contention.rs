@@ -8,6 +8,8 @@
 //! - `tollgate`: one `TokenBucket`;
 //! - `striped`: a `StripedBucket` with one stripe per thread, leasing 1024;
 //! - `governor`: a direct `RateLimiter` on `QuantaUpkeepClock`;
+//! - `ratelimit`: the `ratelimit` crate's `Ratelimiter` (two words: a
+//!   refill compare-and-swap, then a spend compare-and-swap);
 //! - `mutex`: a token bucket behind a `std::sync::Mutex`.
 //!
 //! Threads are spawned outside the timed region: each measurement releases
@@ -20,24 +22,19 @@
 //! Run with `cargo bench --bench contention`; see `docs/benchmarks.md`.
 
 use std::hint::black_box;
-use std::num::NonZeroU32;
+use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use crossbeam_utils::CachePadded;
-use governor::{Quota as GovernorQuota, RateLimiter};
-use tollgate::{Clock, Quota, StripedBucket, TokenBucket};
+use governor::RateLimiter;
+use tollgate::{Clock, StripedBucket, TokenBucket};
 
 mod common;
-use common::{coarse_clock, quanta_upkeep_clock};
+use common::{OPEN, coarse_clock, quanta_upkeep_clock};
 
 const THREADS: [usize; 4] = [1, 2, 4, 8];
-
-fn quota() -> Quota {
-    Quota::new(u64::from(u32::MAX), 1_000_000_000, Duration::from_secs(1)).expect("a valid quota")
-}
 
 /// Runs `decide` `iters` times in total over `threads` threads released
 /// together, and returns the time from release to the last one's end.
@@ -62,28 +59,6 @@ fn timed<F: Fn() + Sync>(threads: usize, iters: u64, decide: F) -> Duration {
     .elapsed()
 }
 
-/// A token bucket behind a lock: the design tollgate's one word replaces.
-struct MutexBucket {
-    state: Mutex<(u64, f64)>,
-    capacity: f64,
-    per_nano: f64,
-}
-
-impl MutexBucket {
-    fn try_acquire(&self, now: u64) -> bool {
-        let mut state = self.state.lock().unwrap();
-        let (last, tokens) = *state;
-        let refilled =
-            (tokens + now.saturating_sub(last) as f64 * self.per_nano).min(self.capacity);
-        if refilled >= 1.0 {
-            *state = (now, refilled - 1.0);
-            true
-        } else {
-            false
-        }
-    }
-}
-
 fn contention(c: &mut Criterion) {
     let mut group = c.benchmark_group("contention");
     let clock = coarse_clock();
@@ -100,7 +75,7 @@ fn contention(c: &mut Criterion) {
             })
         });
 
-        let bucket = TokenBucket::with_clock(quota(), &clock);
+        let bucket = TokenBucket::with_clock(OPEN.tollgate(), &clock);
         group.bench_function(BenchmarkId::new("tollgate", threads), |b| {
             b.iter_custom(|iters| {
                 timed(threads, iters, || {
@@ -109,7 +84,7 @@ fn contention(c: &mut Criterion) {
             })
         });
 
-        let striped = StripedBucket::with_clock(quota(), &clock, threads, 1024);
+        let striped = StripedBucket::with_clock(OPEN.tollgate(), &clock, threads, 1024);
         group.bench_function(BenchmarkId::new("striped", threads), |b| {
             b.iter_custom(|iters| {
                 timed(threads, iters, || {
@@ -118,15 +93,20 @@ fn contention(c: &mut Criterion) {
             })
         });
 
-        let mutex = MutexBucket {
-            state: Mutex::new((clock.now_nanos(), f64::from(u32::MAX))),
-            capacity: f64::from(u32::MAX),
-            per_nano: 1.0,
-        };
+        let ratelimit = OPEN.ratelimit(&clock);
+        group.bench_function(BenchmarkId::new("ratelimit", threads), |b| {
+            b.iter_custom(|iters| {
+                timed(threads, iters, || {
+                    black_box(black_box(&ratelimit).try_wait()).unwrap()
+                })
+            })
+        });
+
+        let mutex = OPEN.mutex(clock.now_nanos());
         group.bench_function(BenchmarkId::new("mutex", threads), |b| {
             b.iter_custom(|iters| {
                 timed(threads, iters, || {
-                    assert!(black_box(&mutex).try_acquire(black_box(&clock).now_nanos()));
+                    assert!(black_box(&mutex).try_acquire(black_box(&clock).now_nanos(), 1));
                 })
             })
         });
@@ -134,11 +114,8 @@ fn contention(c: &mut Criterion) {
     drop(clock);
 
     let upkeep = quanta_upkeep_clock();
-    let governor_quota = GovernorQuota::with_period(Duration::from_nanos(1))
-        .expect("non-zero period")
-        .allow_burst(NonZeroU32::MAX);
     for threads in THREADS {
-        let limiter = RateLimiter::direct_with_clock(governor_quota, upkeep.clone());
+        let limiter = RateLimiter::direct_with_clock(OPEN.governor(), upkeep.clone());
         group.bench_function(BenchmarkId::new("governor", threads), |b| {
             b.iter_custom(|iters| {
                 timed(threads, iters, || {

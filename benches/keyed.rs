@@ -1,7 +1,8 @@
-//! Single-thread cost of a keyed decision, beside `governor`'s keyed limiter.
+//! Single-thread cost of a keyed decision, beside `governor`'s keyed limiter
+//! and a locked map.
 //!
-//! Two groups, each measuring every implementation in the same run, on the
-//! same quota and the same class of clock:
+//! Each group measures every implementation in the same run, on the same
+//! quota and the same class of clock:
 //!
 //! - `keyed_hot`: one key, decided again and again (its bucket stays in
 //!   cache);
@@ -10,56 +11,111 @@
 //! - `keyed_1m` (coarse clock only): 1 000 000 keys, likewise;
 //! - `keyed_zipf` (coarse clock only): 100 000 keys visited with Zipf-like
 //!   skew (exponent 1): a few keys take most decisions, as real traffic
-//!   does.
+//!   does;
+//! - `keyed_churn` (coarse clock only): every decision is on a key never
+//!   seen before, in bounded memory (see [`keyed_churn`]).
 //!
-//! The quota never denies during a run (see `bucket.rs`), so both measure the
-//! admission path. Implementations:
+//! In the first four the quota never denies during a run (see `bucket.rs`),
+//! so all measure the admission path. Implementations:
 //!
 //! - `tollgate`: `KeyedLimiter` with its default hasher (`ahash`);
 //! - `governor`: `RateLimiter::dashmap_with_clock`, governor's default keyed
 //!   store, whose hasher is std's SipHash;
 //! - `governor_ahash`: the same store with `ahash`, to separate what the
-//!   hasher buys from what the rest of the design does.
+//!   hasher buys from what the rest of the design does (not in
+//!   `keyed_churn`);
+//! - `mutex`: one global lock over a std `HashMap` of `FloatBucket`s (a
+//!   floating-point balance), hashed with `ahash` like tollgate, so that the
+//!   design, not the hasher, is what differs. It reads the class's clock
+//!   (tollgate's own instance) before locking.
 //!
 //! Keys are `u64`. Run with `cargo bench --bench keyed --all-features`; see
 //! `docs/benchmarks.md`.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::hint::black_box;
-use std::num::NonZeroU32;
+use std::num::NonZeroUsize;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use criterion::{
     BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
 };
+use governor::RateLimiter;
 use governor::clock::Clock as GovernorClock;
-use governor::{Quota as GovernorQuota, RateLimiter};
-use tollgate::{Clock, KeyedLimiter, Quota};
+use tollgate::{Clock, KeyedLimiter};
 
 mod common;
-use common::for_each_clock_class;
+use common::{FloatBucket, OPEN, SameQuota, for_each_clock_class};
 
 const MANY_KEYS: u64 = 100_000;
 const MILLION_KEYS: u64 = 1_000_000;
 /// Draws of the Zipf-like visiting order.
 const ZIPF_DRAWS: usize = 1_000_000;
 
-/// A burst of `u32::MAX` refilled at one token per nanosecond: never denies.
-fn quotas() -> (Quota, GovernorQuota) {
-    let tollgate = Quota::new(u64::from(u32::MAX), 1_000_000_000, Duration::from_secs(1))
-        .expect("a valid quota");
-    let governor = GovernorQuota::with_period(Duration::from_nanos(1))
-        .expect("non-zero period")
-        .allow_burst(NonZeroU32::MAX);
-    (tollgate, governor)
+/// The most keys `keyed_churn`'s limiters hold: tollgate's key cap, and the
+/// number of new keys between two prunes of the others.
+const CHURN_CAP: NonZeroUsize = NonZeroUsize::new(100_000).unwrap();
+
+/// `keyed_churn`'s quota: one token, refilled in a microsecond. A bucket is
+/// full again a microsecond after its single decision, far under the coarse
+/// clock's millisecond, so a sweep drops every bucket decided before the
+/// clock's current reading.
+const CHURN_QUOTA: SameQuota = SameQuota {
+    capacity: 1,
+    interval: Duration::from_micros(1),
+};
+
+/// A keyed limiter of the simplest design: one lock over a std `HashMap` of
+/// [`FloatBucket`]s.
+struct MutexMap {
+    buckets: Mutex<HashMap<u64, FloatBucket, ahash::RandomState>>,
+    quota: SameQuota,
+}
+
+impl MutexMap {
+    /// An empty map whose buckets get `quota`.
+    fn new(quota: SameQuota) -> Self {
+        MutexMap {
+            buckets: Mutex::default(),
+            quota,
+        }
+    }
+
+    /// Takes `cost` from `key`'s bucket at `now`, creating it full if new.
+    fn try_acquire(&self, key: u64, now: u64, cost: u64) -> bool {
+        self.buckets
+            .lock()
+            .unwrap()
+            .entry(key)
+            .or_insert_with(|| self.quota.float(now))
+            .try_acquire(now, cost)
+    }
+
+    /// Drops every bucket full at `now`, as governor's `retain_recent` does.
+    fn retain_recent(&self, now: u64) {
+        self.buckets
+            .lock()
+            .unwrap()
+            .retain(|_, bucket| !bucket.is_full(now));
+    }
+
+    fn len(&self) -> usize {
+        self.buckets.lock().unwrap().len()
+    }
+}
+
+/// Spreads an index over the 64-bit key space. Multiplying by an odd
+/// constant is a bijection, so distinct indices give distinct keys.
+fn mix(index: u64) -> u64 {
+    index.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xA5A5_A5A5
 }
 
 /// The `i`-th of `n` keys in scattered order: a multiplier coprime to `n`
-/// (a power of ten) permutes the indices, and a 64-bit mix spreads the
-/// values.
+/// (a power of ten) permutes the indices, and [`mix`] spreads the values.
 fn scattered_key(i: u64, n: u64) -> u64 {
-    let index = i * 48_271 % n;
-    index.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xA5A5_A5A5
+    mix(i * 48_271 % n)
 }
 
 /// The keys a group visits.
@@ -117,7 +173,7 @@ fn zipf_ranks(n: u64, draws: usize) -> Vec<u64> {
         .collect()
 }
 
-/// Benchmarks the three keyed limiters for one clock class.
+/// Benchmarks the four keyed limiters for one clock class.
 fn keyed_class<C, G>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     class: &str,
@@ -128,7 +184,6 @@ fn keyed_class<C, G>(
     C: Clock,
     G: GovernorClock + Clone,
 {
-    let (quota, governor_quota) = quotas();
     // The visiting order, computed before measuring: each iteration costs
     // the same index step and load for every implementation.
     let order = keys.order();
@@ -139,18 +194,23 @@ fn keyed_class<C, G>(
         order[i]
     };
 
-    let tollgate = KeyedLimiter::builder(quota).clock(clock).build::<u64>();
-    let governor = RateLimiter::dashmap_with_clock(governor_quota, governor_clock.clone());
+    let tollgate = KeyedLimiter::builder(OPEN.tollgate())
+        .clock(clock)
+        .build::<u64>();
+    let governor = RateLimiter::dashmap_with_clock(OPEN.governor(), governor_clock.clone());
     let governor_ahash = RateLimiter::dashmap_with_clock_and_hasher(
-        governor_quota,
+        OPEN.governor(),
         governor_clock,
         ahash::RandomState::new(),
     );
+    let mutex = MutexMap::new(OPEN);
+    let clock = tollgate.clock();
     let all = keys.all();
     for key in &all {
         assert!(tollgate.try_acquire(key, 1).is_ok());
         assert!(governor.check_key(key).is_ok());
         assert!(governor_ahash.check_key(key).is_ok());
+        assert!(mutex.try_acquire(*key, clock.now_nanos(), 1));
     }
 
     group.bench_function(format!("{class}/tollgate"), |b| {
@@ -162,7 +222,11 @@ fn keyed_class<C, G>(
     group.bench_function(format!("{class}/governor_ahash"), |b| {
         b.iter(|| black_box(&governor_ahash).check_key(&key()))
     });
+    group.bench_function(format!("{class}/mutex"), |b| {
+        b.iter(|| black_box(&mutex).try_acquire(key(), clock.now_nanos(), 1))
+    });
     assert_eq!(tollgate.len(), all.len(), "a key was created");
+    assert_eq!(mutex.len(), all.len(), "a key was created");
 }
 
 fn hot_class<C: Clock, G: GovernorClock + Clone>(
@@ -224,9 +288,100 @@ fn keyed_zipf(c: &mut Criterion) {
     group.finish();
 }
 
+/// New keys arriving continuously, in bounded memory: every decision is on
+/// a key never seen before (a counter through [`mix`]), and each is
+/// admitted, since a new key starts full. Tollgate's limiter holds at most
+/// [`CHURN_CAP`] keys: a new key that finds the table full first sweeps it
+/// (at most once per coarse tick: a second sweep at the same clock reading
+/// would find no bucket the first did not drop). Governor has no automatic
+/// sweep, so its `retain_recent` runs every `CHURN_CAP` new keys, and the
+/// `mutex` map is pruned the same way; both then hold at most about as many
+/// keys. Neither shrinks its table afterwards: governor's documentation does
+/// not prescribe `shrink_to_fit`, tollgate's sweep does not shrink, and a
+/// table shrunk only to grow back would measure rehashing.
+///
+/// The time per decision thus includes the insertion of a key and, amortized,
+/// the sweep or prune that later drops it: the cost of serving traffic whose
+/// keys keep changing (addresses, sessions) without the table outgrowing its
+/// bound.
+///
+/// Coarse clock only, as `keyed_1m`: the map is what this group measures,
+/// and the clock reading costs every implementation the same. The coarse
+/// clock is also the hardest case for reclaiming: a bucket decided at the
+/// current reading is not yet full, whatever the quota.
+fn keyed_churn(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_churn");
+    let (clock, upkeep) = (common::coarse_clock(), common::quanta_upkeep_clock());
+    // Keys created so far by the limiter being measured, one a decision.
+    let created = Cell::new(0u64);
+    let new_key = || {
+        let i = created.get();
+        created.set(i + 1);
+        mix(i)
+    };
+    let prune_due = || created.get().is_multiple_of(CHURN_CAP.get() as u64);
+
+    let tollgate = KeyedLimiter::builder(CHURN_QUOTA.tollgate())
+        .clock(clock)
+        .max_keys(CHURN_CAP)
+        .sweep_interval(Some(common::COARSE_RESOLUTION))
+        .build::<u64>();
+    group.bench_function("coarse/tollgate", |b| {
+        b.iter(|| assert!(black_box(&tollgate).try_acquire(&new_key(), 1).is_ok()))
+    });
+    let table = tollgate.table_stats();
+    assert!(table.keys <= table.max_keys, "the key cap was exceeded");
+    assert_eq!(
+        table.evicted + table.keys,
+        created.get(),
+        "a key neither swept nor held"
+    );
+    if table.sweeps > 0 {
+        eprintln!("keyed_churn/coarse/tollgate: {} sweeps", table.sweeps);
+    }
+    churn_report("tollgate", created.replace(0), tollgate.len());
+
+    let governor = RateLimiter::dashmap_with_clock(CHURN_QUOTA.governor(), upkeep);
+    group.bench_function("coarse/governor", |b| {
+        b.iter(|| {
+            assert!(black_box(&governor).check_key(&new_key()).is_ok());
+            if prune_due() {
+                governor.retain_recent();
+            }
+        })
+    });
+    churn_report("governor", created.replace(0), governor.len());
+
+    let mutex = MutexMap::new(CHURN_QUOTA);
+    let clock = tollgate.clock();
+    group.bench_function("coarse/mutex", |b| {
+        b.iter(|| {
+            assert!(black_box(&mutex).try_acquire(new_key(), clock.now_nanos(), 1));
+            if prune_due() {
+                mutex.retain_recent(clock.now_nanos());
+            }
+        })
+    });
+    churn_report("mutex", created.replace(0), mutex.len());
+    group.finish();
+}
+
+/// Prints what a `keyed_churn` run (warm-up included) did to a limiter's
+/// table: every key created was either dropped by a sweep or prune, or is
+/// still held. Criterion does not run a benchmark its filter excludes, and
+/// such a run has nothing to report.
+fn churn_report(name: &str, created: u64, held: usize) {
+    if created > 0 {
+        let dropped = created - held as u64;
+        eprintln!(
+            "keyed_churn/coarse/{name}: {created} keys created, {dropped} dropped, {held} held"
+        );
+    }
+}
+
 criterion_group! {
     name = benches;
     config = common::config();
-    targets = keyed_hot, keyed_100k, keyed_1m, keyed_zipf
+    targets = keyed_hot, keyed_100k, keyed_1m, keyed_zipf, keyed_churn
 }
 criterion_main!(benches);

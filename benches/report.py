@@ -1,20 +1,20 @@
 #!/usr/bin/env python3
-"""Markdown tables of the `bucket` and `keyed` benchmarks' medians, from
-criterion's output.
+"""Markdown tables of every benchmark's medians, from criterion's output.
 
-Usage (after `cargo bench --bench bucket --bench keyed --all-features`):
+Usage (after `cargo bench --all-features`, or some of its benches):
 
     python3 benches/report.py [CRITERION_DIR] [--json FILE]
 
 CRITERION_DIR defaults to `$CARGO_TARGET_DIR/criterion` or `target/criterion`.
-Reads `<group>/<bench>/new/{benchmark,estimates}.json`, that is, the latest
-run of each benchmark, and prints one table per group: criterion's median
-point estimate with its 95 % confidence interval, and for `allow` and `deny`
-the ratios tollgate/floor and tollgate/governor within each clock class; for
-`keyed_hot` and `keyed_100k`, how many times faster tollgate is than governor
-(default hasher) and than governor with ahash.
-The fastest sample (time per iteration of criterion's least disturbed sample)
-is shown beside the median as a cross-check on a shared, noisy machine.
+Reads `<group>/.../new/{benchmark,estimates,sample}.json`, that is, the
+latest run of each benchmark, and prints one table per group found: for each
+row (a clock class, a thread count, a cost, a depth or a store) criterion's
+median time per iteration of every implementation, then how many times
+slower each baseline is than tollgate (above 1: tollgate is faster), and the
+verdict on the group's target where it has one. The fastest sample (time
+per iteration of criterion's least disturbed sample) cross-checks the
+verdicts on a shared, noisy machine.
+
 `--json FILE` also writes `{"allow/monotonic/floor": {"median": ns,
 "fastest": ns}, ...}`.
 """
@@ -24,100 +24,132 @@ import os
 import sys
 from pathlib import Path
 
-KEYED_GROUPS = ("keyed_hot", "keyed_100k", "keyed_1m", "keyed_zipf")
-GROUPS = ("clock", "allow", "deny") + KEYED_GROUPS
+FLOOR_TARGET = 1.2  # tollgate's allow path within 1.2x of the floor
 KEYED_TARGET = 2.0  # tollgate at least 2x faster than governor's keyed limiter
 CLASSES = ("monotonic", "tsc", "coarse")
-TARGET = 1.2  # tollgate within 1.2x of the floor for the same clock
-# `clock` rows, grouped by clock class: (benchmark, class).
-CLOCK_ROWS = (
-    ("std_instant_now", "monotonic"),
-    ("tollgate_monotonic", "monotonic"),
-    ("governor_monotonic", "monotonic"),
-    ("quanta_raw", "tsc"),
-    ("quanta_now", "tsc"),
-    ("tollgate_tsc", "tsc"),
-    ("governor_quanta", "tsc"),
-    ("tollgate_coarse", "coarse"),
-    ("governor_quanta_upkeep", "coarse"),
-)
+
+# Groups whose ids are `<group>/<row>/<implementation>` (a clock class per
+# row); the others are `<group>/<implementation>/<row>` (criterion's
+# `BenchmarkId::new(implementation, parameter)`).
+ROW_FIRST = ("clock", "allow", "deny", "keyed_hot", "keyed_100k", "keyed_1m", "keyed_zipf", "keyed_churn")
+# The order groups are printed in, and what each row is.
+GROUPS = {
+    "clock": "reading",
+    "allow": "clock",
+    "deny": "clock",
+    "weighted": "cost",
+    "hierarchy": "depth",
+    "hierarchy_refused": "depth",
+    "keyed_hot": "clock",
+    "keyed_100k": "clock",
+    "keyed_1m": "clock",
+    "keyed_zipf": "clock",
+    "keyed_churn": "clock",
+    "contention": "threads",
+    "allowance": "store",
+}
+# The implementation each group's ratios are taken against.
+REFERENCE = {"allowance": "local_allowance"}
 
 
 def load(root):
-    """{full_id: (median, lower, upper, fastest)} for every benchmark of GROUPS.
-
-    `median` is criterion's point estimate of the median time per iteration,
-    `lower`/`upper` its 95 % confidence interval, and `fastest` the time per
-    iteration of the fastest sample: on a shared machine, the least disturbed.
-    """
+    """{full_id: (median, lower, upper, fastest)} for every benchmark under root."""
     out = {}
-    for group in GROUPS:
-        for meta in sorted((root / group).glob("*/new/benchmark.json")):
-            full_id = json.loads(meta.read_text())["full_id"]
-            est = json.loads((meta.parent / "estimates.json").read_text())["median"]
-            ci = est["confidence_interval"]
-            sample = json.loads((meta.parent / "sample.json").read_text())
-            fastest = min(t / n for t, n in zip(sample["times"], sample["iters"]))
-            out[full_id] = (est["point_estimate"], ci["lower_bound"], ci["upper_bound"], fastest)
+    for meta in sorted(root.glob("**/new/benchmark.json")):
+        full_id = json.loads(meta.read_text())["full_id"]
+        est = json.loads((meta.parent / "estimates.json").read_text())["median"]
+        ci = est["confidence_interval"]
+        sample = json.loads((meta.parent / "sample.json").read_text())
+        fastest = min(t / n for t, n in zip(sample["times"], sample["iters"]))
+        out[full_id] = (est["point_estimate"], ci["lower_bound"], ci["upper_bound"], fastest)
     return out
 
 
+def cells(data, group):
+    """{(row, implementation): measurement} of one group, rows in first-seen order."""
+    out = {}
+    for full_id, value in data.items():
+        parts = full_id.split("/")
+        if parts[0] != group or len(parts) != 3:
+            continue
+        row, who = (parts[1], parts[2]) if group in ROW_FIRST else (parts[2], parts[1])
+        out[(row, who)] = value
+    return out
+
+
+def ordered(keys):
+    """Clock classes in their usual order, numbers numerically, the rest as found."""
+    def rank(k):
+        if k in CLASSES:
+            return (0, CLASSES.index(k), "")
+        if k.isdigit():
+            return (1, int(k), "")
+        return (2, 0, k)
+    return sorted(set(keys), key=rank)
+
+
 def ns(x):
+    if x >= 1e6:
+        return f"{x / 1e3:,.0f} µs"
     return f"{x:.2f}" if x < 10 else f"{x:.1f}"
 
 
-def clock_table(data):
-    rows = [
-        "| class | reading | median ns | 95 % CI of median | fastest sample ns |",
-        "|---|---|---:|---|---:|",
-    ]
-    for name, cls in CLOCK_ROWS:
-        if f"clock/{name}" in data:
-            m, lo, hi, fast = data[f"clock/{name}"]
-            rows.append(f"| {cls} | `{name}` | {ns(m)} | {ns(lo)} – {ns(hi)} | {ns(fast)} |")
-    return "\n".join(rows)
+def verdicts(group, row, got):
+    """The target cells of one row: (header, value) pairs."""
+    toll = got.get("tollgate")
+    if group == "allow" and toll and "floor" in got:
+        ratio = toll[0] / got["floor"][0]
+        out = [(f"tollgate / floor (target ≤ {FLOOR_TARGET})", f"{ratio:.2f} {'met' if ratio <= FLOOR_TARGET else 'not met'}"),
+               ("fastest-sample tollgate / floor", f"{toll[3] / got['floor'][3]:.2f}")]
+        if "governor" in got:
+            slower = toll[0] / got["governor"][0]
+            out.append(("tollgate / governor (target ≤ 1)", f"{slower:.2f} {'met' if slower <= 1 else 'not met'}"))
+        return out
+    if group in ("keyed_hot", "keyed_100k") and toll and "governor" in got:
+        speedup = got["governor"][0] / toll[0]
+        return [(f"governor / tollgate (target ≥ {KEYED_TARGET})", f"{speedup:.2f} {'met' if speedup >= KEYED_TARGET else 'not met'}"),
+                ("fastest-sample governor / tollgate", f"{got['governor'][3] / toll[3]:.2f}")]
+    return []
 
 
-def path_table(data, group):
-    rows = [
-        "| clock | floor ns | tollgate ns | governor ns | tollgate − floor ns "
-        "| tollgate / floor | tollgate / governor | fastest-sample tollgate / floor "
-        f"| within {TARGET}x of floor |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for cls in CLASSES:
-        try:
-            floor, toll, gov = (data[f"{group}/{cls}/{who}"] for who in ("floor", "tollgate", "governor"))
-        except KeyError:
-            continue  # e.g. `tsc` without `--features tsc`
-        ratio = toll[0] / floor[0]
-        verdict = "yes" if ratio <= TARGET else "no"
-        rows.append(
-            f"| {cls} | {ns(floor[0])} | {ns(toll[0])} | {ns(gov[0])} | {toll[0] - floor[0]:+.2f} "
-            f"| {ratio:.2f} | {toll[0] / gov[0]:.2f} | {toll[3] / floor[3]:.2f} | {verdict} |"
-        )
-    return "\n".join(rows)
-
-
-def keyed_table(data, group):
-    rows = [
-        "| clock | tollgate ns | governor ns | governor+ahash ns | governor / tollgate "
-        "| governor+ahash / tollgate | fastest-sample governor / tollgate "
-        f"| at least {KEYED_TARGET}x faster |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for cls in CLASSES:
-        try:
-            toll, gov, gah = (data[f"{group}/{cls}/{who}"] for who in ("tollgate", "governor", "governor_ahash"))
-        except KeyError:
-            continue
-        speedup = gov[0] / toll[0]
-        verdict = "yes" if speedup >= KEYED_TARGET else "no"
-        rows.append(
-            f"| {cls} | {ns(toll[0])} | {ns(gov[0])} | {ns(gah[0])} | {speedup:.2f} "
-            f"| {gah[0] / toll[0]:.2f} | {gov[3] / toll[3]:.2f} | {verdict} |"
-        )
-    return "\n".join(rows)
+def group_table(data, group):
+    table = cells(data, group)
+    if not table:
+        return None
+    rows = ordered(r for r, _ in table)
+    who = []
+    for _, w in table:
+        if w not in who:
+            who.append(w)
+    reference = REFERENCE.get(group, "tollgate")
+    if reference in who:
+        who.remove(reference)
+        who.insert(0, reference)
+    # The floor is a bound, not a rival: its ratio is the target's column.
+    baselines = [w for w in who if w not in (reference, "floor")] if group != "clock" and reference in who else []
+    extra = []
+    body = []
+    for row in rows:
+        got = {w: table[(row, w)] for w in who if (row, w) in table}
+        line = [f"`{row}`" if group == "clock" else row]
+        line += [ns(got[w][0]) if w in got else "–" for w in who]
+        if group == "contention":
+            line += [f"{1e3 / got[w][0]:.0f}" if w in got else "–" for w in who]
+        for w in baselines:
+            ok = w in got and reference in got
+            line.append(f"{got[w][0] / got[reference][0]:.2f}" if ok else "–")
+        v = verdicts(group, row, got)
+        if v:
+            extra = [h for h, _ in v]
+            line += [c for _, c in v]
+        body.append(line)
+    header = [GROUPS.get(group, "row")] + [f"{w} ns" for w in who]
+    if group == "contention":
+        header += [f"{w} M/s" for w in who]
+    header += [f"{w} / {reference}" for w in baselines] + extra
+    out = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    out += ["| " + " | ".join(line + ["–"] * (len(header) - len(line))) + " |" for line in body]
+    return "\n".join(out)
 
 
 def main(argv):
@@ -133,11 +165,10 @@ def main(argv):
     data = load(root)
     if not data:
         sys.exit(f"no criterion results under {root}")
-    print("### clock\n\n" + clock_table(data) + "\n")
-    for group in ("allow", "deny"):
-        print(f"### {group}\n\n" + path_table(data, group) + "\n")
-    for group in KEYED_GROUPS:
-        print(f"### {group}\n\n" + keyed_table(data, group) + "\n")
+    for group in GROUPS:
+        table = group_table(data, group)
+        if table:
+            print(f"### {group}\n\n{table}\n")
     if json_out:
         Path(json_out).write_text(json.dumps({k: {"median": v[0], "fastest": v[3]} for k, v in data.items()}, indent=1) + "\n")
 

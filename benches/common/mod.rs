@@ -4,11 +4,15 @@
 // Each bench target compiles this module and may use only part of it.
 #![allow(dead_code, unused_macros, unused_imports)]
 
+use std::num::NonZeroU32;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use criterion::Criterion;
+use governor::Quota as GovernorQuota;
 use governor::clock::QuantaUpkeepClock;
-use tollgate::CoarseClock;
+use ratelimit::Ratelimiter;
+use tollgate::{Clock, CoarseClock, Quota};
 
 /// The measurement settings every group shares: short warm-up, 3 s of
 /// samples (medians are stable to a few percent on a quiet machine).
@@ -58,3 +62,130 @@ macro_rules! for_each_clock_class {
     }};
 }
 pub(crate) use for_each_clock_class;
+
+/// A token bucket with a floating-point balance, the textbook design: the
+/// state a lock-based limiter keeps per bucket.
+pub struct FloatBucket {
+    /// Time of the latest decision (ns).
+    last: u64,
+    /// The balance then.
+    tokens: f64,
+    capacity: f64,
+    per_nano: f64,
+}
+
+impl FloatBucket {
+    /// A full bucket of `capacity` tokens refilling `per_nano` tokens per
+    /// nanosecond, as of `now`.
+    pub fn new(capacity: f64, per_nano: f64, now: u64) -> Self {
+        FloatBucket {
+            last: now,
+            tokens: capacity,
+            capacity,
+            per_nano,
+        }
+    }
+
+    /// Refills to `now` (a reading older than the last one refills
+    /// nothing), then takes `cost` if the balance holds it.
+    pub fn try_acquire(&mut self, now: u64, cost: u64) -> bool {
+        self.tokens = self.balance(now);
+        self.last = self.last.max(now);
+        let cost = cost as f64;
+        let admitted = self.tokens >= cost;
+        if admitted {
+            self.tokens -= cost;
+        }
+        admitted
+    }
+
+    /// Whether the bucket holds `cost` at `now`; charges nothing.
+    pub fn holds(&self, now: u64, cost: u64) -> bool {
+        self.balance(now) >= cost as f64
+    }
+
+    /// Whether the bucket has refilled to its capacity at `now`.
+    pub fn is_full(&self, now: u64) -> bool {
+        self.balance(now) >= self.capacity
+    }
+
+    fn balance(&self, now: u64) -> f64 {
+        (self.tokens + now.saturating_sub(self.last) as f64 * self.per_nano).min(self.capacity)
+    }
+}
+
+/// A [`FloatBucket`] behind a lock: the design a one-word bucket replaces,
+/// and a baseline of every group.
+pub struct MutexBucket(Mutex<FloatBucket>);
+
+impl MutexBucket {
+    /// See [`FloatBucket::try_acquire`].
+    pub fn try_acquire(&self, now: u64, cost: u64) -> bool {
+        self.0.lock().unwrap().try_acquire(now, cost)
+    }
+}
+
+/// A tollgate clock seen through the `ratelimit` crate's clock trait, so
+/// that its limiter reads the same clock class as the others in a group.
+pub struct RatelimitClock<C>(pub C);
+
+impl<C: Clock> ratelimit::Clock for RatelimitClock<C> {
+    fn elapsed(&self) -> Duration {
+        Duration::from_nanos(self.0.now_nanos())
+    }
+}
+
+/// A quota that every implementation is given in its own terms: `capacity`
+/// tokens, one more every `interval`, starting full.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SameQuota {
+    pub capacity: u32,
+    pub interval: Duration,
+}
+
+/// Never denies a decision of one token: a burst of `u32::MAX` (governor's
+/// largest) refilled at one token per nanosecond (governor's fastest), and
+/// every decision takes longer than a nanosecond.
+pub const OPEN: SameQuota = SameQuota {
+    capacity: u32::MAX,
+    interval: Duration::from_nanos(1),
+};
+
+/// One token an hour: once taken, refuses for the rest of a run.
+pub const SHUT: SameQuota = SameQuota {
+    capacity: 1,
+    interval: Duration::from_secs(3600),
+};
+
+impl SameQuota {
+    pub fn tollgate(self) -> Quota {
+        Quota::new(u64::from(self.capacity), 1, self.interval).expect("a valid quota")
+    }
+
+    pub fn governor(self) -> GovernorQuota {
+        GovernorQuota::with_period(self.interval)
+            .expect("non-zero period")
+            .allow_burst(NonZeroU32::new(self.capacity).expect("non-zero capacity"))
+    }
+
+    /// `ratelimit`'s rate is in tokens per period: one per `interval`.
+    pub fn ratelimit<C: Clock>(self, clock: C) -> Ratelimiter<RatelimitClock<C>> {
+        ratelimit::Builder::with_clock(1, RatelimitClock(clock))
+            .period(self.interval)
+            .max_tokens(u64::from(self.capacity))
+            .initial_available(u64::from(self.capacity))
+            .build()
+            .expect("a valid ratelimit quota")
+    }
+
+    /// A full [`FloatBucket`] of this quota as of `now`.
+    pub fn float(self, now: u64) -> FloatBucket {
+        let per_nano = 1.0 / self.interval.as_nanos() as f64;
+        FloatBucket::new(f64::from(self.capacity), per_nano, now)
+    }
+
+    /// A full [`MutexBucket`] of this quota as of `now`.
+    pub fn mutex(self, now: u64) -> MutexBucket {
+        MutexBucket(Mutex::new(self.float(now)))
+    }
+}
