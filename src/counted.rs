@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
+use thread_local::ThreadLocal;
 
 use crate::{AcquireError, Clock, KeyedLimiter, TokenBucket};
 
@@ -38,7 +39,9 @@ pub struct DecisionStats {
     pub abandoned: u64,
 }
 
-/// One thread's counters, on a cache line of their own.
+/// One thread's counters, on a cache line of their own. Only that thread
+/// writes them (a thread that exits hands its stripe to the next thread
+/// given its id, after it); any thread may read them.
 #[derive(Debug, Default)]
 struct Stripe {
     admitted: AtomicU64,
@@ -54,12 +57,12 @@ struct Stripe {
 /// A limiter whose decisions are counted.
 ///
 /// Counting is opt-in: the limiter types themselves carry no counters, so
-/// one that is not wrapped pays nothing. A wrapped one adds two relaxed
-/// increments per decision on a cache line its thread owns (threads are
-/// spread over as many stripes as there are cores; `docs/benchmarks.md`
-/// measures the cost). [`stats`](Self::stats) sums a snapshot; with feature
-/// `metrics`, [`export`](Self::export) publishes it through the `metrics`
-/// facade.
+/// one that is not wrapped pays nothing. A wrapped one adds two counter
+/// updates per decision on a cache line that only its thread writes, so
+/// they are plain loads and stores, with no locked read-modify-write and no
+/// cache line shared between threads (`docs/benchmarks.md` measures the
+/// cost). [`stats`](Self::stats) sums a snapshot; with feature `metrics`,
+/// [`DecisionStats::export`] publishes it through the `metrics` facade.
 ///
 /// ```
 /// use tollgate::{Counted, ManualClock, Quota, TokenBucket};
@@ -74,11 +77,12 @@ struct Stripe {
 #[derive(Debug)]
 pub struct Counted<L> {
     limiter: L,
-    stripes: Box<[CachePadded<Stripe>]>,
+    stripes: ThreadLocal<CachePadded<Stripe>>,
 }
 
 impl<L> Counted<L> {
-    /// Wraps `limiter`, with a stripe of counters per available core.
+    /// Wraps `limiter`. Each thread's counters are allocated at its first
+    /// decision.
     ///
     /// ```
     /// use tollgate::{Counted, Quota, TokenBucket};
@@ -88,10 +92,9 @@ impl<L> Counted<L> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn new(limiter: L) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Counted {
             limiter,
-            stripes: (0..cores).map(|_| CachePadded::default()).collect(),
+            stripes: ThreadLocal::new(),
         }
     }
 
@@ -124,7 +127,7 @@ impl<L> Counted<L> {
             self.stripes
                 .iter()
                 .map(|stripe| field(stripe).load(Ordering::Relaxed))
-                .sum()
+                .fold(0, u64::saturating_add)
         };
         DecisionStats {
             admitted: sum(|s| &s.admitted),
@@ -141,7 +144,7 @@ impl<L> Counted<L> {
     /// This thread's counters.
     #[inline]
     fn stripe(&self) -> &Stripe {
-        &self.stripes[crate::stripe::of(self.stripes.len())]
+        self.stripes.get_or_default()
     }
 
     /// Counts one decision of `cost` on this thread's stripe.
@@ -174,10 +177,16 @@ impl<L> Counted<L> {
     }
 }
 
-/// Adds `by` to `counter`: relaxed, since only the sums are ever read.
+/// Adds `by` to `counter` of this thread's own stripe. The thread is its
+/// only writer, so a load and a store lose nothing, and cost a fraction of a
+/// locked add; relaxed, since only the sums are ever read. Saturating: a
+/// total that reaches `u64::MAX` stays there rather than wrapping to small.
 #[inline]
 fn bump(counter: &AtomicU64, by: u64) {
-    counter.fetch_add(by, Ordering::Relaxed);
+    counter.store(
+        counter.load(Ordering::Relaxed).saturating_add(by),
+        Ordering::Relaxed,
+    );
 }
 
 #[cfg(feature = "tokio")]

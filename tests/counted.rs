@@ -36,6 +36,30 @@ fn counts_are_exact_under_racing_threads() {
 }
 
 #[test]
+fn counts_survive_threads_that_exit() {
+    // Threads come and go (a pool recycling its workers): an exited
+    // thread's stripe passes to the next thread given its id, counts intact.
+    let bucket = Counted::new(TokenBucket::with_clock(
+        Quota::per_second(1_000_000).unwrap(),
+        ManualClock::new(),
+    ));
+    for round in 0..16u64 {
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    for _ in 0..10 {
+                        bucket.try_acquire(2).unwrap();
+                    }
+                });
+            }
+        });
+        let stats = bucket.stats();
+        assert_eq!(stats.admitted, 30 * (round + 1));
+        assert_eq!(stats.admitted_cost, 60 * (round + 1));
+    }
+}
+
+#[test]
 fn keyed_decisions_are_counted_with_their_costs() {
     let limiter = Counted::new(
         KeyedLimiter::builder(Quota::per_second(5).unwrap())
