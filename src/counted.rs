@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use thread_local::ThreadLocal;
 
 use crate::{AcquireError, Clock, KeyedLimiter, TokenBucket};
 
@@ -20,9 +19,10 @@ use crate::{AcquireError, Clock, KeyedLimiter, TokenBucket};
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DecisionStats {
-    /// Requests admitted (an async `acquire` once its wait has ended).
+    /// Requests granted their tokens. A `reserve` or an async `acquire`
+    /// counts when its tokens are reserved, before its wait.
     pub admitted: u64,
-    /// Tokens they spent.
+    /// Tokens they took.
     pub admitted_cost: u64,
     /// Requests refused for want of tokens (`Insufficient`).
     pub denied: u64,
@@ -30,18 +30,35 @@ pub struct DecisionStats {
     pub denied_cost: u64,
     /// Requests refused for any other reason (a bad cost, a full key table).
     pub rejected: u64,
-    /// Admissions that came with a wait (through `reserve` or `acquire`).
+    /// Admissions that came with a non-zero wait (`reserve`, `acquire`),
+    /// counted when the wait is granted: waits under way and abandoned
+    /// ones included.
     pub delayed: u64,
-    /// Those waits, summed, in nanoseconds.
+    /// Those waits, summed as granted, in nanoseconds.
     pub delay_nanos: u64,
-    /// Async `acquire`s dropped before their wait ended, whose reservations
-    /// went back to the limiter: counted in `delayed`, not in `admitted`.
+    /// Async `acquire`s dropped before their wait ended, whose tokens went
+    /// back to the limiter. They are counted in `admitted` and `delayed`
+    /// too: tokens in use are `admitted_cost` less what they gave back.
     pub abandoned: u64,
 }
 
-/// One thread's counters, on a cache line of their own. Only that thread
-/// writes them (a thread that exits hands its stripe to the next thread
-/// given its id, after it); any thread may read them.
+impl DecisionStats {
+    /// Field by field, saturating.
+    fn plus(self, other: DecisionStats) -> DecisionStats {
+        DecisionStats {
+            admitted: self.admitted.saturating_add(other.admitted),
+            admitted_cost: self.admitted_cost.saturating_add(other.admitted_cost),
+            denied: self.denied.saturating_add(other.denied),
+            denied_cost: self.denied_cost.saturating_add(other.denied_cost),
+            rejected: self.rejected.saturating_add(other.rejected),
+            delayed: self.delayed.saturating_add(other.delayed),
+            delay_nanos: self.delay_nanos.saturating_add(other.delay_nanos),
+            abandoned: self.abandoned.saturating_add(other.abandoned),
+        }
+    }
+}
+
+/// One stripe of counters, on a cache line of its own.
 #[derive(Debug, Default)]
 struct Stripe {
     admitted: AtomicU64,
@@ -54,14 +71,60 @@ struct Stripe {
     abandoned: AtomicU64,
 }
 
+impl Stripe {
+    fn snapshot(&self) -> DecisionStats {
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        DecisionStats {
+            admitted: read(&self.admitted),
+            admitted_cost: read(&self.admitted_cost),
+            denied: read(&self.denied),
+            denied_cost: read(&self.denied_cost),
+            rejected: read(&self.rejected),
+            delayed: read(&self.delayed),
+            delay_nanos: read(&self.delay_nanos),
+            abandoned: read(&self.abandoned),
+        }
+    }
+}
+
+/// A stripe, and whether the calling thread is its only writer.
+#[derive(Clone, Copy)]
+struct Writer<'a> {
+    stripe: &'a Stripe,
+    exclusive: bool,
+}
+
+impl Writer<'_> {
+    /// Adds `by` to one of the stripe's counters, saturating (a total that
+    /// reaches `u64::MAX` stays there rather than wrapping to small). An
+    /// only writer loses nothing with a load and a store, a fraction of the
+    /// cost of a locked add; a shared stripe needs the read-modify-write.
+    /// Relaxed: only the sums are ever read.
+    #[inline]
+    fn add(self, field: fn(&Stripe) -> &AtomicU64, by: u64) {
+        let counter = field(self.stripe);
+        if self.exclusive {
+            let sum = counter.load(Ordering::Relaxed).saturating_add(by);
+            counter.store(sum, Ordering::Relaxed);
+        } else {
+            let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |total| {
+                Some(total.saturating_add(by))
+            });
+        }
+    }
+}
+
 /// A limiter whose decisions are counted.
 ///
 /// Counting is opt-in: the limiter types themselves carry no counters, so
 /// one that is not wrapped pays nothing. A wrapped one adds two counter
-/// updates per decision on a cache line that only its thread writes, so
-/// they are plain loads and stores, with no locked read-modify-write and no
-/// cache line shared between threads (`docs/benchmarks.md` measures the
-/// cost). [`stats`](Self::stats) sums a snapshot; with feature `metrics`,
+/// updates per decision (four for a decision with a wait) to a stripe that
+/// only its thread writes, so they are plain loads and stores, with no
+/// locked read-modify-write and no cache line shared between threads
+/// (`docs/benchmarks.md` measures the cost). Stripes are indexed by a small
+/// id each live thread holds; a thread beyond the stripes (more live
+/// threads than four per core) or in its thread-local destructors counts on
+/// one shared stripe with locked adds instead. [`stats`](Self::stats) sums a snapshot; with feature `metrics`,
 /// [`DecisionStats::export`] publishes it through the `metrics` facade.
 ///
 /// ```
@@ -74,15 +137,27 @@ struct Stripe {
 /// assert_eq!((stats.admitted, stats.admitted_cost, stats.denied), (1, 2, 1));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug)]
 pub struct Counted<L> {
     limiter: L,
-    stripes: ThreadLocal<CachePadded<Stripe>>,
+    /// Stripe `i` is written only by the live thread whose id is `i`
+    /// (`crate::stripe::id`).
+    own: Box<[CachePadded<Stripe>]>,
+    /// Written, with read-modify-writes, by every other thread.
+    shared: CachePadded<Stripe>,
+}
+
+impl<L: std::fmt::Debug> std::fmt::Debug for Counted<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Counted")
+            .field("limiter", &self.limiter)
+            .field("stats", &self.stats())
+            .finish()
+    }
 }
 
 impl<L> Counted<L> {
-    /// Wraps `limiter`. Each thread's counters are allocated at its first
-    /// decision.
+    /// Wraps `limiter`, with a stripe of counters for each of four live
+    /// threads per core (at least 16 stripes: 128 bytes each).
     ///
     /// ```
     /// use tollgate::{Counted, Quota, TokenBucket};
@@ -92,9 +167,13 @@ impl<L> Counted<L> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn new(limiter: L) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Counted {
             limiter,
-            stripes: ThreadLocal::new(),
+            own: (0..(4 * cores).max(16))
+                .map(|_| CachePadded::default())
+                .collect(),
+            shared: CachePadded::default(),
         }
     }
 
@@ -123,80 +202,82 @@ impl<L> Counted<L> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn stats(&self) -> DecisionStats {
-        let sum = |field: fn(&Stripe) -> &AtomicU64| {
-            self.stripes
-                .iter()
-                .map(|stripe| field(stripe).load(Ordering::Relaxed))
-                .fold(0, u64::saturating_add)
-        };
-        DecisionStats {
-            admitted: sum(|s| &s.admitted),
-            admitted_cost: sum(|s| &s.admitted_cost),
-            denied: sum(|s| &s.denied),
-            denied_cost: sum(|s| &s.denied_cost),
-            rejected: sum(|s| &s.rejected),
-            delayed: sum(|s| &s.delayed),
-            delay_nanos: sum(|s| &s.delay_nanos),
-            abandoned: sum(|s| &s.abandoned),
-        }
+        self.own
+            .iter()
+            .chain([&self.shared])
+            .map(|stripe| stripe.snapshot())
+            .fold(DecisionStats::default(), DecisionStats::plus)
     }
 
-    /// This thread's counters.
+    /// The stripe this thread writes.
     #[inline]
-    fn stripe(&self) -> &Stripe {
-        self.stripes.get_or_default()
+    fn writer(&self) -> Writer<'_> {
+        match crate::stripe::id().and_then(|id| self.own.get(id)) {
+            Some(own) => Writer {
+                stripe: own,
+                exclusive: true,
+            },
+            None => Writer {
+                stripe: &self.shared,
+                exclusive: false,
+            },
+        }
     }
 
     /// Counts one decision of `cost` on this thread's stripe.
     #[inline]
     fn count<T>(&self, cost: u64, decision: Result<T, AcquireError>) -> Result<T, AcquireError> {
-        let stripe = self.stripe();
         match &decision {
-            Ok(_) => {
-                bump(&stripe.admitted, 1);
-                bump(&stripe.admitted_cost, cost);
-            }
-            Err(AcquireError::Insufficient { .. }) => {
-                bump(&stripe.denied, 1);
-                bump(&stripe.denied_cost, cost);
-            }
-            Err(_) => {
-                bump(&stripe.rejected, 1);
-            }
+            Ok(_) => self.count_admission(cost),
+            Err(error) => self.count_refusal(cost, error),
         }
         decision
     }
 
-    /// Counts a wait that came with an admission, if there is one.
-    fn count_delay(&self, wait: Duration) {
+    #[inline]
+    fn count_admission(&self, cost: u64) {
+        let writer = self.writer();
+        writer.add(|s| &s.admitted, 1);
+        writer.add(|s| &s.admitted_cost, cost);
+    }
+
+    #[inline]
+    fn count_refusal(&self, cost: u64, error: &AcquireError) {
+        let writer = self.writer();
+        if let AcquireError::Insufficient { .. } = error {
+            writer.add(|s| &s.denied, 1);
+            writer.add(|s| &s.denied_cost, cost);
+        } else {
+            writer.add(|s| &s.rejected, 1);
+        }
+    }
+
+    /// Counts a reservation of `cost` tokens that waits `wait`.
+    fn count_reservation(&self, cost: u64, wait: Duration) {
+        self.count_admission(cost);
         if !wait.is_zero() {
-            let stripe = self.stripe();
-            bump(&stripe.delayed, 1);
-            bump(&stripe.delay_nanos, crate::clock::saturating_nanos(wait));
+            let writer = self.writer();
+            writer.add(|s| &s.delayed, 1);
+            writer.add(|s| &s.delay_nanos, crate::clock::saturating_nanos(wait));
         }
     }
 }
 
-/// Adds `by` to `counter` of this thread's own stripe. The thread is its
-/// only writer, so a load and a store lose nothing, and cost a fraction of a
-/// locked add; relaxed, since only the sums are ever read. Saturating: a
-/// total that reaches `u64::MAX` stays there rather than wrapping to small.
-#[inline]
-fn bump(counter: &AtomicU64, by: u64) {
-    counter.store(
-        counter.load(Ordering::Relaxed).saturating_add(by),
-        Ordering::Relaxed,
-    );
+/// What a counted async `acquire` tells its counters.
+#[cfg(feature = "tokio")]
+struct Reservation<'a, L> {
+    counted: &'a Counted<L>,
+    cost: u64,
 }
 
 #[cfg(feature = "tokio")]
-impl<L> crate::waiting::WaitObserver for Counted<L> {
-    fn delayed(&self, wait: Duration) {
-        self.count_delay(wait);
+impl<L> crate::waiting::WaitObserver for Reservation<'_, L> {
+    fn reserved(&self, wait: Duration) {
+        self.counted.count_reservation(self.cost, wait);
     }
 
     fn abandoned(&self) {
-        bump(&self.stripe().abandoned, 1);
+        self.counted.writer().add(|s| &s.abandoned, 1);
     }
 }
 
@@ -264,8 +345,10 @@ impl<C: Clock> Counted<TokenBucket<C>> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reserve(&self, cost: u64, max_wait: Duration) -> Result<Duration, AcquireError> {
-        let decision = self.count(cost, self.limiter.reserve(cost, max_wait));
-        decision.inspect(|&wait| self.count_delay(wait))
+        self.limiter
+            .reserve(cost, max_wait)
+            .inspect(|&wait| self.count_reservation(cost, wait))
+            .inspect_err(|error| self.count_refusal(cost, error))
     }
 
     /// [`TokenBucket::acquire`], counted, with its wait and whether it was
@@ -286,8 +369,14 @@ impl<C: Clock> Counted<TokenBucket<C>> {
     /// ```
     #[cfg(feature = "tokio")]
     pub async fn acquire(&self, cost: u64, max_wait: Duration) -> Result<(), AcquireError> {
-        let decision = self.limiter.acquire_observed(cost, max_wait, self).await;
-        self.count(cost, decision)
+        let reservation = Reservation {
+            counted: self,
+            cost,
+        };
+        self.limiter
+            .acquire_observed(cost, max_wait, &reservation)
+            .await
+            .inspect_err(|error| self.count_refusal(cost, error))
     }
 }
 
@@ -336,8 +425,10 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> Counted<KeyedLimiter<K, C, 
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let decision = self.count(cost, self.limiter.reserve(key, cost, max_wait));
-        decision.inspect(|&wait| self.count_delay(wait))
+        self.limiter
+            .reserve(key, cost, max_wait)
+            .inspect(|&wait| self.count_reservation(cost, wait))
+            .inspect_err(|error| self.count_refusal(cost, error))
     }
 
     /// [`KeyedLimiter::acquire`], counted, with its wait and whether it was
@@ -369,10 +460,13 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> Counted<KeyedLimiter<K, C, 
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let decision = self
-            .limiter
-            .acquire_observed(key, cost, max_wait, self)
-            .await;
-        self.count(cost, decision)
+        let reservation = Reservation {
+            counted: self,
+            cost,
+        };
+        self.limiter
+            .acquire_observed(key, cost, max_wait, &reservation)
+            .await
+            .inspect_err(|error| self.count_refusal(cost, error))
     }
 }

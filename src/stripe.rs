@@ -1,17 +1,100 @@
-//! Which stripe of a per-thread structure this thread uses.
+//! Which stripe of a per-thread structure this thread uses: a small id per
+//! live thread, recycled when the thread exits.
+//!
+//! Hand-written rather than taken from the `thread_local` crate: its slot
+//! creation panics when reached from a thread-local destructor once its own
+//! guard is gone (and a panic there aborts the process), while a limiter
+//! must decide from anywhere, destructors included. Here the only
+//! thread-local is ours, so `try_with` tells exactly when it is gone.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Mutex;
 
-/// Hands each thread an index, round robin, once.
-static NEXT: AtomicUsize = AtomicUsize::new(0);
+use crate::sync::lock;
 
-thread_local! {
-    static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+/// Ids handed out so far, and those given back by exited threads.
+struct Ids {
+    next: usize,
+    /// Smallest first, so live threads keep the lowest ids and per-thread
+    /// arrays stay dense.
+    free: BinaryHeap<Reverse<usize>>,
 }
 
-/// This thread's stripe among `stripes` (at least 1): threads spread
+static IDS: Mutex<Ids> = Mutex::new(Ids {
+    next: 0,
+    free: BinaryHeap::new(),
+});
+
+/// A thread's id, given back when the thread's thread-locals are destroyed.
+struct Held(usize);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        lock(&IDS).free.push(Reverse(self.0));
+    }
+}
+
+thread_local! {
+    static ID: Held = Held({
+        let mut ids = lock(&IDS);
+        ids.free.pop().map_or_else(
+            || {
+                ids.next += 1;
+                ids.next - 1
+            },
+            |Reverse(id)| id,
+        )
+    });
+}
+
+/// This thread's id: no other live thread has it, and a thread that gets it
+/// after this one exits does so through the lock this one released it
+/// under, so it sees everything this one wrote while holding it. `None`
+/// while the thread's thread-locals are being destroyed.
+#[inline]
+pub(crate) fn id() -> Option<usize> {
+    ID.try_with(|held| held.0).ok()
+}
+
+/// This thread's stripe among `stripes` (at least 1): live threads spread
 /// evenly, and a thread always lands on the same stripe.
 #[inline]
 pub(crate) fn of(stripes: usize) -> usize {
-    INDEX.with(|index| *index) % stripes
+    id().unwrap_or(0) % stripes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_threads_have_distinct_ids_and_exited_ones_give_theirs_back() {
+        let barrier = std::sync::Barrier::new(4);
+        let ids: Vec<usize> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let id = id().expect("a live thread has an id");
+                        barrier.wait(); // all four alive at once
+                        id
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut distinct = ids.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 4, "{ids:?}");
+        // Exited threads give their ids back: a hundred threads, one after
+        // the other, take far fewer than a hundred new ones (other tests'
+        // threads may take some meanwhile).
+        let before = lock(&IDS).next;
+        for _ in 0..100 {
+            std::thread::spawn(|| id().unwrap()).join().unwrap();
+        }
+        let grown = lock(&IDS).next - before;
+        assert!(grown < 50, "{grown} new ids for 100 threads in turn");
+    }
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 /// pass `()`, whose empty methods compile away; [`Counted`](crate::Counted)
 /// passes its counters.
 pub(crate) trait WaitObserver {
-    /// The reservation must wait `wait` (non-zero) before it may be used.
-    fn delayed(&self, _wait: Duration) {}
+    /// Tokens were reserved, to be used after `wait` (perhaps zero).
+    fn reserved(&self, _wait: Duration) {}
     /// The caller stopped waiting: the reservation was given back.
     fn abandoned(&self) {}
 }
@@ -34,9 +34,9 @@ pub(crate) async fn sleep_or_give_back(
             }
         }
     }
+    observer.reserved(wait);
     let mut pending = Pending(observer, Some(give_back));
     if !wait.is_zero() {
-        observer.delayed(wait);
         tokio::time::sleep(wait).await;
     }
     pending.1 = None;

@@ -59,6 +59,73 @@ fn counts_survive_threads_that_exit() {
     }
 }
 
+/// A thread-local whose destructor decides through a counted limiter.
+struct DecidesOnDrop(std::cell::RefCell<Option<std::sync::Arc<Counted<TokenBucket<ManualClock>>>>>);
+
+impl Drop for DecidesOnDrop {
+    fn drop(&mut self) {
+        if let Some(bucket) = self.0.borrow_mut().take() {
+            bucket.try_acquire(1).unwrap();
+        }
+    }
+}
+
+thread_local! {
+    static DECIDES_ON_DROP: DecidesOnDrop = const { DecidesOnDrop(std::cell::RefCell::new(None)) };
+}
+
+#[test]
+fn decisions_from_thread_local_destructors_are_counted() {
+    use std::sync::Arc;
+
+    let bucket = Arc::new(Counted::new(TokenBucket::with_clock(
+        Quota::per_second(100).unwrap(),
+        ManualClock::new(),
+    )));
+    // Both orders of thread-local destruction: the destructor registered
+    // after the thread's first decision, and before it (so that it runs
+    // once the thread's own id is gone).
+    for decide_first in [true, false] {
+        let bucket_in_thread = Arc::clone(&bucket);
+        std::thread::spawn(move || {
+            if decide_first {
+                bucket_in_thread.try_acquire(1).unwrap();
+            }
+            DECIDES_ON_DROP.with(|slot| *slot.0.borrow_mut() = Some(Arc::clone(&bucket_in_thread)));
+            if !decide_first {
+                bucket_in_thread.try_acquire(1).unwrap();
+            }
+        })
+        .join()
+        .expect("a decision in a thread-local destructor must not panic");
+    }
+    let stats = bucket.stats();
+    assert_eq!((stats.admitted, stats.admitted_cost), (4, 4));
+}
+
+#[test]
+fn more_live_threads_than_stripes_count_exactly() {
+    // Far more threads than stripes, all alive at once: those beyond the
+    // stripes share one, with read-modify-writes.
+    let bucket = Counted::new(TokenBucket::with_clock(
+        Quota::per_second(1_000_000).unwrap(),
+        ManualClock::new(),
+    ));
+    let threads = 8 * std::thread::available_parallelism().map_or(1, usize::from) + 20;
+    let barrier = std::sync::Barrier::new(threads);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                barrier.wait();
+                for _ in 0..100 {
+                    bucket.try_acquire(1).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(bucket.stats().admitted, 100 * threads as u64);
+}
+
 #[test]
 fn keyed_decisions_are_counted_with_their_costs() {
     let limiter = Counted::new(
@@ -115,8 +182,8 @@ async fn an_abandoned_wait_is_counted_and_its_tokens_return() {
     let stats = limiter.stats();
     assert_eq!((stats.delayed, stats.delay_nanos), (1, 1_000_000_000));
     assert_eq!(stats.abandoned, 1);
-    // Only the completed decision counts as admitted.
-    assert_eq!((stats.admitted, stats.admitted_cost), (1, 2));
+    // Admitted when reserved; the abandoned one gave its tokens back.
+    assert_eq!((stats.admitted, stats.admitted_cost), (2, 4));
     // The reservation went back: a second from now the bucket is full again.
     clock.advance(Duration::from_secs(1));
     assert_eq!(limiter.inner().available(&1), 2);
@@ -127,7 +194,7 @@ async fn an_abandoned_wait_is_counted_and_its_tokens_return() {
         .await
         .unwrap();
     let stats = limiter.stats();
-    assert_eq!((stats.admitted, stats.delayed, stats.abandoned), (3, 2, 1));
+    assert_eq!((stats.admitted, stats.delayed, stats.abandoned), (4, 2, 1));
 }
 
 #[test]
@@ -151,6 +218,7 @@ fn the_key_table_counts_sweeps_evictions_and_overflow() {
         KeyTableStats {
             keys: 2,
             max_keys: 2,
+            created: 2,
             sweeps: 1,
             evicted: 0,
             overflowed: 1
@@ -164,6 +232,7 @@ fn the_key_table_counts_sweeps_evictions_and_overflow() {
     assert!(try_acquire_all(&[limiter.key(&4).cost(1), empty.cost(1)]).is_err());
     let stats = limiter.table_stats();
     assert_eq!((stats.keys, stats.sweeps, stats.evicted), (0, 2, 3));
+    assert_eq!(stats.created, stats.keys + stats.evicted);
 }
 
 #[cfg(feature = "metrics")]
@@ -281,6 +350,7 @@ mod export {
         let read = |name: &str| recorder.read(name);
         assert_eq!(read("per_client_keys"), 1);
         assert_eq!(read("per_client_max_keys"), 1 << 20);
+        assert_eq!(read("per_client_created_total"), 1);
         assert_eq!(read("per_client_sweeps_total"), 1);
         assert_eq!(read("per_client_evicted_total"), 0);
         assert_eq!(read("per_client_overflowed_total"), 0);
