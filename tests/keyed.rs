@@ -333,6 +333,9 @@ proptest! {
                 }
             }
             prop_assert!(limiter.len() <= max_keys);
+            // Every bucket created is either tracked or was evicted.
+            let table = limiter.table_stats();
+            prop_assert_eq!(table.created, table.keys + table.evicted);
         }
         let envelope = Envelope { capacity, tokens, period_ns: 1_000_000_000 };
         for events in spent.values() {

@@ -86,8 +86,9 @@ pub struct KeyedLimiter<K, C = MonotonicClock, S = ahash::RandomState> {
     /// never spent from the overflow bucket (but for a 1-in-slots hash
     /// collision) do not inherit its debt. Empty under [`AtCapacity::Deny`].
     overflow_floors: Box<[AtomicU64]>,
-    /// Sweeps, evictions and overflow admissions, for [`Self::table_stats`].
-    counters: stats::TableCounters,
+    /// Creations, sweeps, evictions and overflow admissions, for
+    /// [`Self::table_stats`].
+    counters: CachePadded<stats::TableCounters>,
 }
 
 /// Slots of [`KeyedLimiter::overflow_floors`]: 32 KiB per limiter with the
@@ -158,7 +159,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                     .map(|_| AtomicU64::new(0))
                     .collect(),
             },
-            counters: stats::TableCounters::default(),
+            counters: CachePadded::default(),
             quota,
         }
     }
@@ -407,11 +408,14 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 }
                 Ok(Bucket::Own(raced.into_ref().downgrade()))
             }
-            Entry::Vacant(vacant) if counted => Ok(Bucket::Own(
-                vacant
-                    .insert(Tat::new(self.fresh_tat(key, now)))
-                    .downgrade(),
-            )),
+            Entry::Vacant(vacant) if counted => {
+                self.counters.created();
+                Ok(Bucket::Own(
+                    vacant
+                        .insert(Tat::new(self.fresh_tat(key, now)))
+                        .downgrade(),
+                ))
+            }
             // Only the overflow policy gets here uncounted. The vacant entry
             // keeps the key's shard write-locked until the overflow decision
             // is made and recorded: a bucket of its own created for this key
@@ -629,8 +633,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     }
 
     /// What the key table holds and has dropped so far. Always kept: its
-    /// counters move only on sweeps, evictions and overflow admissions, so
-    /// an ordinary decision pays nothing for them.
+    /// counters move only when a key is created or dropped, on sweeps and on
+    /// overflow admissions, so a decision on an existing key pays nothing
+    /// for them.
     ///
     /// ```
     /// use std::time::Duration;
@@ -642,7 +647,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// clock.advance(Duration::from_secs(1));
     /// limiter.sweep();
     /// let stats = limiter.table_stats();
-    /// assert_eq!((stats.keys, stats.sweeps, stats.evicted), (0, 1, 1));
+    /// assert_eq!((stats.created, stats.keys, stats.sweeps, stats.evicted), (1, 0, 1, 1));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn table_stats(&self) -> KeyTableStats {

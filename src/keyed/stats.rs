@@ -20,21 +20,26 @@ pub struct KeyTableStats {
     pub keys: u64,
     /// The key cap.
     pub max_keys: u64,
-    /// Sweeps run, explicit and automatic.
+    /// Buckets created so far. At rest, `created = keys + evicted`.
+    pub created: u64,
+    /// Sweeps run, explicit and automatic (an automatic sweep is counted
+    /// even when it finds nothing to drop).
     pub sweeps: u64,
-    /// Buckets dropped because they had refilled to full: by sweeps, and
-    /// keys created for a request that a later limit of a hierarchy refused.
+    /// Buckets dropped because they had refilled to full: by sweeps, and by
+    /// undos (a refused hierarchy, an abandoned async `acquire`) that left
+    /// their key's bucket full.
     pub evicted: u64,
     /// Admissions served by the shared overflow bucket because the table
-    /// was full ([`AtCapacity::SharedOverflow`](crate::AtCapacity::SharedOverflow)).
+    /// was full ([`AtCapacity::SharedOverflow`](crate::AtCapacity::SharedOverflow)),
+    /// including ones undone later.
     pub overflowed: u64,
 }
 
 impl KeyTableStats {
     /// Publishes this snapshot through the `metrics` facade (feature
     /// `metrics`): gauges `{prefix}_keys` and `{prefix}_max_keys`, counters
-    /// `{prefix}_sweeps_total`, `_evicted_total` and `_overflowed_total` at
-    /// their absolute values.
+    /// `{prefix}_created_total`, `_sweeps_total`, `_evicted_total` and
+    /// `_overflowed_total` at their absolute values.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, Quota};
@@ -49,6 +54,7 @@ impl KeyTableStats {
         crate::export::counters(
             prefix,
             &[
+                ("created_total", self.created),
                 ("sweeps_total", self.sweeps),
                 ("evicted_total", self.evicted),
                 ("overflowed_total", self.overflowed),
@@ -58,10 +64,13 @@ impl KeyTableStats {
 }
 
 /// The running totals behind [`KeyTableStats`]. Each is bumped only on a
-/// path that already writes shared state (a sweep, an eviction, a decision
-/// on the overflow bucket), never on an ordinary decision.
+/// path that already writes shared state (a key's creation, a sweep, an
+/// eviction, a decision on the overflow bucket), never on a decision on an
+/// existing key. On a cache line of their own, so that bumping them never
+/// slows the reads of the limiter's other fields.
 #[derive(Debug, Default)]
 pub(crate) struct TableCounters {
+    created: AtomicU64,
     sweeps: AtomicU64,
     evicted: AtomicU64,
     overflowed: AtomicU64,
@@ -69,6 +78,10 @@ pub(crate) struct TableCounters {
 
 impl TableCounters {
     // Relaxed: each is a total read on its own, ordering nothing.
+    pub(crate) fn created(&self) {
+        self.created.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn swept(&self, dropped: usize) {
         self.sweeps.fetch_add(1, Ordering::Relaxed);
         self.evicted.fetch_add(dropped as u64, Ordering::Relaxed);
@@ -87,6 +100,7 @@ impl TableCounters {
         KeyTableStats {
             keys,
             max_keys,
+            created: read(&self.created),
             sweeps: read(&self.sweeps),
             evicted: read(&self.evicted),
             overflowed: read(&self.overflowed),
