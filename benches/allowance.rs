@@ -110,7 +110,7 @@ fn store_rows<S: Store>(
     // given back: no idle return); a refill landing just now can blur this
     // by one lease.
     let stats = node.stats();
-    let admitted = stats.leased - node.pooled();
+    let admitted = stats.leased.saturating_sub(stats.pooled);
     eprintln!(
         "local_allowance/{name}: {} store round trips for {admitted} admissions, \
          {:.6} per 1000 (warm-up included)",

@@ -156,7 +156,8 @@ pub enum Source {
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AllowanceStats {
-    /// Store calls that asked for a lease (round trips).
+    /// Store calls that asked for a lease (round trips), failed ones
+    /// included.
     pub leases: u64,
     /// Tokens the store granted in all.
     pub leased: u64,
@@ -171,7 +172,8 @@ pub struct AllowanceStats {
     pub failed_open: u64,
     /// Tokens admitted by [`FailurePolicy::Fallback`].
     pub fallback: u64,
-    /// The largest single grant so far (`leased / leases` is the mean).
+    /// The largest single grant so far (`leased / (leases - store_errors)`
+    /// is the mean).
     pub largest_lease: u64,
     /// Tokens in the local pool now.
     pub pooled: u64,
@@ -541,6 +543,9 @@ impl<S: Store> LocalAllowance<S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn stats(&self) -> AllowanceStats {
+        // The pool first: a refill raises `leased` before the pool, so a
+        // snapshot read in this order never shows more pooled than leased.
+        let pooled = self.pooled();
         let s = &self.inner.stats;
         let read = |counter: &AtomicU64| counter.load(Ordering::Acquire);
         AllowanceStats {
@@ -552,7 +557,7 @@ impl<S: Store> LocalAllowance<S> {
             failed_open: read(&s.failed_open),
             fallback: read(&s.fallback),
             largest_lease: read(&s.largest_lease),
-            pooled: self.pooled(),
+            pooled,
         }
     }
 }
