@@ -1,5 +1,6 @@
-//! Single-thread cost of composite decisions: weighted costs and chains of
-//! limits, beside `governor`, `ratelimit` and a mutex.
+//! Single-thread cost of composite decisions: weighted costs (beside
+//! `governor`, `ratelimit` and a mutex) and chains of limits (beside
+//! `governor` and a mutex; `ratelimit` has no chain of its own to offer).
 //!
 //! Three groups, each measuring every implementation in the same run:
 //!

@@ -12,7 +12,7 @@
 //! - `keyed_zipf` (coarse clock only): 100 000 keys visited with Zipf-like
 //!   skew (exponent 1): a few keys take most decisions, as real traffic
 //!   does;
-//! - `keyed_churn` (coarse clock only): every decision is on a key never
+//! - `keyed_churn` (simulated time): every decision is on a key never
 //!   seen before, in bounded memory (see [`keyed_churn`]).
 //!
 //! In the first four the quota never denies during a run (see `bucket.rs`),
@@ -43,8 +43,8 @@ use criterion::{
     BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
 };
 use governor::RateLimiter;
-use governor::clock::Clock as GovernorClock;
-use tollgate::{Clock, KeyedLimiter};
+use governor::clock::{Clock as GovernorClock, FakeRelativeClock};
+use tollgate::{Clock, KeyedLimiter, ManualClock};
 
 mod common;
 use common::{FloatBucket, OPEN, SameQuota, for_each_clock_class};
@@ -59,13 +59,17 @@ const ZIPF_DRAWS: usize = 1_000_000;
 const CHURN_CAP: NonZeroUsize = NonZeroUsize::new(100_000).unwrap();
 
 /// `keyed_churn`'s quota: one token, refilled in a microsecond. A bucket is
-/// full again a microsecond after its single decision, far under the coarse
-/// clock's millisecond, so a sweep drops every bucket decided before the
-/// clock's current reading.
+/// full again a microsecond after its single decision, so a sweep drops
+/// every bucket decided before the current tick.
 const CHURN_QUOTA: SameQuota = SameQuota {
     capacity: 1,
     interval: Duration::from_micros(1),
 };
+
+/// `keyed_churn`'s simulated time: one tick every [`KEYS_PER_TICK`] new
+/// keys (ten million new keys a second), and tollgate's sweep interval.
+const CHURN_TICK: Duration = Duration::from_millis(1);
+const KEYS_PER_TICK: u64 = 10_000;
 
 /// A keyed limiter of the simplest design: one lock over a std `HashMap` of
 /// [`FloatBucket`]s.
@@ -292,7 +296,7 @@ fn keyed_zipf(c: &mut Criterion) {
 /// a key never seen before (a counter through [`mix`]), and each is
 /// admitted, since a new key starts full. Tollgate's limiter holds at most
 /// [`CHURN_CAP`] keys: a new key that finds the table full first sweeps it
-/// (at most once per coarse tick: a second sweep at the same clock reading
+/// (at most once per [`CHURN_TICK`]: a second sweep at the same reading
 /// would find no bucket the first did not drop). Governor has no automatic
 /// sweep, so its `retain_recent` runs every `CHURN_CAP` new keys, and the
 /// `mutex` map is pruned the same way; both then hold at most about as many
@@ -305,13 +309,14 @@ fn keyed_zipf(c: &mut Criterion) {
 /// keys keep changing (addresses, sessions) without the table outgrowing its
 /// bound.
 ///
-/// Coarse clock only, as `keyed_1m`: the map is what this group measures,
-/// and the clock reading costs every implementation the same. The coarse
-/// clock is also the hardest case for reclaiming: a bucket decided at the
-/// current reading is not yet full, whatever the quota.
+/// Time is simulated (`ManualClock`, governor's `FakeRelativeClock`; a
+/// reading is one load, like the coarse clock's): it moves one
+/// [`CHURN_TICK`] every [`KEYS_PER_TICK`] new keys, so every run sees the
+/// same arrivals per unit of time, whatever the machine's speed or load. On
+/// a real clock a stalled clock thread would leave no bucket full at a
+/// sweep, and tollgate (`AtCapacity::Deny`) would rightly refuse new keys.
 fn keyed_churn(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed_churn");
-    let (clock, upkeep) = (common::coarse_clock(), common::quanta_upkeep_clock());
     // Keys created so far by the limiter being measured, one a decision.
     let created = Cell::new(0u64);
     let new_key = || {
@@ -320,45 +325,63 @@ fn keyed_churn(c: &mut Criterion) {
         mix(i)
     };
     let prune_due = || created.get().is_multiple_of(CHURN_CAP.get() as u64);
+    let tick_due = || created.get().is_multiple_of(KEYS_PER_TICK);
 
+    let clock = ManualClock::new();
     let tollgate = KeyedLimiter::builder(CHURN_QUOTA.tollgate())
-        .clock(clock)
+        .clock(clock.clone())
         .max_keys(CHURN_CAP)
-        .sweep_interval(Some(common::COARSE_RESOLUTION))
+        .sweep_interval(Some(CHURN_TICK))
         .build::<u64>();
-    group.bench_function("coarse/tollgate", |b| {
-        b.iter(|| assert!(black_box(&tollgate).try_acquire(&new_key(), 1).is_ok()))
+    group.bench_function("manual/tollgate", |b| {
+        b.iter(|| {
+            assert!(black_box(&tollgate).try_acquire(&new_key(), 1).is_ok());
+            if tick_due() {
+                clock.advance(CHURN_TICK);
+            }
+        })
     });
     let table = tollgate.table_stats();
-    assert!(table.keys <= table.max_keys, "the key cap was exceeded");
+    assert_eq!(table.created, created.get(), "a key created twice");
     assert_eq!(
         table.evicted + table.keys,
-        created.get(),
+        table.created,
         "a key neither swept nor held"
     );
+    assert!(
+        created.get() <= CHURN_CAP.get() as u64 || table.sweeps > 0,
+        "the cap was met but no sweep ran"
+    );
     if table.sweeps > 0 {
-        eprintln!("keyed_churn/coarse/tollgate: {} sweeps", table.sweeps);
+        eprintln!("keyed_churn/manual/tollgate: {} sweeps", table.sweeps);
     }
     churn_report("tollgate", created.replace(0), tollgate.len());
 
-    let governor = RateLimiter::dashmap_with_clock(CHURN_QUOTA.governor(), upkeep);
-    group.bench_function("coarse/governor", |b| {
+    let fake = FakeRelativeClock::default();
+    let governor = RateLimiter::dashmap_with_clock(CHURN_QUOTA.governor(), fake.clone());
+    group.bench_function("manual/governor", |b| {
         b.iter(|| {
             assert!(black_box(&governor).check_key(&new_key()).is_ok());
             if prune_due() {
                 governor.retain_recent();
+            }
+            if tick_due() {
+                fake.advance(CHURN_TICK);
             }
         })
     });
     churn_report("governor", created.replace(0), governor.len());
 
     let mutex = MutexMap::new(CHURN_QUOTA);
-    let clock = tollgate.clock();
-    group.bench_function("coarse/mutex", |b| {
+    let clock = ManualClock::new();
+    group.bench_function("manual/mutex", |b| {
         b.iter(|| {
             assert!(black_box(&mutex).try_acquire(new_key(), clock.now_nanos(), 1));
             if prune_due() {
                 mutex.retain_recent(clock.now_nanos());
+            }
+            if tick_due() {
+                clock.advance(CHURN_TICK);
             }
         })
     });
@@ -374,7 +397,7 @@ fn churn_report(name: &str, created: u64, held: usize) {
     if created > 0 {
         let dropped = created - held as u64;
         eprintln!(
-            "keyed_churn/coarse/{name}: {created} keys created, {dropped} dropped, {held} held"
+            "keyed_churn/manual/{name}: {created} keys created, {dropped} dropped, {held} held"
         );
     }
 }

@@ -7,13 +7,15 @@ Usage (after `cargo bench --all-features`, or some of its benches):
 
 CRITERION_DIR defaults to `$CARGO_TARGET_DIR/criterion` or `target/criterion`.
 Reads `<group>/.../new/{benchmark,estimates,sample}.json`, that is, the
-latest run of each benchmark, and prints one table per group found: for each
-row (a clock class, a thread count, a cost, a depth or a store) criterion's
-median time per iteration of every implementation, then how many times
-slower each baseline is than tollgate (above 1: tollgate is faster), and the
-verdict on the group's target where it has one. The fastest sample (time
-per iteration of criterion's least disturbed sample) cross-checks the
-verdicts on a shared, noisy machine.
+latest run of each benchmark, and prints one table per group found. `clock`
+lists each reading's median with its 95 % confidence interval. The others
+give, for each row (a clock class, a thread count, a cost, a depth or a
+store), criterion's median time per iteration of every implementation (in
+ns, or µs where marked), then how many times slower each baseline is than
+the reference (tollgate; for `allowance`, the local allowance: above 1, the
+reference is faster), and the verdict on the group's target where it has
+one. The fastest sample (time per iteration of criterion's least disturbed
+sample) cross-checks the verdicts on a shared, noisy machine.
 
 `--json FILE` also writes `{"allow/monotonic/floor": {"median": ns,
 "fastest": ns}, ...}`.
@@ -31,7 +33,7 @@ CLASSES = ("monotonic", "tsc", "coarse")
 # Groups whose ids are `<group>/<row>/<implementation>` (a clock class per
 # row); the others are `<group>/<implementation>/<row>` (criterion's
 # `BenchmarkId::new(implementation, parameter)`).
-ROW_FIRST = ("clock", "allow", "deny", "keyed_hot", "keyed_100k", "keyed_1m", "keyed_zipf", "keyed_churn")
+ROW_FIRST = ("allow", "deny", "keyed_hot", "keyed_100k", "keyed_1m", "keyed_zipf", "keyed_churn")
 # The order groups are printed in, and what each row is.
 GROUPS = {
     "clock": "reading",
@@ -50,6 +52,24 @@ GROUPS = {
 }
 # The implementation each group's ratios are taken against.
 REFERENCE = {"allowance": "local_allowance"}
+# `clock` rows, grouped by clock class: (reading, class).
+CLOCK_ROWS = (
+    ("std_instant_now", "monotonic"),
+    ("tollgate_monotonic", "monotonic"),
+    ("governor_monotonic", "monotonic"),
+    ("quanta_raw", "tsc"),
+    ("quanta_now", "tsc"),
+    ("tollgate_tsc", "tsc"),
+    ("governor_quanta", "tsc"),
+    ("tollgate_coarse", "coarse"),
+    ("governor_quanta_upkeep", "coarse"),
+)
+# The target columns of the groups that have one.
+VERDICTS = {
+    "allow": (f"tollgate / floor (target ≤ {FLOOR_TARGET})", "fastest-sample tollgate / floor", "tollgate / governor (target ≤ 1)"),
+    "keyed_hot": (f"governor / tollgate (target ≥ {KEYED_TARGET})", "fastest-sample governor / tollgate"),
+    "keyed_100k": (f"governor / tollgate (target ≥ {KEYED_TARGET})", "fastest-sample governor / tollgate"),
+}
 
 
 def load(root):
@@ -66,7 +86,7 @@ def load(root):
 
 
 def cells(data, group):
-    """{(row, implementation): measurement} of one group, rows in first-seen order."""
+    """{(row, implementation): measurement} of one group."""
     out = {}
     for full_id, value in data.items():
         parts = full_id.split("/")
@@ -89,30 +109,46 @@ def ordered(keys):
 
 
 def ns(x):
-    if x >= 1e6:
-        return f"{x / 1e3:,.0f} µs"
+    if x >= 1e4:
+        return f"{x / 1e3:,.1f} µs"
     return f"{x:.2f}" if x < 10 else f"{x:.1f}"
 
 
-def verdicts(group, row, got):
-    """The target cells of one row: (header, value) pairs."""
+def ratio(x):
+    return f"{x:,.0f}" if x >= 100 else f"{x:.2f}"
+
+
+def verdicts(group, got):
+    """The target cells of one row, in the order of VERDICTS[group]."""
     toll = got.get("tollgate")
-    if group == "allow" and toll and "floor" in got:
+    if group == "allow" and toll and "floor" in got and "governor" in got:
         ratio = toll[0] / got["floor"][0]
-        out = [(f"tollgate / floor (target ≤ {FLOOR_TARGET})", f"{ratio:.2f} {'met' if ratio <= FLOOR_TARGET else 'not met'}"),
-               ("fastest-sample tollgate / floor", f"{toll[3] / got['floor'][3]:.2f}")]
-        if "governor" in got:
-            slower = toll[0] / got["governor"][0]
-            out.append(("tollgate / governor (target ≤ 1)", f"{slower:.2f} {'met' if slower <= 1 else 'not met'}"))
-        return out
+        slower = toll[0] / got["governor"][0]
+        return [f"{ratio:.2f} {'met' if ratio <= FLOOR_TARGET else 'not met'}",
+                f"{toll[3] / got['floor'][3]:.2f}",
+                f"{slower:.2f} {'met' if slower <= 1 else 'not met'}"]
     if group in ("keyed_hot", "keyed_100k") and toll and "governor" in got:
         speedup = got["governor"][0] / toll[0]
-        return [(f"governor / tollgate (target ≥ {KEYED_TARGET})", f"{speedup:.2f} {'met' if speedup >= KEYED_TARGET else 'not met'}"),
-                ("fastest-sample governor / tollgate", f"{got['governor'][3] / toll[3]:.2f}")]
-    return []
+        return [f"{speedup:.2f} {'met' if speedup >= KEYED_TARGET else 'not met'}",
+                f"{got['governor'][3] / toll[3]:.2f}"]
+    return ["–"] * len(VERDICTS.get(group, ()))
+
+
+def clock_table(data):
+    rows = [
+        "| class | reading | median ns | 95 % CI of median | fastest sample ns |",
+        "|---|---|---:|---|---:|",
+    ]
+    for name, cls in CLOCK_ROWS:
+        if f"clock/{name}" in data:
+            m, lo, hi, fast = data[f"clock/{name}"]
+            rows.append(f"| {cls} | `{name}` | {ns(m)} | {ns(lo)} – {ns(hi)} | {ns(fast)} |")
+    return "\n".join(rows) if len(rows) > 2 else None
 
 
 def group_table(data, group):
+    if group == "clock":
+        return clock_table(data)
     table = cells(data, group)
     if not table:
         return None
@@ -126,29 +162,22 @@ def group_table(data, group):
         who.remove(reference)
         who.insert(0, reference)
     # The floor is a bound, not a rival: its ratio is the target's column.
-    baselines = [w for w in who if w not in (reference, "floor")] if group != "clock" and reference in who else []
-    extra = []
-    body = []
+    baselines = [w for w in who if w not in (reference, "floor")] if reference in who else []
+    header = [GROUPS.get(group, "row")] + list(who)
+    if group == "contention":
+        header += [f"{w} M/s" for w in who]
+    header += [f"{w} / {reference}" for w in baselines] + list(VERDICTS.get(group, ()))
+    out = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for row in rows:
         got = {w: table[(row, w)] for w in who if (row, w) in table}
-        line = [f"`{row}`" if group == "clock" else row]
-        line += [ns(got[w][0]) if w in got else "–" for w in who]
+        line = [row] + [ns(got[w][0]) if w in got else "–" for w in who]
         if group == "contention":
             line += [f"{1e3 / got[w][0]:.0f}" if w in got else "–" for w in who]
         for w in baselines:
             ok = w in got and reference in got
-            line.append(f"{got[w][0] / got[reference][0]:.2f}" if ok else "–")
-        v = verdicts(group, row, got)
-        if v:
-            extra = [h for h, _ in v]
-            line += [c for _, c in v]
-        body.append(line)
-    header = [GROUPS.get(group, "row")] + [f"{w} ns" for w in who]
-    if group == "contention":
-        header += [f"{w} M/s" for w in who]
-    header += [f"{w} / {reference}" for w in baselines] + extra
-    out = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
-    out += ["| " + " | ".join(line + ["–"] * (len(header) - len(line))) + " |" for line in body]
+            line.append(ratio(got[w][0] / got[reference][0]) if ok else "–")
+        line += verdicts(group, got)
+        out.append("| " + " | ".join(line) + " |")
     return "\n".join(out)
 
 
@@ -156,6 +185,8 @@ def main(argv):
     json_out = None
     if "--json" in argv:
         i = argv.index("--json")
+        if i + 1 == len(argv):
+            sys.exit("--json needs a file name")
         json_out = argv[i + 1]
         del argv[i : i + 2]
     if argv:
