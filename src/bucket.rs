@@ -220,7 +220,10 @@ impl<C: Clock> TokenBucket<C> {
     }
 
     /// Admits `cost` tokens with up to `slack` ticks of delay.
-    #[inline]
+    // Always inlined: left out of line (as LLVM chose with the TSC clock),
+    // its result came back through memory and the caller's copy of it
+    // measured 1.2 ns slower a decision (`allow/tsc/tollgate`).
+    #[inline(always)]
     pub(crate) fn admit(&self, cost: u64, slack: u64) -> Result<Admission, AcquireError> {
         let gcra = self.quota.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
