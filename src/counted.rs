@@ -124,8 +124,9 @@ impl Writer<'_> {
 /// (`docs/benchmarks.md` measures the cost). Stripes are indexed by a small
 /// id each live thread holds; a thread beyond the stripes (more live
 /// threads than four per core) or in its thread-local destructors counts on
-/// one shared stripe with locked adds instead. [`stats`](Self::stats) sums a snapshot; with feature `metrics`,
-/// [`DecisionStats::export`] publishes it through the `metrics` facade.
+/// one shared stripe with locked adds instead. [`stats`](Self::stats) sums
+/// a snapshot; with feature `metrics`, [`DecisionStats::export`] publishes
+/// it through the `metrics` facade.
 ///
 /// ```
 /// use tollgate::{Counted, ManualClock, Quota, TokenBucket};
