@@ -112,6 +112,13 @@ impl Writer<'_> {
             });
         }
     }
+
+    /// Counts one admission of `cost` tokens.
+    #[inline]
+    fn admitted(self, cost: u64) {
+        self.add(|s| &s.admitted, 1);
+        self.add(|s| &s.admitted_cost, cost);
+    }
 }
 
 /// A limiter whose decisions are counted.
@@ -229,17 +236,10 @@ impl<L> Counted<L> {
     #[inline]
     fn count<T>(&self, cost: u64, decision: Result<T, AcquireError>) -> Result<T, AcquireError> {
         match &decision {
-            Ok(_) => self.count_admission(cost),
+            Ok(_) => self.writer().admitted(cost),
             Err(error) => self.count_refusal(cost, error),
         }
         decision
-    }
-
-    #[inline]
-    fn count_admission(&self, cost: u64) {
-        let writer = self.writer();
-        writer.add(|s| &s.admitted, 1);
-        writer.add(|s| &s.admitted_cost, cost);
     }
 
     #[inline]
@@ -255,9 +255,9 @@ impl<L> Counted<L> {
 
     /// Counts a reservation of `cost` tokens that waits `wait`.
     fn count_reservation(&self, cost: u64, wait: Duration) {
-        self.count_admission(cost);
+        let writer = self.writer();
+        writer.admitted(cost);
         if !wait.is_zero() {
-            let writer = self.writer();
             writer.add(|s| &s.delayed, 1);
             writer.add(|s| &s.delay_nanos, crate::clock::saturating_nanos(wait));
         }
