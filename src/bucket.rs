@@ -187,14 +187,27 @@ impl<C: Clock> TokenBucket<C> {
         let gcra = self.quota.gcra();
         let admission = self.admit(cost, gcra.ticks_of(max_wait))?;
         let wait = gcra.duration(gcra.wait(admission.after, admission.at));
-        crate::waiting::sleep_or_give_back(wait, observer, || self.rollback(admission)).await;
+        crate::waiting::sleep_or_give_back(wait, observer, || {
+            self.undo(&admission, u64::MAX);
+        })
+        .await;
         Ok(())
     }
 
-    /// Undoes an admission of [`Self::admit`] as far as provably mints
-    /// nothing (see `Tat::rollback`).
-    pub(crate) fn rollback(&self, admission: Admission) {
-        self.tat.rollback(admission, || self.now());
+    /// Gives back `tokens` of what `admission` took, by the one rule that
+    /// never mints credit (`Tat::undo`); returns the tokens' ticks given
+    /// back.
+    pub(crate) fn undo(&self, admission: &Admission, tokens: u64) -> u64 {
+        let ticks = self.quota.gcra().token_ticks(tokens);
+        self.tat.undo(admission, ticks, || self.now())
+    }
+
+    /// Gives back `unused` of a lease of `granted` tokens decided at tick
+    /// `at` (by [`Self::grant_up_to`]), by the inexact half of the same rule.
+    pub(crate) fn undo_lease(&self, granted: u64, at: u64, unused: u64) {
+        let gcra = self.quota.gcra();
+        let (cost, returned) = (gcra.token_ticks(granted), gcra.token_ticks(unused));
+        self.tat.undo_inexact(at, cost, returned, || self.now());
     }
 
     /// The one admission path: returns the wait in ticks.
@@ -210,13 +223,6 @@ impl<C: Clock> TokenBucket<C> {
         self.tat
             .acquire_up_to(self.quota.gcra(), self.now(), want)
             .ok()
-    }
-
-    /// Gives back `unused` of a grant of `granted` tokens made by
-    /// [`Self::grant_up_to`] at `at`, less the time since.
-    pub(crate) fn give_back(&self, granted: u64, at: u64, unused: u64) {
-        self.tat
-            .give_back(self.quota.gcra(), granted, at, unused, || self.now());
     }
 
     /// Admits `cost` tokens with up to `slack` ticks of delay.

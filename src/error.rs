@@ -112,6 +112,14 @@ pub enum AcquireError {
     /// than 429: the client did nothing wrong.
     #[error("the shared budget's store is unreachable and the local allowance is spent")]
     StoreUnavailable,
+    /// A chain given to [`try_acquire_all`](crate::try_acquire_all) had more
+    /// than `max` steps ([`MAX_STEPS`](crate::MAX_STEPS)). A server
+    /// misconfiguration, not the client's doing: nothing was spent.
+    #[error("a chain of limits may have at most {max} steps")]
+    TooManySteps {
+        /// The most steps a chain may have.
+        max: usize,
+    },
 }
 
 impl AcquireError {
@@ -127,7 +135,8 @@ impl AcquireError {
             AcquireError::ExceedsCapacity { .. }
             | AcquireError::ZeroCost
             | AcquireError::TooManyKeys { .. }
-            | AcquireError::StoreUnavailable => None,
+            | AcquireError::StoreUnavailable
+            | AcquireError::TooManySteps { .. } => None,
         }
     }
 }

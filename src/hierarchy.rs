@@ -43,10 +43,13 @@ pub(crate) mod sealed {
 
     use crate::AcquireError;
 
-    /// A receipt for tokens taken, enough to undo the admission soundly.
+    /// What one admission took, enough to undo it by the one rule that
+    /// never mints credit: the data of a [`Receipt`](crate::Receipt).
     #[derive(Clone, Copy, Debug)]
     pub struct Taken {
         pub(crate) admission: crate::state::Admission,
+        /// The tokens admitted.
+        pub(crate) tokens: u64,
         /// Whether a keyed limiter served it from its overflow bucket.
         pub(crate) overflow: bool,
     }
@@ -55,7 +58,7 @@ pub(crate) mod sealed {
     pub trait Sealed {
         /// Takes `cost` now, or refuses without spending.
         fn take(&self, cost: u64) -> Result<Taken, AcquireError>;
-        /// Gives back what `taken` took, less what has refilled since.
+        /// Gives back what `taken` took, by the rule of `Tat::undo`.
         fn undo(&self, taken: &Taken);
         /// The wait until `cost` would fit, zero if it fits now.
         fn wait(&self, cost: u64) -> Result<Duration, AcquireError>;
@@ -68,12 +71,13 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
         Ok(Taken {
             admission: self.admit(cost, 0)?,
+            tokens: cost,
             overflow: false,
         })
     }
 
     fn undo(&self, taken: &Taken) {
-        self.rollback(taken.admission);
+        TokenBucket::undo(self, &taken.admission, taken.tokens);
     }
 
     fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
@@ -82,6 +86,27 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
 }
 
 impl<C: Clock> Limit for TokenBucket<C> {}
+
+/// Implements [`Limit`] for a pointer to a limit, so that a receipt can hold
+/// its limit borrowed (`&L`) or shared (`Arc<L>`, for a receipt that
+/// outlives the caller's borrow, such as one kept until a response).
+macro_rules! forward_limit {
+    ($($pointer:ty where $($bound:path)?);*) => {$(
+        impl<L: Limit + ?Sized $(+ $bound)?> sealed::Sealed for $pointer {
+            fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
+                (**self).take(cost)
+            }
+            fn undo(&self, taken: &Taken) {
+                (**self).undo(taken);
+            }
+            fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
+                (**self).wait(cost)
+            }
+        }
+        impl<L: Limit + ?Sized $(+ $bound)?> Limit for $pointer {}
+    )*};
+}
+forward_limit!(&L where; Box<L> where; std::sync::Arc<L> where Send);
 
 impl<C: Clock> TokenBucket<C> {
     /// This bucket charged `cost` tokens, as a step of a hierarchy.
@@ -188,17 +213,19 @@ pub struct HierarchyError {
 /// The steps are taken in order. When one refuses, the steps already taken
 /// are undone in reverse order, so a refusal spends nothing anywhere; then
 /// every step is looked at (never charged) to find the longest wait. A
-/// refused request's cost counts in no limit. Nothing is allocated; the
-/// stack grows by a few dozen bytes per step, so chains are meant to be
-/// short (a handful of limits, not thousands).
+/// refused request's cost counts in no limit. Nothing is allocated: the
+/// receipts of a chain live in a fixed array on the stack, so a chain has
+/// at most [`MAX_STEPS`] steps, and a longer one is refused, spending
+/// nothing, with [`AcquireError::TooManySteps`].
 ///
 /// Order the steps from the most selective to the most shared (per address,
 /// per account, then global): a request refused early never touches the
 /// global limit's contended word.
 ///
-/// An undo returns the cost less the time elapsed since it was taken: with
-/// other requests in between, returning it all could hand out refill the
-/// bucket would have wasted while full. Concurrent hierarchies therefore
+/// An undo is a receipt's undo (`docs/semantics.md`, "Giving back"): exact
+/// if nothing was admitted since, otherwise the cost less the time elapsed
+/// since it was taken: with other requests in between, returning it all
+/// could hand out refill the bucket would have wasted while full. Concurrent hierarchies therefore
 /// never admit more than any one limit's envelope; the price is that a
 /// denied request's undo may return a little less than it took, a few
 /// nanoseconds of refill (`docs/design.md` has the argument).
@@ -217,38 +244,56 @@ pub struct HierarchyError {
 /// assert_eq!(per_address.available(&3), 2);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-// Inlined so that the caller builds the result itself: returned through
-// memory, it measured 4 ns slower per call (`hierarchy/tollgate/1`).
 #[inline]
 pub fn try_acquire_all(steps: &[Step<'_>]) -> Result<(), HierarchyError> {
-    let mut refused = None;
-    take_from(steps, 0, &mut refused).map_err(|limit| {
-        let error = refused.expect("a refusing step leaves its error");
-        refusal(steps, limit, error)
-    })
+    take_all(steps, &mut [None; MAX_STEPS])
 }
 
-/// Takes `steps[0]`, then the rest; undoes `steps[0]` if the rest refuse.
-/// Recursion keeps the receipts on the stack. Returns the index of the step
-/// that refused, and leaves its error in `refused`: a result that fits in
-/// registers. Returning the index and the error together, through memory,
-/// measured 12 ns slower at depth 1 (`hierarchy/tollgate/1`, 31 against
-/// 19 ns; `perf annotate` put the time on the loads that copy it).
-fn take_from(
+/// The most steps [`try_acquire_all`] takes in one chain.
+///
+/// ```
+/// use tollgate::{AcquireError, MAX_STEPS, Quota, TokenBucket, try_acquire_all};
+///
+/// let bucket = TokenBucket::new(Quota::per_second(1000)?);
+/// let steps = vec![bucket.cost(1); MAX_STEPS + 1];
+/// let refused = try_acquire_all(&steps).unwrap_err();
+/// assert_eq!(refused.error, AcquireError::TooManySteps { max: MAX_STEPS });
+/// assert_eq!(bucket.available(), 1000);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+pub const MAX_STEPS: usize = 32;
+
+/// Takes every step in order, leaving each receipt in `taken`; if one
+/// refuses, undoes the taken ones in reverse order and reports the refusal.
+/// A loop, not recursion: a chain costs no stack beyond `taken`.
+#[inline]
+pub(crate) fn take_all(
     steps: &[Step<'_>],
-    index: usize,
-    refused: &mut Option<AcquireError>,
-) -> Result<(), usize> {
-    let Some((step, rest)) = steps.split_first() else {
-        return Ok(());
-    };
-    // Matched in place and undone by reference: moving the receipt out
-    // measured 5 ns slower at depth 1 (19 against 14 ns).
-    match &step.limit.take(step.cost) {
-        Ok(taken) => take_from(rest, index + 1, refused).inspect_err(|_| step.limit.undo(taken)),
-        Err(error) => {
-            *refused = Some(*error);
-            Err(index)
+    taken: &mut [Option<Taken>; MAX_STEPS],
+) -> Result<(), HierarchyError> {
+    if steps.len() > MAX_STEPS {
+        return Err(HierarchyError {
+            limit: MAX_STEPS,
+            error: AcquireError::TooManySteps { max: MAX_STEPS },
+        });
+    }
+    for (index, step) in steps.iter().enumerate() {
+        match step.limit.take(step.cost) {
+            Ok(receipt) => taken[index] = Some(receipt),
+            Err(error) => {
+                undo_all(&steps[..index], &mut taken[..index]);
+                return Err(refusal(steps, index, error));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Undoes the receipts in `taken` (one per step), latest first.
+pub(crate) fn undo_all(steps: &[Step<'_>], taken: &mut [Option<Taken>]) {
+    for (step, receipt) in steps.iter().zip(taken).rev() {
+        if let Some(receipt) = receipt.take() {
+            step.limit.undo(&receipt);
         }
     }
 }
@@ -257,6 +302,7 @@ fn take_from(
 /// taken step is undone: an error no wait can cure wins (the first such
 /// step's), else the longest wait among all the steps.
 #[cold]
+#[inline(never)]
 fn refusal(steps: &[Step<'_>], index: usize, error: AcquireError) -> HierarchyError {
     let mut longest = match error.retry_after() {
         Some(wait) => wait,
@@ -291,6 +337,8 @@ fn refusal(steps: &[Step<'_>], index: usize, error: AcquireError) -> HierarchyEr
 fn is_permanent(error: AcquireError) -> bool {
     matches!(
         error,
-        AcquireError::ExceedsCapacity { .. } | AcquireError::ZeroCost
+        AcquireError::ExceedsCapacity { .. }
+            | AcquireError::ZeroCost
+            | AcquireError::TooManySteps { .. }
     )
 }

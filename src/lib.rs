@@ -56,6 +56,7 @@ pub mod http;
 pub mod identity;
 mod keyed;
 mod quota;
+mod receipt;
 pub mod retry;
 pub mod shared;
 mod state;
@@ -72,9 +73,10 @@ pub use clock::TscClock;
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock};
 pub use counted::{Counted, DecisionStats};
 pub use error::{AcquireError, QuotaError};
-pub use hierarchy::{HierarchyError, Limit, Step, try_acquire_all};
+pub use hierarchy::{HierarchyError, Limit, MAX_STEPS, Step, try_acquire_all};
 pub use keyed::{AtCapacity, KeyLimit, KeyTableStats, KeyedBuilder, KeyedLimiter, Tiered};
 pub use quota::{InitialCredit, Quota};
+pub use receipt::Receipt;
 pub use striped::StripedBucket;
 
 /// Compiles and runs the README's examples as doc tests, so the quickstart

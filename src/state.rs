@@ -93,83 +93,83 @@ impl Tat {
         }
     }
 
-    /// Undoes `admission` as far as provably mints no credit.
+    /// Gives back `returned_ticks` of what `admission` took: the one rule by
+    /// which credit ever flows back to a bucket (every receipt's undo, a
+    /// lease's unused part, an abandoned wait), apart from the trusted
+    /// [`Self::refund`] and [`Self::reset`].
     ///
-    /// If nothing has changed the state since, the state goes back to what
-    /// the admission found: exact. Otherwise it returns the cost less the
-    /// time elapsed since the admission, with `now` read after each load.
+    /// If nothing has changed the state since the admission, the state
+    /// moves back by exactly what is returned: as if the admission had taken
+    /// only the rest. Otherwise it moves back by at most the admission's cost
+    /// less the time elapsed since it was decided, with `now` read after each
+    /// load, and never by more than is returned.
     ///
     /// Why not the whole cost: the state is at least `n_i + C_i` for every
     /// live admission `i` (`n_i` its reading, `C_i` the cost admitted from it
-    /// on; `docs/design.md`). Removing admission `r` lowers the terms before
-    /// it by its cost, but the term of a later admission `j` does not move,
-    /// and it may have been below the state only because `r` was there:
-    /// `n_j + C_j <= now + (state - n_r - cost_r)`, given `n_j <= now`. So
-    /// the state may drop by `cost_r - (now - n_r)` and no more; returning
-    /// the whole cost after others have acted would hand out refill the
-    /// bucket had wasted while full. `n_j <= now` needs a clock that does not
-    /// go backwards across threads: a reading behind another thread's lets
-    /// this undo return up to that gap too much.
-    pub(crate) fn rollback(&self, admission: Admission, mut now: impl FnMut() -> u64) {
-        let held_for = now().saturating_sub(admission.at);
+    /// on; `docs/semantics.md`, "Giving back"). Removing admission `r` lowers
+    /// the terms before it by its cost, but the term of a later admission `j`
+    /// does not move, and it may have been below the state only because `r`
+    /// was there: `n_j + C_j <= now + (state - n_r - cost_r)`, given
+    /// `n_j <= now`. So the state may drop by `cost_r - (now - n_r)` and no
+    /// more; returning the whole cost after others have acted would hand out
+    /// refill the bucket had wasted while full. `n_j <= now` needs a clock
+    /// that does not go backwards across threads: a reading behind another
+    /// thread's lets this undo return up to that gap too much.
+    ///
+    /// Returns the ticks given back.
+    pub(crate) fn undo(
+        &self,
+        admission: &Admission,
+        returned_ticks: u64,
+        mut now: impl FnMut() -> u64,
+    ) -> u64 {
+        let returned_ticks = returned_ticks.min(admission.cost_ticks);
         // Checked first so that the exact path below never runs on a state
         // word that has been dropped and recreated since (a keyed bucket is
         // swept only once full, by which time nothing is owed) and happens to
         // hold the same value.
-        if admission.cost_ticks <= held_for {
-            return;
+        let held_for = now().saturating_sub(admission.at);
+        if returned_ticks == 0 || admission.cost_ticks <= held_for {
+            return 0;
         }
+        let exact = if returned_ticks == admission.cost_ticks {
+            admission.before
+        } else {
+            admission.after - returned_ticks
+        };
         if self
             .0
-            .compare_exchange(
-                admission.after,
-                admission.before,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
+            .compare_exchange(admission.after, exact, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
-            return;
+            return returned_ticks;
         }
-        self.give_back_ticks(
-            admission.cost_ticks,
-            admission.at,
-            admission.cost_ticks,
-            now,
-        );
+        self.undo_inexact(admission.at, admission.cost_ticks, returned_ticks, now)
     }
 
-    /// Gives back `unused` of an admission of `granted` tokens decided at
-    /// tick `at`, less the time elapsed since (the rule of `rollback`, for
-    /// part of an admission: the state may drop by at most `granted - held`
-    /// however much of it is returned). `now` is read after each load.
-    pub(crate) fn give_back(
+    /// The inexact half of [`Self::undo`], also for receipts that do not
+    /// know the state their admission wrote (a store's lease): gives back
+    /// `returned_ticks` of `cost_ticks` admitted at tick `at`, less the time
+    /// held since. Returns the ticks given back.
+    pub(crate) fn undo_inexact(
         &self,
-        gcra: &Gcra,
-        granted: u64,
         at: u64,
-        unused: u64,
-        now: impl FnMut() -> u64,
-    ) {
-        self.give_back_ticks(gcra.token_ticks(granted), at, gcra.token_ticks(unused), now);
-    }
-
-    /// [`Self::give_back`] in ticks.
-    fn give_back_ticks(
-        &self,
-        granted_ticks: u64,
-        at: u64,
-        unused_ticks: u64,
+        cost_ticks: u64,
+        returned_ticks: u64,
         mut now: impl FnMut() -> u64,
-    ) {
+    ) -> u64 {
+        let owed = std::cell::Cell::new(0);
         // `Err(())` means nothing is owed back any more: the state stays.
         let _ = self.update(|tat| {
             let held_for = now().saturating_sub(at);
-            match unused_ticks.min(granted_ticks.saturating_sub(held_for)) {
+            let cap = cost_ticks.saturating_sub(held_for);
+            owed.set(returned_ticks.min(cap).min(tat));
+            match owed.get() {
                 0 => Err(()),
-                owed => Ok(tat.saturating_sub(owed)),
+                owed => Ok(tat - owed),
             }
         });
+        owed.get()
     }
 
     /// Grants as many of `want` whole tokens as are available at `now`, in
@@ -248,7 +248,7 @@ mod tests {
     fn an_undo_nothing_followed_restores_the_state_exactly() {
         let (g, tat) = (gcra(), Tat::new(FULL));
         let admission = tat.acquire(&g, 500, 1000, 0).unwrap();
-        tat.rollback(admission, || 900);
+        tat.undo(&admission, 1000, || 900);
         assert_eq!(tat.0.load(Ordering::Acquire), FULL);
     }
 
@@ -261,7 +261,7 @@ mod tests {
         // the 500 ticks of refill the full bucket wasted.
         let ours = tat.acquire(&g, 0, 1000, 0).unwrap();
         tat.acquire(&g, 500, 1000, 0).unwrap();
-        tat.rollback(ours, || 600);
+        tat.undo(&ours, 1000, || 600);
         assert_eq!(tat.0.load(Ordering::Acquire), 1600);
         assert!(tat.0.load(Ordering::Acquire) >= 1500);
     }
@@ -271,7 +271,7 @@ mod tests {
         let (g, tat) = (gcra(), Tat::new(FULL));
         let ours = tat.acquire(&g, 0, 1000, 0).unwrap();
         tat.acquire(&g, 1500, 1000, 0).unwrap();
-        tat.rollback(ours, || 1500);
+        tat.undo(&ours, 1000, || 1500);
         assert_eq!(tat.0.load(Ordering::Acquire), 2500);
     }
 }

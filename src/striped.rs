@@ -159,7 +159,7 @@ impl<C: Clock> StripedBucket<C> {
             let drained = stripe.pool.drain();
             let mut receipt = lock(&stripe.receipt);
             let unused = drained.min(receipt.0);
-            self.bucket.give_back(receipt.0, receipt.1, unused);
+            self.bucket.undo_lease(receipt.0, receipt.1, unused);
             receipt.0 -= unused;
             returned += unused;
         }

@@ -165,11 +165,11 @@ impl Refusal {
                 "The request costs more than the quota can ever hold; retrying cannot help.",
                 None,
             ),
-            AcquireError::ZeroCost => (
+            AcquireError::ZeroCost | AcquireError::TooManySteps { .. } => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 ProblemType::Blank,
                 "Internal Server Error",
-                "The server computed no cost for this request.",
+                "The server's rate-limit configuration could not charge this request.",
                 None,
             ),
             // A full key table, an unreachable store, and whatever a future

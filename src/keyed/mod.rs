@@ -268,15 +268,15 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        use crate::hierarchy::sealed::Sealed;
         let gcra = self.quota.gcra();
         let (admission, overflow) = self.acquire_within(key, cost, gcra.ticks_of(max_wait))?;
         let wait = gcra.duration(gcra.wait(admission.after, admission.at));
         let taken = Taken {
             admission,
+            tokens: cost,
             overflow,
         };
-        crate::waiting::sleep_or_give_back(wait, observer, || self.key(key).undo(&taken)).await;
+        crate::waiting::sleep_or_give_back(wait, observer, || self.undo(key, &taken, cost)).await;
         Ok(())
     }
 
@@ -364,19 +364,38 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         }
     }
 
-    /// Gives back `unused` of `granted` tokens admitted at tick `at` to
-    /// `key`'s bucket (or the overflow bucket), less the time since. A key
-    /// no longer tracked was full when dropped: nothing is owed.
-    pub(crate) fn give_back<Q>(&self, key: &Q, granted: u64, at: u64, unused: u64, overflow: bool)
+    /// Gives back `tokens` of what `taken` took from `key`'s bucket (or the
+    /// overflow bucket) by the one rule that never mints credit
+    /// (`Tat::undo`). A key no longer tracked was full when dropped: nothing
+    /// is owed. Drops the key's bucket if the undo left it full.
+    pub(crate) fn undo<Q>(&self, key: &Q, taken: &Taken, tokens: u64)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let (gcra, now) = (self.quota.gcra(), || self.now());
-        if overflow {
-            self.overflow.give_back(gcra, granted, at, unused, now);
-        } else if let Some(tat) = self.buckets.get(key) {
-            tat.give_back(gcra, granted, at, unused, now);
+        let (ticks, now) = (self.quota.gcra().token_ticks(tokens), || self.now());
+        if taken.overflow {
+            self.overflow.undo(&taken.admission, ticks, now);
+            return;
+        }
+        if let Some(tat) = self.buckets.get(key) {
+            tat.undo(&taken.admission, ticks, now);
+        }
+        // The guard above is dropped: the map may be written now.
+        self.forget_if_full(key);
+    }
+
+    /// Gives back `unused` of a store lease of `granted` tokens admitted at
+    /// tick `at` to `key`'s bucket, by the inexact half of the same rule (a
+    /// lease does not record the state its admission wrote).
+    pub(crate) fn undo_lease(&self, key: &str, granted: u64, at: u64, unused: u64)
+    where
+        K: Borrow<str>,
+    {
+        let gcra = self.quota.gcra();
+        let (cost, returned) = (gcra.token_ticks(granted), gcra.token_ticks(unused));
+        if let Some(tat) = self.buckets.get(key) {
+            tat.undo_inexact(at, cost, returned, || self.now());
         }
     }
 
@@ -767,24 +786,13 @@ where
         let (admission, overflow) = self.limiter.acquire_within(self.key, cost, 0)?;
         Ok(Taken {
             admission,
+            tokens: cost,
             overflow,
         })
     }
 
     fn undo(&self, taken: &Taken) {
-        let limiter = self.limiter;
-        let now = || limiter.now();
-        if taken.overflow {
-            limiter.overflow.rollback(taken.admission, now);
-            return;
-        }
-        if let Some(tat) = limiter.buckets.get(self.key) {
-            // A bucket dropped since the admission was full, which means the
-            // admission's cost had refilled: there is nothing to give back.
-            tat.rollback(taken.admission, now);
-        }
-        // The guard above is dropped: the map may be written now.
-        limiter.forget_if_full(self.key);
+        self.limiter.undo(self.key, taken, taken.tokens);
     }
 
     fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {

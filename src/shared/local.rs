@@ -120,7 +120,7 @@ where
     async fn release(&self, key: &str, lease: Lease, unused: u64) -> Result<(), AcquireError> {
         let unused = unused.min(lease.granted);
         self.buckets
-            .give_back(key, lease.granted, lease.at, unused, false);
+            .undo_lease(key, lease.granted, lease.at, unused);
         Ok(())
     }
 }
