@@ -1,0 +1,1 @@
+//! Attacks on the bucket, receipts and hierarchies.

@@ -1,0 +1,15 @@
+//! Attacks on every layer, one test per attack, each named for the promise
+//! it defends: a client, a peer or a faulty store must never get more than
+//! the quota, and bad input must get a typed answer, never a panic.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod core;
+#[cfg(feature = "tower")]
+mod http;
+mod identity;
+mod keyed;
+#[cfg(feature = "tokio")]
+mod shared;
+mod striped;
