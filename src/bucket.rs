@@ -199,7 +199,8 @@ impl<C: Clock> TokenBucket<C> {
     /// back.
     pub(crate) fn undo(&self, admission: &Admission, tokens: u64) -> u64 {
         let ticks = self.quota.gcra().token_ticks(tokens);
-        self.tat.undo(admission, ticks, || self.now())
+        self.tat
+            .undo(self.quota.gcra(), admission, ticks, || self.now())
     }
 
     /// Gives back `unused` of a lease of `granted` tokens decided at tick
@@ -207,7 +208,8 @@ impl<C: Clock> TokenBucket<C> {
     pub(crate) fn undo_lease(&self, granted: u64, at: u64, unused: u64) {
         let gcra = self.quota.gcra();
         let (cost, returned) = (gcra.token_ticks(granted), gcra.token_ticks(unused));
-        self.tat.undo_inexact(at, cost, returned, || self.now());
+        self.tat
+            .undo_inexact(gcra, at, cost, returned, || self.now());
     }
 
     /// The one admission path: returns the wait in ticks.

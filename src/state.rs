@@ -119,6 +119,7 @@ impl Tat {
     /// Returns the ticks given back.
     pub(crate) fn undo(
         &self,
+        gcra: &Gcra,
         admission: &Admission,
         returned_ticks: u64,
         mut now: impl FnMut() -> u64,
@@ -144,15 +145,29 @@ impl Tat {
         {
             return returned_ticks;
         }
-        self.undo_inexact(admission.at, admission.cost_ticks, returned_ticks, now)
+        self.undo_inexact(
+            gcra,
+            admission.at,
+            admission.cost_ticks,
+            returned_ticks,
+            now,
+        )
     }
 
     /// The inexact half of [`Self::undo`], also for receipts that do not
     /// know the state their admission wrote (a store's lease): gives back
     /// `returned_ticks` of `cost_ticks` admitted at tick `at`, less the time
     /// held since. Returns the ticks given back.
+    ///
+    /// Nothing goes back while the state lies beyond `now + B·T`: the top of
+    /// the state then belongs to reservations due after `now`, whose callers
+    /// were promised their start times. Lowering it would hand the same slot
+    /// to the next reservation, two starts where the quota allows one. Below
+    /// that line every slot is due already, which is what the argument above
+    /// covers (with due times in place of readings).
     pub(crate) fn undo_inexact(
         &self,
+        gcra: &Gcra,
         at: u64,
         cost_ticks: u64,
         returned_ticks: u64,
@@ -161,7 +176,11 @@ impl Tat {
         let owed = std::cell::Cell::new(0);
         // `Err(())` means nothing is owed back any more: the state stays.
         let _ = self.update(|tat| {
-            let held_for = now().saturating_sub(at);
+            let now = now();
+            if gcra.wait(tat, now) > 0 {
+                return Err(());
+            }
+            let held_for = now.saturating_sub(at);
             let cap = cost_ticks.saturating_sub(held_for);
             owed.set(returned_ticks.min(cap).min(tat));
             match owed.get() {
@@ -248,7 +267,7 @@ mod tests {
     fn an_undo_nothing_followed_restores_the_state_exactly() {
         let (g, tat) = (gcra(), Tat::new(FULL));
         let admission = tat.acquire(&g, 500, 1000, 0).unwrap();
-        tat.undo(&admission, 1000, || 900);
+        tat.undo(&g, &admission, 1000, || 900);
         assert_eq!(tat.0.load(Ordering::Acquire), FULL);
     }
 
@@ -261,7 +280,7 @@ mod tests {
         // the 500 ticks of refill the full bucket wasted.
         let ours = tat.acquire(&g, 0, 1000, 0).unwrap();
         tat.acquire(&g, 500, 1000, 0).unwrap();
-        tat.undo(&ours, 1000, || 600);
+        tat.undo(&g, &ours, 1000, || 600);
         assert_eq!(tat.0.load(Ordering::Acquire), 1600);
         assert!(tat.0.load(Ordering::Acquire) >= 1500);
     }
@@ -271,7 +290,7 @@ mod tests {
         let (g, tat) = (gcra(), Tat::new(FULL));
         let ours = tat.acquire(&g, 0, 1000, 0).unwrap();
         tat.acquire(&g, 1500, 1000, 0).unwrap();
-        tat.undo(&ours, 1000, || 1500);
+        tat.undo(&g, &ours, 1000, || 1500);
         assert_eq!(tat.0.load(Ordering::Acquire), 2500);
     }
 }

@@ -373,13 +373,14 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let (ticks, now) = (self.quota.gcra().token_ticks(tokens), || self.now());
+        let gcra = self.quota.gcra();
+        let (ticks, now) = (gcra.token_ticks(tokens), || self.now());
         if taken.overflow {
-            self.overflow.undo(&taken.admission, ticks, now);
+            self.overflow.undo(gcra, &taken.admission, ticks, now);
             return;
         }
         if let Some(tat) = self.buckets.get(key) {
-            tat.undo(&taken.admission, ticks, now);
+            tat.undo(gcra, &taken.admission, ticks, now);
         }
         // The guard above is dropped: the map may be written now.
         self.forget_if_full(key);
@@ -395,7 +396,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         let gcra = self.quota.gcra();
         let (cost, returned) = (gcra.token_ticks(granted), gcra.token_ticks(unused));
         if let Some(tat) = self.buckets.get(key) {
-            tat.undo_inexact(at, cost, returned, || self.now());
+            tat.undo_inexact(gcra, at, cost, returned, || self.now());
         }
     }
 

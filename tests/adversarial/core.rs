@@ -201,6 +201,32 @@ async fn a_dropped_acquire_at_every_point_gives_back_by_the_rule() {
     assert_eq!(limit.reserve(1, Duration::MAX), Ok(SECOND));
 }
 
+/// A cancelled wait must not hand its slot to a later reservation while an
+/// intermediate one still holds a promised start: dropping the first of
+/// two waiting acquires gives nothing back (the top of the bucket belongs
+/// to the second), so a third caller is scheduled after the second, never
+/// beside it. Giving the cost back here put two starts at one instant on a
+/// bucket of one.
+#[cfg(feature = "tokio")]
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_wait_never_double_books_a_later_reservation() {
+    let clock = ManualClock::new();
+    let quota = Quota::new(1, 2, SECOND).unwrap(); // one token per 500 ms
+    let limit = TokenBucket::with_clock(quota, clock.clone());
+    limit.try_acquire(1).unwrap();
+    let mut first = Box::pin(limit.acquire(1, 10 * SECOND)); // due at 500 ms
+    assert!(poll_once(first.as_mut()).await.is_none());
+    let second = limit.reserve(1, 10 * SECOND).unwrap();
+    assert_eq!(second, Duration::from_millis(1000));
+    drop(first);
+    let third = limit.reserve(1, 10 * SECOND).unwrap();
+    assert_eq!(
+        third,
+        Duration::from_millis(1500),
+        "the third shares a start"
+    );
+}
+
 /// Polls `future` once, whatever it returns.
 #[cfg(feature = "tokio")]
 async fn poll_once<F: std::future::Future + Unpin>(future: F) -> Option<F::Output> {
