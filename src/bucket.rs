@@ -18,6 +18,9 @@ use crate::{AcquireError, Clock, MonotonicClock, Quota};
 ///   takes effect at its successful compare-and-swap;
 /// - a denial and [`available`](Self::available) at the load (or failed
 ///   compare-and-swap) whose value they decided on;
+/// - a [`Receipt`](crate::Receipt)'s undo at its successful
+///   compare-and-swap (or, if nothing is owed any more, at the load that
+///   showed it);
 /// - [`refund`](Self::refund) at its successful compare-and-swap;
 /// - [`reset`](Self::reset) at its swap.
 ///
@@ -257,11 +260,15 @@ impl<C: Clock> TokenBucket<C> {
         Ok(gcra.duration(self.tat.wait_for(gcra, self.now(), cost_ticks)))
     }
 
-    /// Returns `cost` tokens, for work that was admitted but not done. Credit
-    /// is clipped at the capacity. A cost of zero is a no-op.
+    /// Returns `cost` tokens unconditionally: a trusted operation, for a
+    /// caller who knows what it holds. Credit is clipped at the capacity. A
+    /// cost of zero is a no-op.
     ///
-    /// Refunding more than was taken grants credit that was never spent: the
-    /// caller is trusted to return only what it holds.
+    /// Refunding more than was taken, or long after it was taken, grants
+    /// credit that was never spent, so no path a client can trigger should
+    /// call it: to give back an admission, take it as a
+    /// [`Receipt`](crate::Receipt) and [`undo`](crate::Receipt::undo) it,
+    /// the rule that never mints credit. No layer of this crate refunds.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, TokenBucket};
@@ -299,7 +306,9 @@ impl<C: Clock> TokenBucket<C> {
         self.tat.available(self.quota.gcra(), self.now())
     }
 
-    /// Refills the bucket to capacity, cancelling any debt.
+    /// Refills the bucket to capacity, cancelling any debt: a trusted
+    /// operation like [`refund`](Self::refund) (it forgives outstanding
+    /// receipts too, whose undo may then return their cost once more).
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, TokenBucket};
