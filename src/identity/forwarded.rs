@@ -127,8 +127,11 @@ impl Resolved {
         }
     }
 
-    /// The client's address, canonical (an IPv4-mapped address is given
-    /// as IPv4) and not masked.
+    /// The client's address as it arrived, canonical (an IPv4-mapped
+    /// address is given as IPv4) and not masked. The [key](Resolved::key)
+    /// may stand for the IPv4 host this address embeds (6to4, NAT64,
+    /// Teredo: see [`client_addr`](super::client_addr)); logs keep the
+    /// address itself.
     ///
     /// ```
     /// use std::net::IpAddr;
@@ -259,7 +262,8 @@ impl ForwardedResolver {
     pub const DEFAULT_MAX_ENTRIES: NonZeroUsize = NonZeroUsize::new(32).unwrap();
 
     /// Reads `source` when the peer is in `proxies`, walking
-    /// [`ChainPolicy::Recursive`], keying with [`PrefixPolicy::EXACT`], and
+    /// [`ChainPolicy::Recursive`], keying with the default
+    /// [`PrefixPolicy::SUBSCRIBER`] (IPv4 by address, IPv6 by `/64`), and
     /// examining at most [`DEFAULT_MAX_ENTRIES`](Self::DEFAULT_MAX_ENTRIES)
     /// elements.
     ///
@@ -275,7 +279,7 @@ impl ForwardedResolver {
             proxies,
             source,
             chain: ChainPolicy::Recursive,
-            prefix: PrefixPolicy::EXACT,
+            prefix: PrefixPolicy::default(),
             max_entries: Self::DEFAULT_MAX_ENTRIES,
         }
     }
@@ -356,7 +360,7 @@ impl ForwardedResolver {
     /// use tollgate::identity::{ForwardedResolver, HeaderSource, PrefixPolicy, TrustedProxies};
     ///
     /// let resolver = ForwardedResolver::new(HeaderSource::Forwarded, TrustedProxies::none());
-    /// assert_eq!(resolver.prefix_policy(), PrefixPolicy::EXACT);
+    /// assert_eq!(resolver.prefix_policy(), PrefixPolicy::SUBSCRIBER);
     /// ```
     pub fn prefix_policy(&self) -> PrefixPolicy {
         self.prefix

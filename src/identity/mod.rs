@@ -36,12 +36,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod client;
 mod error;
 mod forwarded;
 mod key;
 mod lex;
 mod trust;
 
+pub use client::client_addr;
 pub use error::{ForwardedError, IdentityError};
 pub use forwarded::{ChainPolicy, ForwardedResolver, HeaderSource, Origin, Resolved};
 pub use key::{AddrKey, PrefixPolicy};
