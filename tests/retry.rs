@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use proptest::prelude::*;
 use tollgate::retry::{
-    Attempt, Decision, IDEMPOTENT_METHODS, JitterSource, RETRY_AFTER_CAP, Received, RetryPolicy,
-    StopReason, XorShiftJitter, parse_retry_after,
+    Attempt, Decision, IDEMPOTENT_METHODS, JitterGenerator, JitterSource, RETRY_AFTER_CAP,
+    Received, RetryPolicy, StopReason, parse_retry_after,
 };
 
 /// 2026-09-08T12:00:00Z, the fixture's reference time.
@@ -590,7 +590,7 @@ fn seed_identical_waits_synchronize_and_jitter_spreads_them() {
     assert_eq!(spread, [f.at(3100), f.at(3200), f.at(3300), f.at(3400)]);
 
     // The default source: many clients, one wait, spread out after it.
-    let mut source = XorShiftJitter::new(2026);
+    let mut source = JitterGenerator::new(2026);
     let attempt = Attempt::new(1, "GET", 429, f.received()).with_retry_after(Some("3"));
     let deadline = f.t0 + Duration::from_secs(10);
     let fleet: Vec<Instant> = (0..100)
@@ -1059,7 +1059,7 @@ proptest! {
         let t0 = Instant::now();
         let policy = RetryPolicy::new().with_max_attempts(NonZeroU32::new(max_attempts).unwrap());
         let deadline = t0 + Duration::from_secs(1_000_000);
-        let mut jitter = XorShiftJitter::new(seed);
+        let mut jitter = JitterGenerator::new(seed);
         let mut now = t0;
         let mut wall_now = reference();
         let mut sent = 1u32;
@@ -1094,6 +1094,86 @@ fn jitter_sources_are_interchangeable() {
         counter
     };
     assert_eq!(draw(&mut closure), 0.1);
-    let mut xorshift = XorShiftJitter::default();
-    assert!((0.0..1.0).contains(&draw(&mut xorshift)));
+    let mut generator = JitterGenerator::default();
+    assert!((0.0..1.0).contains(&draw(&mut generator)));
+}
+
+// ---------------------------------------------------------------------------
+// Jitter: one generator, uniform over the whole window, both ends included.
+
+/// The planner's jitter reaches the end of its window: a 1 ns window adds
+/// 0 or 1 ns, and a 3 ns window every value of 0..=3 (before the fix the
+/// end of the window was unreachable).
+#[test]
+fn retry_jitter_covers_its_whole_window() {
+    let t0 = Instant::now();
+    let attempt = Attempt::new(1, "GET", 503, Received::new(t0, reference()));
+    let deadline = t0 + Duration::from_secs(1);
+    for window in [1, 3] {
+        let policy = RetryPolicy::new()
+            .with_backoff(Duration::ZERO, Duration::ZERO)
+            .with_attempt_budget(Duration::ZERO)
+            .with_max_jitter(Duration::from_nanos(window));
+        let mut source = JitterGenerator::new(7);
+        let seen: std::collections::BTreeSet<u128> = (0..1000)
+            .map(|_| {
+                let at = policy
+                    .plan(&attempt, deadline, &mut source)
+                    .retry_at()
+                    .unwrap();
+                (at - t0).as_nanos()
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            (0..=u128::from(window)).collect(),
+            "window {window} ns"
+        );
+    }
+}
+
+/// Extreme windows neither panic nor overflow: `Duration::MAX` of jitter
+/// with a deadline as far as an `Instant` reaches, and a zero window.
+#[test]
+fn retry_jitter_at_extreme_windows() {
+    let t0 = Instant::now();
+    let attempt = Attempt::new(1, "GET", 503, Received::new(t0, reference()));
+    let far = (0..64)
+        .rev()
+        .find_map(|shift| t0.checked_add(Duration::from_secs(1 << shift)))
+        .unwrap();
+    let mut source = JitterGenerator::new(11);
+    for max_jitter in [Duration::MAX, Duration::ZERO] {
+        let policy = RetryPolicy::new().with_max_jitter(max_jitter);
+        for _ in 0..100 {
+            let at = policy.plan(&attempt, far, &mut source).retry_at().unwrap();
+            assert!(at >= t0 + policy.backoff(1));
+            assert!(at + Duration::from_secs(1) <= far);
+            if max_jitter.is_zero() {
+                assert_eq!(at, t0 + policy.backoff(1));
+            }
+        }
+    }
+}
+
+/// The server's advertised jitter is uniform over `0..=n`: `up_to(1)` adds
+/// 1 as often as 0 (it never did), the documented `30..=33` reaches 33, and
+/// `up_to(0)` and `up_to(u64::MAX)` neither panic nor overflow.
+#[cfg(feature = "http")]
+#[test]
+fn http_jitter_is_uniform_over_its_bound() {
+    use tollgate::http::Jitter;
+    let one = Jitter::with_generator(1, JitterGenerator::new(2026));
+    let ones: u64 = (0..10_000).map(|_| one.apply(0)).sum();
+    // Binomial(10 000, 1/2): 5 000 ± 5 standard deviations (50 each).
+    assert!((4_750..=5_250).contains(&ones), "{ones}");
+    let three = Jitter::with_generator(3, JitterGenerator::new(1));
+    let seen: std::collections::BTreeSet<u64> = (0..1000).map(|_| three.apply(30)).collect();
+    assert_eq!(seen, (30..=33).collect());
+    assert!((0..100).all(|_| Jitter::up_to(0).apply(7) == 7));
+    let widest = Jitter::with_generator(u64::MAX, JitterGenerator::new(3));
+    let draws: Vec<u64> = (0..1000).map(|_| widest.apply(0)).collect();
+    assert!(draws.iter().any(|&d| d > u64::MAX / 2));
+    assert!(draws.iter().any(|&d| d <= u64::MAX / 2));
+    assert_eq!(widest.apply(u64::MAX), u64::MAX);
 }
