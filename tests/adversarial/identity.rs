@@ -194,3 +194,247 @@ fn an_embedding_of_a_trusted_proxy_is_not_trusted() {
     let mapped = resolver.resolve(ip("::ffff:10.0.0.1"), forged).unwrap();
     assert_eq!(mapped.addr(), ip("203.0.113.77"));
 }
+
+// ---------------------------------------------------------------------------
+// Forwarded headers.
+
+/// Trusted: the edge proxy 10.0.0.2 and the ingress 10.0.0.3 (the peer).
+fn behind_proxies(source: HeaderSource) -> ForwardedResolver {
+    ForwardedResolver::new(source, TrustedProxies::parse(["10.0.0.0/8"]).unwrap())
+}
+
+/// The key of `lines` arriving from the trusted ingress, or of the fallback
+/// when the header cannot be believed (what the tower extractor uses).
+fn key_via_proxy(resolver: &ForwardedResolver, lines: &[&[u8]]) -> AddrKey {
+    match resolver.resolve(ip("10.0.0.3"), lines.iter().copied()) {
+        Ok(client) => client.key(),
+        Err(refused) => refused.fallback().key(),
+    }
+}
+
+/// A peer that is not a trusted proxy is the client, whatever it claims:
+/// forged chains, a trusted proxy's own address at the right end (as if the
+/// request had come through it), either header, several lines, garbage.
+#[test]
+fn an_untrusted_peer_cannot_pose_as_a_proxy() {
+    let direct = ip("198.51.100.8");
+    let forgeries: [&[&[u8]]; 6] = [
+        &[b"203.0.113.1"],
+        &[b"203.0.113.1, 10.0.0.2"],
+        &[b"203.0.113.1", b"10.0.0.2, 10.0.0.3"],
+        &[b"for=203.0.113.1;by=10.0.0.2, for=10.0.0.2"],
+        &[b"unknown, _hidden, \"", b"\xff\xfe"],
+        &[b"10.0.0.3"],
+    ];
+    for source in [HeaderSource::XForwardedFor, HeaderSource::Forwarded] {
+        let resolver = behind_proxies(source);
+        for lines in forgeries {
+            let client = resolver.resolve(direct, lines.iter().copied()).unwrap();
+            assert_eq!(client.addr(), direct, "{source:?} {lines:?}");
+            assert_eq!(client.key(), AddrKey::from(direct));
+        }
+    }
+}
+
+/// The client writes the start of the header, on as many lines as it likes;
+/// the edge proxy appends what it saw. Whatever the client wrote (trusted
+/// addresses to be skipped, a chain on its own line, an unknown entry, a
+/// ghost of the real client), the key is the address the edge proxy saw.
+#[test]
+fn forged_lines_before_the_proxies_entries_change_nothing() {
+    let resolver = behind_proxies(HeaderSource::XForwardedFor);
+    let real = AddrKey::from(ip("198.51.100.8"));
+    let suffix: &[u8] = b"198.51.100.8, 10.0.0.2";
+    let client_parts: [&[&[u8]]; 6] = [
+        &[],
+        &[b"1.2.3.4"],
+        &[b"10.0.0.9, 10.0.0.5"],
+        &[b"1.2.3.4", b"5.6.7.8, unknown"],
+        &[b"[::1]:80, \"quoted\", 198.51.100.9"],
+        &[b"\xc3\x28 not utf-8"],
+    ];
+    for part in client_parts {
+        let mut lines = part.to_vec();
+        lines.push(suffix);
+        assert_eq!(key_via_proxy(&resolver, &lines), real, "{part:?}");
+        // The same text appended to the client's last line, not on its own.
+        if let Some(last) = part.last() {
+            let joined = [*last, b", ", suffix].concat();
+            let mut lines = part[..part.len() - 1].to_vec();
+            lines.push(&joined);
+            assert_eq!(key_via_proxy(&resolver, &lines), real, "{part:?} joined");
+        }
+    }
+}
+
+/// A resolver reads one header and never the other: a client that adds the
+/// field the proxies do not manage (both headers at once, in any case of
+/// name) is not believed. Header names are matched case-insensitively by
+/// the HTTP library, so every spelling of the name is one field.
+#[cfg(feature = "tower")]
+#[test]
+fn both_headers_at_once_and_mixed_case_names() {
+    use std::net::SocketAddr;
+    use tollgate::http::tower::extract;
+
+    let resolver = behind_proxies(HeaderSource::XForwardedFor);
+    let client = extract::forwarded(resolver, extract::extension_map(|a: &SocketAddr| a.ip()));
+    let request = http::Request::builder()
+        .header("Forwarded", "for=203.0.113.66")
+        .header("forwarded", "for=203.0.113.67")
+        .header("X-FORWARDED-FOR", "203.0.113.1")
+        .header("x-forwarded-for", "198.51.100.8")
+        .extension("10.0.0.3:4000".parse::<SocketAddr>().unwrap())
+        .body(())
+        .unwrap();
+    let (parts, ()) = request.into_parts();
+    assert_eq!(client(&parts), Some(AddrKey::from(ip("198.51.100.8"))));
+}
+
+/// RFC 7239 syntax the client might use to smuggle a second address into
+/// the element the proxy wrote: a comma or `for=` inside a quoted string is
+/// data, a repeated `for` is refused, and names and `unknown` are
+/// case-insensitive, so no spelling reads as anything but what it says.
+#[test]
+fn forwarded_quoting_cannot_split_or_double_an_element() {
+    let resolver = behind_proxies(HeaderSource::Forwarded);
+    let real = AddrKey::from(ip("198.51.100.8"));
+    let proxy_fallback = AddrKey::from(ip("10.0.0.3"));
+    let cases: [(&[u8], AddrKey); 8] = [
+        (br#"for=198.51.100.8;x="a, for=203.0.113.1""#, real),
+        (br#"x="a;for=203.0.113.1";for=198.51.100.8"#, real),
+        (br#"FOR="198.51.100.8:4711""#, real),
+        (br#"For="[::ffff:198.51.100.8]""#, real),
+        (br#"for=198.51.100.8;for=203.0.113.1"#, proxy_fallback),
+        (br#"for="198.51.100.8\", for=203.0.113.1""#, proxy_fallback),
+        (br#"for=UnKnOwN"#, proxy_fallback),
+        (br#"for=_SECRET:_p0rt"#, proxy_fallback),
+    ];
+    for (line, want) in cases {
+        assert_eq!(
+            key_via_proxy(&resolver, &[line]),
+            want,
+            "{}",
+            String::from_utf8_lossy(line)
+        );
+    }
+}
+
+/// Ports, brackets, case and IPv4-mapped spellings of one client behind the
+/// proxy, and the rotation of its /64, are one key: a client that varies
+/// how it is written (or its source port) gets no new budget.
+#[test]
+fn spellings_ports_and_rotation_behind_a_proxy_share_one_key() {
+    let limiter = per_address();
+    let xff = behind_proxies(HeaderSource::XForwardedFor);
+    let fwd = behind_proxies(HeaderSource::Forwarded);
+    let mut keys = Vec::new();
+    for port in [1_u16, 80, 443, 65535] {
+        keys.push(key_via_proxy(
+            &xff,
+            &[format!("192.0.2.1:{port}").as_bytes()],
+        ));
+        keys.push(key_via_proxy(
+            &xff,
+            &[format!("[::ffff:192.0.2.1]:{port}").as_bytes()],
+        ));
+        keys.push(key_via_proxy(
+            &fwd,
+            &[format!("for=\"192.0.2.1:{port}\"").as_bytes()],
+        ));
+        keys.push(key_via_proxy(
+            &xff,
+            &[format!("[2002:c000:201::{port:x}]:{port}").as_bytes()],
+        ));
+    }
+    assert!(
+        keys.iter()
+            .all(|key| *key == AddrKey::from(ip("192.0.2.1")))
+    );
+    for host in rotation(0x2001_0db8_0001_0002_u128 << 64, 200) {
+        keys.push(key_via_proxy(&xff, &[format!("[{host}]:5000").as_bytes()]));
+        keys.push(key_via_proxy(
+            &fwd,
+            &[format!("for=\"[{host}]\"").as_bytes()],
+        ));
+        keys.push(key_via_proxy(
+            &xff,
+            &[host.to_string().to_uppercase().as_bytes()],
+        ));
+    }
+    let admitted_count = admitted(&limiter, keys.into_iter());
+    assert_eq!(admitted_count, 2 * BURST);
+    assert_eq!(limiter.len(), 2);
+}
+
+/// Counts the header lines the resolver pulls, from either end.
+struct CountingLines<'a> {
+    lines: std::slice::Iter<'a, Vec<u8>>,
+    pulled: &'a std::cell::Cell<usize>,
+}
+
+impl<'a> Iterator for CountingLines<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        self.pulled.set(self.pulled.get() + 1);
+        self.lines.next().map(Vec::as_slice)
+    }
+}
+
+impl<'a> DoubleEndedIterator for CountingLines<'a> {
+    fn next_back(&mut self) -> Option<&'a [u8]> {
+        self.pulled.set(self.pulled.get() + 1);
+        self.lines.next_back().map(Vec::as_slice)
+    }
+}
+
+/// Huge entry counts cost capped work: 100 000 header lines (trusted
+/// addresses, or empty) are refused after the entry limit with the nearest
+/// trusted hop as fallback, and no more lines than the limit are read.
+#[test]
+fn huge_entry_counts_are_capped_in_lines_read() {
+    let resolver = behind_proxies(HeaderSource::XForwardedFor);
+    let limit = ForwardedResolver::DEFAULT_MAX_ENTRIES.get();
+    for line in [&b"10.0.0.2"[..], b"", b" , ,"] {
+        let lines = vec![line.to_vec(); 100_000];
+        let pulled = std::cell::Cell::new(0);
+        let counting = CountingLines {
+            lines: lines.iter(),
+            pulled: &pulled,
+        };
+        let err = resolver.resolve(ip("10.0.0.3"), counting).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("more than {limit} forwarded elements to walk")
+        );
+        assert!(resolver.proxies().contains(err.fallback().addr()));
+        assert!(pulled.get() <= limit + 2, "{} lines pulled", pulled.get());
+    }
+}
+
+/// Overlong values are refused, not believed and not a panic: one element
+/// of a megabyte, a megabyte of commas, a quoted string that never closes,
+/// a megabyte of backslashes before a quote. A megabyte the client wrote
+/// left of the address the proxy appended is never even read.
+#[test]
+fn overlong_values_are_refused_with_the_nearest_trusted_fallback() {
+    let megabyte = 1 << 20;
+    let values = [
+        vec![b'9'; megabyte],
+        vec![b','; megabyte],
+        [&b"for=\""[..], &vec![b'a'; megabyte]].concat(),
+        [&vec![b'\\'; megabyte][..], b"\""].concat(),
+        [&vec![b'1'; megabyte][..], b"2001:db8::1"].concat(),
+    ];
+    for source in [HeaderSource::XForwardedFor, HeaderSource::Forwarded] {
+        let resolver = behind_proxies(source);
+        for value in &values {
+            let key = key_via_proxy(&resolver, &[value]);
+            assert_eq!(key, AddrKey::from(ip("10.0.0.3")), "{source:?}");
+        }
+    }
+    let resolver = behind_proxies(HeaderSource::XForwardedFor);
+    let garbage_then_client = [&vec![b'"'; megabyte][..], b", 198.51.100.8"].concat();
+    let key = key_via_proxy(&resolver, &[&garbage_then_client]);
+    assert_eq!(key, AddrKey::from(ip("198.51.100.8")));
+}
