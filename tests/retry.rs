@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use proptest::prelude::*;
 use tollgate::retry::{
     Attempt, Decision, IDEMPOTENT_METHODS, JitterGenerator, JitterSource, RETRY_AFTER_CAP,
-    Received, RetryPolicy, StopReason, parse_retry_after,
+    Received, RetryPolicy, StopReason, parse_retry_after, parse_retry_after_lines,
 };
 
 /// 2026-09-08T12:00:00Z, the fixture's reference time.
@@ -926,6 +926,26 @@ fn stop_reasons_read_well() {
 // ---------------------------------------------------------------------------
 // Properties.
 
+/// Values a hostile or broken server might send: date-shaped pieces glued
+/// together with separators, digit runs far beyond any field width, or
+/// arbitrary bytes, sometimes thousands of them.
+fn hostile_value() -> impl Strategy<Value = Vec<u8>> {
+    let piece = prop_oneof![
+        prop::sample::select(vec![
+            "Sun", "Sunday", "Mon", "Fri", "Friday", "Jan", "Feb", "Dec", "GMT", "UTC", "gmt",
+        ])
+        .prop_map(String::from),
+        "[0-9]{1,30}",
+        prop::sample::select(vec![", ", " ", "  ", "-", ":", ",", "\t", "+", "."])
+            .prop_map(String::from),
+    ];
+    prop_oneof![
+        proptest::collection::vec(piece, 0..16).prop_map(|pieces| pieces.concat().into_bytes()),
+        "[0-9]{0,3000}".prop_map(String::into_bytes),
+        proptest::collection::vec(any::<u8>(), 0..2048),
+    ]
+}
+
 /// Optional whitespace: up to three spaces or tabs.
 fn ows() -> impl Strategy<Value = String> {
     proptest::collection::vec(prop_oneof![Just(' '), Just('\t')], 0..4)
@@ -951,7 +971,8 @@ proptest! {
         prop_assert!(parse_retry_after(&digits, reference()).unwrap() <= RETRY_AFTER_CAP);
     }
 
-    /// Any bytes, any receive time: no panic.
+    /// Any bytes, any receive time: no panic, and any wait is within the
+    /// cap.
     #[test]
     fn never_panics_on_arbitrary_bytes(
         bytes in proptest::collection::vec(any::<u8>(), 0..64),
@@ -962,7 +983,42 @@ proptest! {
         } else {
             UNIX_EPOCH.checked_sub(Duration::from_secs(offset.unsigned_abs()))
         };
-        let _ = parse_retry_after(&bytes, received.unwrap_or(UNIX_EPOCH));
+        if let Some(wait) = parse_retry_after(&bytes, received.unwrap_or(UNIX_EPOCH)) {
+            prop_assert!(wait <= RETRY_AFTER_CAP);
+        }
+    }
+
+    /// Date-shaped garbage (day and month names, digit runs of any length,
+    /// separators, signs) and long values, on several conflicting lines and
+    /// at any receive time: no panic, the lines' answer is the longest of
+    /// the single-line answers, and a plan from it never retries before it.
+    #[test]
+    fn never_panics_on_hostile_lines(
+        lines in proptest::collection::vec(hostile_value(), 0..4),
+        offset in any::<i64>(),
+        nanos in 0u32..1_000_000_000,
+        fraction in any::<f64>(),
+    ) {
+        let base = if offset >= 0 {
+            UNIX_EPOCH.checked_add(Duration::new(offset.unsigned_abs(), nanos))
+        } else {
+            UNIX_EPOCH.checked_sub(Duration::new(offset.unsigned_abs(), nanos))
+        };
+        let received_at = base.unwrap_or(UNIX_EPOCH);
+        let singles: Vec<Option<Duration>> =
+            lines.iter().map(|line| parse_retry_after(line, received_at)).collect();
+        let longest = singles.iter().flatten().max().copied();
+        prop_assert_eq!(parse_retry_after_lines(&lines, received_at), longest);
+
+        let t0 = Instant::now();
+        let attempt = Attempt::new(1, "GET", 429, Received::new(t0, received_at))
+            .with_retry_after_lines(&lines);
+        prop_assert_eq!(attempt.server_wait(), longest);
+        let deadline = t0 + Duration::from_secs(3600);
+        if let Decision::Retry { at } = RetryPolicy::new().plan(&attempt, deadline, &mut || fraction) {
+            prop_assert!(at >= t0 + longest.unwrap_or(Duration::ZERO));
+            prop_assert!(at + Duration::from_secs(1) <= deadline);
+        }
     }
 
     /// Near-miss dates (one byte of a valid date changed) never panic, and

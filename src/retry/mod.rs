@@ -57,6 +57,6 @@ mod header;
 pub(crate) mod jitter;
 mod policy;
 
-pub use header::{RETRY_AFTER_CAP, parse_retry_after};
+pub use header::{RETRY_AFTER_CAP, parse_retry_after, parse_retry_after_lines};
 pub use jitter::{JitterGenerator, JitterSource};
 pub use policy::{Attempt, Decision, IDEMPOTENT_METHODS, Received, RetryPolicy, StopReason};

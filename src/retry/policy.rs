@@ -4,7 +4,7 @@
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::header::parse_retry_after;
+use super::header::parse_retry_after_lines;
 use super::jitter::JitterSource;
 
 /// The methods RFC 9110 (section 9.2.2) defines as idempotent, which a
@@ -81,7 +81,8 @@ pub struct Attempt<'a> {
     method: &'a str,
     status: u16,
     received: Received,
-    retry_after: Option<&'a [u8]>,
+    /// The Retry-After wait, parsed when given: the receive time is known.
+    retry_after: Option<Duration>,
     rate_limit_wait: Option<Duration>,
     replay_safe: bool,
 }
@@ -105,9 +106,31 @@ impl<'a> Attempt<'a> {
     /// is bytes (`&str`, `&[u8]`, an HTTP library's header value), so
     /// `headers.get("retry-after")` can be passed straight in. Parsed by
     /// [`parse_retry_after`](super::parse_retry_after) against the wall-clock
-    /// receive time; an invalid value counts as absent.
-    pub fn with_retry_after<V: AsRef<[u8]> + ?Sized>(mut self, value: Option<&'a V>) -> Self {
-        self.retry_after = value.map(AsRef::as_ref);
+    /// receive time; an invalid value counts as absent. A response may carry
+    /// several lines: [`with_retry_after_lines`](Attempt::with_retry_after_lines)
+    /// reads them all.
+    pub fn with_retry_after<V: AsRef<[u8]> + ?Sized>(self, value: Option<&V>) -> Self {
+        self.with_retry_after_lines(value)
+    }
+
+    /// Every Retry-After line of the response, as received
+    /// (`headers.get_all("retry-after")`): the longest valid wait among
+    /// them counts, so the retry is never earlier than any line asked (see
+    /// [`parse_retry_after_lines`](super::parse_retry_after_lines)). No
+    /// valid line counts as absent.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::retry::{Attempt, Received};
+    ///
+    /// let attempt = Attempt::new(1, "GET", 503, Received::now()).with_retry_after_lines(["5", "120"]);
+    /// assert_eq!(attempt.server_wait(), Some(Duration::from_secs(120)));
+    /// ```
+    pub fn with_retry_after_lines<V: AsRef<[u8]>>(
+        mut self,
+        lines: impl IntoIterator<Item = V>,
+    ) -> Self {
+        self.retry_after = parse_retry_after_lines(lines, self.received.wall);
         self
     }
 
@@ -133,9 +156,7 @@ impl<'a> Attempt<'a> {
     /// The server's own guidance, after precedence: a valid Retry-After,
     /// else the RateLimit wait, else `None`.
     pub fn server_wait(&self) -> Option<Duration> {
-        self.retry_after
-            .and_then(|value| parse_retry_after(value, self.received.wall))
-            .or(self.rate_limit_wait)
+        self.retry_after.or(self.rate_limit_wait)
     }
 }
 

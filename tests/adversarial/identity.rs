@@ -438,3 +438,127 @@ fn overlong_values_are_refused_with_the_nearest_trusted_fallback() {
     let key = key_via_proxy(&resolver, &[&garbage_then_client]);
     assert_eq!(key, AddrKey::from(ip("198.51.100.8")));
 }
+
+// ---------------------------------------------------------------------------
+// The Retry-After parser and the retry planner, fed by a hostile server.
+
+mod retry_after {
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+    use tollgate::retry::{
+        Attempt, Decision, JitterGenerator, RETRY_AFTER_CAP, Received, RetryPolicy, StopReason,
+        parse_retry_after, parse_retry_after_lines,
+    };
+
+    /// A response received at 2026-09-08T12:00:00Z.
+    fn received() -> Received {
+        Received::new(
+            Instant::now(),
+            UNIX_EPOCH + Duration::from_secs(1_788_868_800),
+        )
+    }
+
+    /// A GET refused with 503 and these Retry-After lines.
+    fn attempt(received: Received, lines: &[&str]) -> Attempt<'static> {
+        Attempt::new(1, "GET", 503, received).with_retry_after_lines(lines.iter().copied())
+    }
+
+    /// The default policy's plan, with an hour's deadline.
+    fn plan(received: Received, attempt: &Attempt<'_>) -> Decision {
+        let deadline = received.instant + Duration::from_secs(3600);
+        RetryPolicy::new().plan(attempt, deadline, &mut JitterGenerator::new(1))
+    }
+
+    /// A delay beyond `u64::MAX` seconds saturates at the cap rather than
+    /// failing or wrapping, and a plan against it stops with the wait it
+    /// could not afford: never a panic, never an early retry.
+    #[test]
+    fn huge_delay_seconds_saturate_and_stop_the_plan() {
+        let received = received();
+        for digits in ["18446744073709551616", &"9".repeat(100_000)] {
+            assert_eq!(
+                parse_retry_after(digits, received.wall),
+                Some(RETRY_AFTER_CAP)
+            );
+            let decision = plan(received, &attempt(received, &[digits]));
+            assert_eq!(
+                decision,
+                Decision::Stop(StopReason::WaitExceedsDeadline {
+                    wait: RETRY_AFTER_CAP
+                })
+            );
+        }
+    }
+
+    /// Dates at the ends of the calendar: the far past is no wait, the far
+    /// future is a wait the plan cannot afford, and a year with five digits
+    /// or none is invalid. Receive times at the ends of `SystemTime` do not
+    /// panic either.
+    #[test]
+    fn dates_far_in_the_past_or_future() {
+        let received = received();
+        let wall = received.wall;
+        for past in [
+            "Mon, 01 Jan 0001 00:00:00 GMT",
+            "Thu, 01 Jan 1970 00:00:00 GMT",
+        ] {
+            assert_eq!(
+                parse_retry_after(past, wall),
+                Some(Duration::ZERO),
+                "{past}"
+            );
+        }
+        let future = "Fri, 31 Dec 9999 23:59:60 GMT";
+        let wait = parse_retry_after(future, wall).unwrap();
+        assert_eq!(wait, Duration::from_secs(253_402_300_800 - 1_788_868_800));
+        assert!(matches!(
+            plan(received, &attempt(received, &[future])),
+            Decision::Stop(StopReason::WaitExceedsDeadline { .. })
+        ));
+        for invalid in [
+            "Sat, 01 Jan 10000 00:00:00 GMT",
+            "Sat, 01 Jan  00:00:00 GMT",
+        ] {
+            assert_eq!(parse_retry_after(invalid, wall), None, "{invalid}");
+        }
+        let extremes = [
+            UNIX_EPOCH.checked_add(Duration::from_secs(i64::MAX as u64)),
+            UNIX_EPOCH.checked_sub(Duration::from_secs(i64::MAX as u64)),
+            Some(SystemTime::UNIX_EPOCH),
+        ];
+        for at in extremes.into_iter().flatten() {
+            let _ = parse_retry_after(future, at);
+            let _ = parse_retry_after("Sunday, 06-Nov-94 08:49:37 GMT", at);
+        }
+    }
+
+    /// A response with several Retry-After lines that disagree: the client
+    /// waits for the longest valid one, so it never comes back earlier than
+    /// any line asked. Invalid lines are ignored; no valid line is no
+    /// guidance (the local backoff). A combined value (`5, 3600`) is one
+    /// invalid value: commas are part of HTTP-dates, so it cannot be split
+    /// safely.
+    #[test]
+    fn duplicated_and_conflicting_lines_wait_for_the_longest() {
+        let received = received();
+        let cases: [(&[&str], Option<u64>); 6] = [
+            (&["5", "3600"], Some(3600)),
+            (&["3600", "5"], Some(3600)),
+            (&["7", "7"], Some(7)),
+            (&["garbage", "7", ""], Some(7)),
+            (&["5", "Tue, 08 Sep 2026 12:01:00 GMT"], Some(60)),
+            (&["-1", "1.5", "5, 3600"], None),
+        ];
+        for (lines, want) in cases {
+            let want = want.map(Duration::from_secs);
+            let parsed = parse_retry_after_lines(lines.iter().copied(), received.wall);
+            assert_eq!(parsed, want, "{lines:?}");
+            assert_eq!(attempt(received, lines).server_wait(), want, "{lines:?}");
+        }
+        let decision = plan(received, &attempt(received, &["5", "600"]));
+        let at = decision
+            .retry_at()
+            .expect("a 600 s wait fits an hour's deadline");
+        assert!(at >= received.instant + Duration::from_secs(600));
+    }
+}
