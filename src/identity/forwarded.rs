@@ -5,7 +5,7 @@ use std::num::NonZeroUsize;
 
 use ipnet::IpNet;
 
-use super::lex::{Node, ReverseList};
+use super::lex::{Lines, Node, ReverseList};
 use super::{AddrKey, ForwardedError, PrefixPolicy, TrustedProxies};
 
 /// The one header field a [`ForwardedResolver`] reads.
@@ -451,14 +451,11 @@ impl ForwardedResolver {
     }
 
     /// Rule 3 and 4: right to left, past trusted addresses.
-    fn walk<'h, L>(
+    fn walk<'h>(
         &self,
         peer: Resolved,
-        mut list: Limited<'h, L>,
-    ) -> Result<Resolved, ForwardedError>
-    where
-        L: DoubleEndedIterator<Item = &'h [u8]>,
-    {
+        mut list: Limited<'h, impl Lines<'h>>,
+    ) -> Result<Resolved, ForwardedError> {
         let mut nearest = peer;
         let mut trusted_hops = 0;
         while let Some(node) = list.next_node(nearest)? {
@@ -480,14 +477,11 @@ impl ForwardedResolver {
     }
 
     /// Rule 5: one element, or none at all.
-    fn single<'h, L>(
+    fn single<'h>(
         &self,
         peer: Resolved,
-        mut list: Limited<'h, L>,
-    ) -> Result<Resolved, ForwardedError>
-    where
-        L: DoubleEndedIterator<Item = &'h [u8]>,
-    {
+        mut list: Limited<'h, impl Lines<'h>>,
+    ) -> Result<Resolved, ForwardedError> {
         let mut first: Option<(Node, usize)> = None;
         while let Some(node) = list.next_node(peer)? {
             match (node, first) {
@@ -531,7 +525,7 @@ struct Limited<'h, L> {
     seen: usize,
 }
 
-impl<'h, L: DoubleEndedIterator<Item = &'h [u8]>> Limited<'h, L> {
+impl<'h, L: Lines<'h>> Limited<'h, L> {
     /// The next element, or `TooManyEntries` with `fallback` if the limit
     /// is reached and another element exists.
     fn next_node(&mut self, fallback: Resolved) -> Result<Option<Node>, ForwardedError> {

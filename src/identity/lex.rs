@@ -36,6 +36,11 @@ pub(super) enum Node {
     Malformed,
 }
 
+/// A header field's lines in received order, readable from the back.
+pub(super) trait Lines<'h>: DoubleEndedIterator<Item = &'h [u8]> {}
+
+impl<'h, L: DoubleEndedIterator<Item = &'h [u8]>> Lines<'h> for L {}
+
 /// The elements of a header field, read from the right: the last element of
 /// the last line first. Several lines of the field concatenate as one list
 /// (RFC 9110 section 5.3); a line boundary ends an element, so a quoted
@@ -56,7 +61,7 @@ pub(super) struct ReverseList<'h, L> {
     failed: bool,
 }
 
-impl<'h, L: DoubleEndedIterator<Item = &'h [u8]>> ReverseList<'h, L> {
+impl<'h, L: Lines<'h>> ReverseList<'h, L> {
     pub(super) fn new(source: HeaderSource, lines: L) -> ReverseList<'h, L> {
         ReverseList {
             lines,
@@ -67,7 +72,7 @@ impl<'h, L: DoubleEndedIterator<Item = &'h [u8]>> ReverseList<'h, L> {
     }
 }
 
-impl<'h, L: DoubleEndedIterator<Item = &'h [u8]>> Iterator for ReverseList<'h, L> {
+impl<'h, L: Lines<'h>> Iterator for ReverseList<'h, L> {
     type Item = Node;
 
     fn next(&mut self) -> Option<Node> {

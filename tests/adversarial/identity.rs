@@ -328,64 +328,31 @@ fn spellings_ports_and_rotation_behind_a_proxy_share_one_key() {
     let limiter = per_address();
     let xff = behind_proxies(HeaderSource::XForwardedFor);
     let fwd = behind_proxies(HeaderSource::Forwarded);
+    let key_of =
+        |resolver: &ForwardedResolver, line: String| key_via_proxy(resolver, &[line.as_bytes()]);
     let mut keys = Vec::new();
     for port in [1_u16, 80, 443, 65535] {
-        keys.push(key_via_proxy(
-            &xff,
-            &[format!("192.0.2.1:{port}").as_bytes()],
-        ));
-        keys.push(key_via_proxy(
-            &xff,
-            &[format!("[::ffff:192.0.2.1]:{port}").as_bytes()],
-        ));
-        keys.push(key_via_proxy(
-            &fwd,
-            &[format!("for=\"192.0.2.1:{port}\"").as_bytes()],
-        ));
-        keys.push(key_via_proxy(
-            &xff,
-            &[format!("[2002:c000:201::{port:x}]:{port}").as_bytes()],
-        ));
+        keys.extend([
+            key_of(&xff, format!("192.0.2.1:{port}")),
+            key_of(&xff, format!("[::ffff:192.0.2.1]:{port}")),
+            key_of(&fwd, format!("for=\"192.0.2.1:{port}\"")),
+            key_of(&xff, format!("[2002:c000:201::{port:x}]:{port}")),
+        ]);
     }
     assert!(
         keys.iter()
             .all(|key| *key == AddrKey::from(ip("192.0.2.1")))
     );
     for host in rotation(0x2001_0db8_0001_0002_u128 << 64, 200) {
-        keys.push(key_via_proxy(&xff, &[format!("[{host}]:5000").as_bytes()]));
-        keys.push(key_via_proxy(
-            &fwd,
-            &[format!("for=\"[{host}]\"").as_bytes()],
-        ));
-        keys.push(key_via_proxy(
-            &xff,
-            &[host.to_string().to_uppercase().as_bytes()],
-        ));
+        keys.extend([
+            key_of(&xff, format!("[{host}]:5000")),
+            key_of(&fwd, format!("for=\"[{host}]\"")),
+            key_of(&xff, host.to_string().to_uppercase()),
+        ]);
     }
     let admitted_count = admitted(&limiter, keys.into_iter());
     assert_eq!(admitted_count, 2 * BURST);
     assert_eq!(limiter.len(), 2);
-}
-
-/// Counts the header lines the resolver pulls, from either end.
-struct CountingLines<'a> {
-    lines: std::slice::Iter<'a, Vec<u8>>,
-    pulled: &'a std::cell::Cell<usize>,
-}
-
-impl<'a> Iterator for CountingLines<'a> {
-    type Item = &'a [u8];
-    fn next(&mut self) -> Option<&'a [u8]> {
-        self.pulled.set(self.pulled.get() + 1);
-        self.lines.next().map(Vec::as_slice)
-    }
-}
-
-impl<'a> DoubleEndedIterator for CountingLines<'a> {
-    fn next_back(&mut self) -> Option<&'a [u8]> {
-        self.pulled.set(self.pulled.get() + 1);
-        self.lines.next_back().map(Vec::as_slice)
-    }
 }
 
 /// Huge entry counts cost capped work: 100 000 header lines (trusted
@@ -397,11 +364,12 @@ fn huge_entry_counts_are_capped_in_lines_read() {
     let limit = ForwardedResolver::DEFAULT_MAX_ENTRIES.get();
     for line in [&b"10.0.0.2"[..], b"", b" , ,"] {
         let lines = vec![line.to_vec(); 100_000];
+        // Counts the lines the resolver takes, from either end.
         let pulled = std::cell::Cell::new(0);
-        let counting = CountingLines {
-            lines: lines.iter(),
-            pulled: &pulled,
-        };
+        let counting = lines.iter().map(|line| {
+            pulled.set(pulled.get() + 1);
+            line.as_slice()
+        });
         let err = resolver.resolve(ip("10.0.0.3"), counting).unwrap_err();
         assert_eq!(
             err.to_string(),
