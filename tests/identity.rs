@@ -284,6 +284,12 @@ fn resolved_keys_follow_the_resolvers_policy() {
     assert_eq!(a.network().to_string(), "2001:db8:1:2::/64");
     let err = resolve(&r, "10.0.0.1", &["_x"]).unwrap_err();
     assert_eq!(err.fallback().network().to_string(), "10.0.0.0/24");
+    // A client spelt in IPv6 for an IPv4 host is keyed and shown as that
+    // host's IPv4 network, and keeps its own address.
+    let six_to_four = resolve(&r, "10.0.0.1", &["2002:c000:201:7::9"]).unwrap();
+    assert_eq!(six_to_four.addr(), ip("2002:c000:201:7::9"));
+    assert_eq!(six_to_four.network().to_string(), "192.0.2.0/24");
+    assert_eq!(six_to_four.key(), AddrKey::new(ip("192.0.2.77"), policy));
 }
 
 #[test]
