@@ -66,7 +66,7 @@ where
 ///
 /// let (mut parts, ()) = http::Request::new(()).into_parts();
 /// parts.extensions.insert("[2001:db8::1]:80".parse::<SocketAddr>()?);
-/// assert_eq!(extract::peer_addr(&parts).map(|k| k.to_string()), Some("2001:db8::1".into()));
+/// assert_eq!(extract::peer_addr(&parts).map(|k| k.to_string()), Some("2001:db8::".into()));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn peer_addr(parts: &Parts) -> Option<AddrKey> {
