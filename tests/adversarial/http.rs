@@ -563,3 +563,89 @@ async fn rotating_through_an_ipv6_prefix_buys_no_fresh_budgets() {
         }
     }
 }
+
+/// 401s given back while other requests are admitted from the same bucket,
+/// on real threads, neither lose nor mint credit: on a frozen clock every
+/// admitted 200 stays spent and every 401 comes back whole, so the 200s
+/// admitted plus the tokens left are exactly the capacity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn give_backs_racing_admissions_neither_lose_nor_mint_credit() {
+    const CAPACITY: u64 = 10;
+    let limiter = per_account(CAPACITY);
+    let layer = giving_back(&limiter);
+    let tasks: Vec<_> = (0..8)
+        .map(|task| {
+            let layer = layer.clone();
+            tokio::spawn(async move {
+                let mut admitted = 0;
+                for i in 0..200 {
+                    let status = if (task + i) % 3 == 0 { 200 } else { 401 };
+                    let response = send(&layer, request(status)).await;
+                    admitted += u64::from(response.status() == StatusCode::OK);
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    assert_eq!(admitted + limiter.available(&1), CAPACITY);
+}
+
+/// Requests refused for their cost (413), for the budget of a later rule
+/// (429) or for a missing key (400) leave no key behind in a keyed
+/// limiter: refusals cannot fill its key table.
+#[tokio::test]
+async fn refused_requests_leave_no_keys_behind() {
+    let limiter = per_account(1);
+    let spent = Arc::new(TokenBucket::with_clock(
+        Quota::new(1, 1, Duration::from_secs(3600)).unwrap(),
+        ManualClock::new(),
+    ));
+    spent.try_acquire(1).unwrap();
+    let account_rule = || {
+        Rule::keyed(
+            PolicyName::new("per-account").unwrap(),
+            Arc::clone(&limiter),
+            extract::extension::<u32>(),
+        )
+    };
+    let global = Rule::global(PolicyName::new("global").unwrap(), Arc::clone(&spent));
+    let no_key = Rule::keyed(
+        PolicyName::new("tenant").unwrap(),
+        per_account(1),
+        |_: &http::request::Parts| None::<u32>,
+    );
+    let layers = [
+        (
+            RateLimitLayer::builder()
+                .rule(account_rule().cost(|_| u64::MAX))
+                .build(),
+            413,
+        ),
+        (
+            RateLimitLayer::builder()
+                .rule(account_rule())
+                .rule(global)
+                .build(),
+            429,
+        ),
+        (
+            RateLimitLayer::builder()
+                .rule(account_rule())
+                .rule(no_key)
+                .build(),
+            400,
+        ),
+    ];
+    for (layer, status) in layers {
+        for account in 0..100_u32 {
+            let mut request = request(200);
+            request.extensions_mut().insert(account);
+            assert_eq!(send(&layer, request).await.status().as_u16(), status);
+        }
+    }
+    assert!(limiter.is_empty(), "{} keys left", limiter.len());
+}
