@@ -339,8 +339,8 @@ fn charge(charges: &mut [Charge]) -> Result<(), HierarchyError> {
             error: refused.error,
         })?;
     }
-    // By reference: the array is a few kilobytes, and moving it into the
-    // iterator copied it whole on every request.
+    // By reference: moving the array of `MAX_STEPS` receipts into the
+    // iterator copied all of it on every request (measured).
     for (&i, receipt) in charged.iter().zip(&taken) {
         charges[i].taken = *receipt;
     }
