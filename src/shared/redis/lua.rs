@@ -110,7 +110,7 @@ return {granted, 0, now}
 /// time `at`, `ARGV[8]` the `unused` tokens (`1 <= unused <= granted`).
 ///
 /// Moves the state back by `min(unused*T, granted*T - (now - at))`, the
-/// rule of `docs/design.md` ("undo without minting"), and by nothing when
+/// one rule of `docs/semantics.md` ("Giving back"), and by nothing when
 /// `at` is after `now` (the server clock stepped back: the time held is
 /// unknown). An absent key is a full bucket: nothing to give back into.
 ///

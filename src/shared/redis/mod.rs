@@ -359,26 +359,22 @@ impl RedisStore {
     }
 
     async fn acquire_tokens(&self, key: &str, want: u64) -> Result<Grant, RedisStoreError> {
+        // The capacity is this store's own `B`, the one its scripts apply
+        // (they receive it as `BT / T`): every grant tells it, empty or not.
+        let capacity = self.scale.capacity;
         if want == 0 {
-            return Ok(Grant {
-                tokens: 0,
-                retry_after: Duration::ZERO,
-                lease: Lease::NONE,
-            });
+            return Ok(Grant::nothing(Duration::ZERO, capacity));
         }
         // No bucket ever holds more than B: asking for more is asking for B.
-        let want = want.min(self.scale.capacity);
+        let want = want.min(capacity);
         let [granted, wait, now] = self.run(&ACQUIRE, key, &[want]).await?;
         match (granted, wait) {
-            (0, wait) if wait > 0 => Ok(Grant {
-                tokens: 0,
-                retry_after: self.scale.duration(wait),
-                lease: Lease::NONE,
-            }),
+            (0, wait) if wait > 0 => Ok(Grant::nothing(self.scale.duration(wait), capacity)),
             (granted, 0) if (1..=want).contains(&granted) => Ok(Grant {
                 tokens: granted,
                 retry_after: Duration::ZERO,
                 lease: Lease { granted, at: now },
+                capacity,
             }),
             _ => Err(RedisStoreError::BadReply(format!(
                 "acquire of {want} returned {granted} tokens with a wait of {wait} ticks"
@@ -417,9 +413,10 @@ impl Store for RedisStore {
 
     /// Refills `key`'s bucket to the server's now and grants up to `want`
     /// tokens of it, in one script. Nothing granted means `retry_after` is
-    /// the exact wait for one token (rounded up to the microsecond).
-    /// `want = 0` returns an empty grant without calling the server; a
-    /// `want` above the capacity asks for the capacity.
+    /// the exact wait for one token (rounded up to the microsecond). Every
+    /// grant carries the quota's capacity. `want = 0` returns an empty grant
+    /// without calling the server; a `want` above the capacity asks for the
+    /// capacity.
     ///
     /// # Errors
     ///
