@@ -621,3 +621,69 @@ async fn fallback_quotas_of_many_nodes_admit_at_most_nodes_times_the_fallback() 
     assert_eq!(counted, admitted);
     store.assert_bound(0);
 }
+
+#[cfg(feature = "redis")]
+#[path = "../support/redis_server.rs"]
+mod redis_server;
+
+/// A Redis server restarted (emptied) under a live lease: the node keeps
+/// serving what it holds, leases again from the new server (whose script
+/// cache is empty: the scripts reload on NOSCRIPT), and a lease from before
+/// the restart given back after it returns nothing into the new bucket,
+/// which never debited it: the lost debit strands nothing extra and
+/// over-admits nothing more than the restart itself forgot.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_redis_restart_strands_old_leases_and_mints_nothing_from_them() {
+    use tollgate::shared::RedisStore;
+
+    let Some(mut server) = redis_server::RedisServer::start(
+        "a_redis_restart_strands_old_leases_and_mints_nothing_from_them",
+    ) else {
+        return;
+    };
+    // 100 tokens, one an hour: nothing refills during the test.
+    let quota = Quota::new(100, 1, Duration::from_secs(3600)).unwrap();
+    let timeout = Duration::from_secs(2);
+    let store = RedisStore::connect(&server.url(), quota, "restart:", timeout)
+        .await
+        .expect("connect to the test server");
+    let store = Arc::new(store);
+    let leases = |size| AllowanceConfig {
+        min_lease: size,
+        max_lease: size,
+        idle_return: None,
+        timeout,
+        ..AllowanceConfig::new(FailurePolicy::Closed)
+    };
+    let old = LocalAllowance::new(Arc::clone(&store), KEY, leases(10)).unwrap();
+    assert_eq!(old.refill().await.unwrap(), 10);
+    assert_eq!(old.try_acquire(1), Ok(Source::Lease));
+
+    server.restart().expect("restart the server on its port");
+    // The node still serves its pool while the connection comes back.
+    assert_eq!(old.try_acquire(1), Ok(Source::Lease));
+    // Another node takes the whole new bucket, once reconnected.
+    let other = LocalAllowance::new(Arc::clone(&store), KEY, leases(100)).unwrap();
+    let mut granted = 0;
+    for _ in 0..100 {
+        match other.refill().await {
+            Ok(n) if n > 0 => {
+                granted = n;
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert_eq!(granted, 100, "the new server's bucket starts full");
+    // The old node's 8 unused tokens were debited by the lost server: going
+    // back into the new bucket would add 8 it never debited.
+    old.shutdown().await;
+    assert_eq!(store.acquire(KEY, 100).await.unwrap().tokens, 0);
+    // The old node admitted 2 of its lease, and accounted for the rest.
+    let books = old.stats();
+    assert_eq!(
+        books.leased,
+        2 + books.returned + books.stranded + books.pooled
+    );
+}

@@ -87,8 +87,9 @@ pub enum RedisStoreError {
     /// ([`RedisStore::valid_until`]): the script refused to decide.
     #[error("the redis server's clock is outside the store's range (2025 to its valid_until)")]
     ServerClockOutOfRange,
-    /// The key holds a value this store did not write (not `"<d>:<tat>"`);
-    /// it is left untouched.
+    /// The key holds a value this store did not write (not
+    /// `"<d>:<tat>:<born>"` nor the older `"<d>:<tat>"`); it is left
+    /// untouched.
     #[error("redis key {0:?} holds a value that is not a tollgate bucket")]
     ForeignValue(String),
 }
