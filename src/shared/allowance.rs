@@ -491,12 +491,14 @@ impl<S: Store> LocalAllowance<S> {
         let deadline = tokio::time::Instant::now().checked_add(max_wait);
         loop {
             // Registered before the attempt, so a landing between the
-            // attempt and the wait still wakes this caller.
+            // attempt and the wait still wakes this caller. A refusal for
+            // want of tokens always has a landing to come: the attempt
+            // either claimed a refill or saw one in flight (`LeasePool`),
+            // and one that has landed since has already notified.
             let landed = self.inner.landed.notified();
             match self.try_acquire(cost) {
                 Err(AcquireError::Insufficient { .. })
-                    if self.inner.pool.refilling()
-                        && deadline.is_none_or(|at| tokio::time::Instant::now() < at) =>
+                    if deadline.is_none_or(|at| tokio::time::Instant::now() < at) =>
                 {
                     match deadline {
                         Some(at) => {

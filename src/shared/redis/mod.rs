@@ -79,6 +79,10 @@ pub enum RedisStoreError {
     /// cannot tell a new key from one that refilled and expired.
     #[error("a redis store's buckets start full: initial credit {0:?} is not supported")]
     InitialCreditUnsupported(InitialCredit),
+    /// The timeout was zero: every call would time out (and a timed-out
+    /// `acquire` may still have debited its tokens).
+    #[error("the redis store's timeout must be longer than zero")]
+    ZeroTimeout,
     /// The key prefix contains `{` or `}`, which would move every key's
     /// Redis Cluster hash tag into the prefix.
     #[error("the key prefix must not contain '{{' or '}}'")]
@@ -149,8 +153,8 @@ impl RedisStore {
     /// `prefix`, and every call bounded by `timeout`.
     ///
     /// The timeout bounds each call as a whole (an `EVALSHA`, and the
-    /// script load after a `NOSCRIPT` reply); a zero timeout fails every
-    /// call.
+    /// script load after a `NOSCRIPT` reply); `Duration::MAX` waits as long
+    /// as the server takes.
     ///
     /// Every store sharing a prefix on one server should use the same
     /// quota. (A different tick size under the same prefix is converted,
@@ -164,7 +168,8 @@ impl RedisStore {
     /// [`InitialCreditUnsupported`](RedisStoreError::InitialCreditUnsupported)
     /// for a quota the scripts cannot apply exactly enough;
     /// [`InvalidPrefix`](RedisStoreError::InvalidPrefix) for a prefix with
-    /// braces. Never panics.
+    /// braces; [`ZeroTimeout`](RedisStoreError::ZeroTimeout) for a zero
+    /// timeout. Never panics.
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -185,7 +190,7 @@ impl RedisStore {
         prefix: impl Into<String>,
         timeout: Duration,
     ) -> Result<Self, RedisStoreError> {
-        let (scale, prefix) = validate(&quota, prefix.into())?;
+        let (scale, prefix) = validate(&quota, prefix.into(), timeout)?;
         Ok(RedisStore {
             connection,
             quota,
@@ -232,7 +237,7 @@ impl RedisStore {
     ) -> Result<Self, RedisStoreError> {
         // Checked before connecting, so a bad quota or prefix fails at once.
         let prefix = prefix.into();
-        validate(&quota, prefix.clone())?;
+        validate(&quota, prefix.clone(), timeout)?;
         let client = Client::open(url)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(timeout)
@@ -492,7 +497,14 @@ impl fmt::Debug for RedisStore {
 
 /// Checks a store's configuration; shared by both constructors so that
 /// `connect` refuses a bad one before touching the network.
-fn validate(quota: &Quota, prefix: String) -> Result<(Scale, String), RedisStoreError> {
+fn validate(
+    quota: &Quota,
+    prefix: String,
+    timeout: Duration,
+) -> Result<(Scale, String), RedisStoreError> {
+    if timeout.is_zero() {
+        return Err(RedisStoreError::ZeroTimeout);
+    }
     if quota.initial_credit() != InitialCredit::Full {
         return Err(RedisStoreError::InitialCreditUnsupported(
             quota.initial_credit(),
@@ -569,33 +581,39 @@ mod tests {
 
     #[test]
     fn bad_configurations_are_typed_errors() {
+        const SECOND: Duration = Duration::from_secs(1);
         let quota = Quota::per_second(5).unwrap();
         assert!(matches!(
-            validate(&quota, "a{b}:".into()),
+            validate(&quota, "rl:".into(), Duration::ZERO),
+            Err(RedisStoreError::ZeroTimeout)
+        ));
+        assert!(validate(&quota, "rl:".into(), Duration::MAX).is_ok());
+        assert!(matches!(
+            validate(&quota, "a{b}:".into(), SECOND),
             Err(RedisStoreError::InvalidPrefix)
         ));
         assert!(matches!(
-            validate(&quota, "a}".into()),
+            validate(&quota, "a}".into(), SECOND),
             Err(RedisStoreError::InvalidPrefix)
         ));
         let empty = quota.with_initial_credit(InitialCredit::Empty).unwrap();
         assert!(matches!(
-            validate(&empty, "rl:".into()),
+            validate(&empty, "rl:".into(), SECOND),
             Err(RedisStoreError::InitialCreditUnsupported(
                 InitialCredit::Empty
             ))
         ));
         let too_fine = Quota::per_second(1_000_000_000).unwrap();
         assert!(matches!(
-            validate(&too_fine, "rl:".into()),
+            validate(&too_fine, "rl:".into(), SECOND),
             Err(RedisStoreError::RateTooFine)
         ));
         let too_long = Quota::new(9_000_000_000, 1, Duration::from_secs(1)).unwrap();
         assert!(matches!(
-            validate(&too_long, "rl:".into()),
+            validate(&too_long, "rl:".into(), SECOND),
             Err(RedisStoreError::RefillTooLong { .. })
         ));
-        assert!(validate(&quota, String::new()).is_ok());
+        assert!(validate(&quota, String::new(), SECOND).is_ok());
     }
 
     #[test]
