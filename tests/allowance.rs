@@ -833,3 +833,30 @@ proptest! {
         });
     }
 }
+
+/// `acquire` with time left waits for the lease its refusal set coming,
+/// even when that lease lands (on another worker thread) between its
+/// attempt and its decision to wait: it used to wait only while a refill
+/// was still in flight, and so returned `Insufficient` with time to spare.
+#[test]
+fn acquire_waits_for_a_lease_that_lands_before_it_decides_to_wait() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let store = Arc::new(LocalStore::new(Quota::per_second(1_000_000).unwrap()));
+    runtime.block_on(async {
+        for round in 0..200 {
+            let key = format!("fresh-{round}");
+            let node = LocalAllowance::new(Arc::clone(&store), key, config(FailurePolicy::Closed))
+                .unwrap();
+            // An empty pool: the refusal starts a refill on a worker.
+            assert_eq!(
+                node.acquire(1, Duration::from_secs(60)).await,
+                Ok(Source::Lease),
+                "round {round}"
+            );
+        }
+    });
+}
