@@ -7,6 +7,11 @@
 //! `docs/redis.md`.
 
 mod lua;
+#[cfg(test)]
+mod parity;
+#[cfg(test)]
+#[path = "../../../tests/support/redis_server.rs"]
+mod redis_server;
 mod scale;
 
 use std::fmt;
