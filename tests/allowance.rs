@@ -686,6 +686,7 @@ fn extreme_duration() -> impl Strategy<Value = Duration> {
     prop_oneof![
         Just(Duration::ZERO),
         Just(Duration::from_nanos(1)),
+        Just(Duration::from_secs(u64::MAX / 2)),
         Just(Duration::MAX),
         (0..3_000u64).prop_map(Duration::from_millis),
     ]

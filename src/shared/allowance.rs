@@ -191,7 +191,9 @@ pub struct AllowanceStats {
     /// Tokens given back to the store.
     pub returned: u64,
     /// Tokens debited from the store that this node will never spend nor
-    /// give back (a failed return, tokens of older leases at return).
+    /// give back (a failed return, tokens of older leases at return, what a
+    /// grant held beyond the ask); a return in flight counts here until the
+    /// store confirms it.
     pub stranded: u64,
     /// Store calls that failed or timed out.
     pub store_errors: u64,
