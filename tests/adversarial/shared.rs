@@ -61,9 +61,11 @@ struct Rogue {
 struct Refused;
 
 impl Rogue {
-    fn new(quota: Quota, clock: &ManualClock, conduct: Conduct) -> Arc<Self> {
+    /// A rogue over `quota`, and the manual clock of its honest store.
+    fn new(quota: Quota, conduct: Conduct) -> (Arc<Self>, ManualClock) {
+        let clock = ManualClock::new();
         let limiter = KeyedLimiter::builder(quota).clock(clock.clone()).build();
-        Arc::new(Rogue {
+        let rogue = Arc::new(Rogue {
             honest: LocalStore::from_limiter(limiter),
             conduct: Mutex::new(conduct),
             calls: AtomicU64::new(0),
@@ -71,7 +73,13 @@ impl Rogue {
             debited: AtomicU64::new(0),
             sent_back: AtomicU64::new(0),
             releases: Mutex::new(Vec::new()),
-        })
+        });
+        (rogue, clock)
+    }
+
+    /// A rogue over 100 tokens a second, the quota most attacks use.
+    fn hundred_a_second(conduct: Conduct) -> (Arc<Self>, ManualClock) {
+        Rogue::new(Quota::per_second(100).unwrap(), conduct)
     }
 
     fn behave(&self, conduct: Conduct) {
@@ -185,12 +193,7 @@ fn spend_pool(node: &LocalAllowance<Rogue>) -> u64 {
 /// within the debits.
 #[tokio::test(start_paused = true)]
 async fn a_store_granting_more_than_asked_fills_no_pool_beyond_the_ask() {
-    let clock = ManualClock::new();
-    let store = Rogue::new(
-        Quota::per_second(1_000).unwrap(),
-        &clock,
-        Conduct::Overgrants(10),
-    );
+    let (store, clock) = Rogue::new(Quota::per_second(1_000).unwrap(), Conduct::Overgrants(10));
     let node = node(&store, config(FailurePolicy::Closed));
     let mut admitted = 0;
     for _ in 0..20 {
@@ -227,8 +230,7 @@ async fn a_receipt_that_does_not_match_its_grant_returns_no_more_than_the_grant(
         min_lease: 10,
         ..config(FailurePolicy::Closed)
     };
-    let clock = ManualClock::new();
-    let store = Rogue::new(quota, &clock, Conduct::InflatesReceipts(100));
+    let (store, clock) = Rogue::new(quota, Conduct::InflatesReceipts(100));
     let inflated = node(&store, fixed);
     assert_eq!(inflated.refill().await.unwrap(), 10);
     // The first lease's cost refills; the bucket is full again.
@@ -261,12 +263,7 @@ async fn a_receipt_that_does_not_match_its_grant_returns_no_more_than_the_grant(
 /// and nothing is admitted from it, even once it arrives.
 #[tokio::test(start_paused = true)]
 async fn a_reply_after_the_timeout_is_stranded_never_pooled() {
-    let clock = ManualClock::new();
-    let store = Rogue::new(
-        Quota::per_second(100).unwrap(),
-        &clock,
-        Conduct::Late(Duration::from_secs(1)),
-    );
+    let (store, clock) = Rogue::hundred_a_second(Conduct::Late(Duration::from_secs(1)));
     let node = node(&store, config(FailurePolicy::Closed));
     assert!(matches!(node.refill().await, Err(RefillError::Timeout)));
     assert!(store.debited.load(Ordering::SeqCst) >= 1);
@@ -282,8 +279,7 @@ async fn a_reply_after_the_timeout_is_stranded_never_pooled() {
 /// request.
 #[tokio::test(start_paused = true)]
 async fn a_failing_store_admits_nothing_when_closed_and_is_asked_with_backoff() {
-    let clock = ManualClock::new();
-    let store = Rogue::new(Quota::per_second(100).unwrap(), &clock, Conduct::Fails);
+    let (store, clock) = Rogue::hundred_a_second(Conduct::Fails);
     let node = node(&store, config(FailurePolicy::Closed));
     for _ in 0..10_000 {
         let outcome = node.try_acquire(1);
@@ -306,8 +302,7 @@ async fn a_failing_store_admits_nothing_when_closed_and_is_asked_with_backoff() 
 /// the node serves again once the store answers.
 #[tokio::test(start_paused = true)]
 async fn a_store_that_never_answers_cannot_hang_a_caller_or_the_node() {
-    let clock = ManualClock::new();
-    let store = Rogue::new(Quota::per_second(100).unwrap(), &clock, Conduct::Hangs);
+    let (store, clock) = Rogue::hundred_a_second(Conduct::Hangs);
     let node = node(&store, config(FailurePolicy::Closed));
     assert_eq!(
         node.acquire(1, Duration::MAX).await,
@@ -335,12 +330,7 @@ async fn a_store_that_never_answers_cannot_hang_a_caller_or_the_node() {
 /// node pauses at least 1 ms between requests.
 #[tokio::test(start_paused = true)]
 async fn a_zero_retry_after_does_not_turn_callers_into_store_calls() {
-    let clock = ManualClock::new();
-    let store = Rogue::new(
-        Quota::per_second(100).unwrap(),
-        &clock,
-        Conduct::Refuses(Duration::ZERO),
-    );
+    let (store, clock) = Rogue::hundred_a_second(Conduct::Refuses(Duration::ZERO));
     let eager = AllowanceConfig {
         lease_period: Duration::ZERO,
         ..config(FailurePolicy::Closed)
@@ -370,12 +360,7 @@ async fn a_zero_retry_after_does_not_turn_callers_into_store_calls() {
 /// store again within a second.
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_of_duration_max_neither_panics_nor_stalls_the_node() {
-    let clock = ManualClock::new();
-    let store = Rogue::new(
-        Quota::per_second(100).unwrap(),
-        &clock,
-        Conduct::Refuses(Duration::MAX),
-    );
+    let (store, clock) = Rogue::hundred_a_second(Conduct::Refuses(Duration::MAX));
     let node = node(&store, config(FailurePolicy::Closed));
     assert_eq!(node.refill().await.unwrap(), 0);
     match node.try_acquire(1) {
@@ -399,8 +384,7 @@ async fn a_retry_after_of_duration_max_neither_panics_nor_stalls_the_node() {
 /// back no more than it covers.
 #[tokio::test(start_paused = true)]
 async fn a_lease_goes_back_at_most_once_and_never_beyond_its_size() {
-    let clock = ManualClock::new();
-    let store = Rogue::new(Quota::per_second(100).unwrap(), &clock, Conduct::Honest);
+    let (store, clock) = Rogue::hundred_a_second(Conduct::Honest);
     let racing = AllowanceConfig {
         min_lease: 10,
         idle_return: Some(Duration::ZERO),
@@ -435,12 +419,7 @@ async fn a_lease_goes_back_at_most_once_and_never_beyond_its_size() {
 #[tokio::test(start_paused = true)]
 async fn cancelling_a_refill_at_any_await_point_leaks_no_claim_and_mints_nothing() {
     for cancel_after_ms in 0..40 {
-        let clock = ManualClock::new();
-        let store = Rogue::new(
-            Quota::per_second(100).unwrap(),
-            &clock,
-            Conduct::Refuses(Duration::from_millis(20)),
-        );
+        let (store, clock) = Rogue::hundred_a_second(Conduct::Refuses(Duration::from_millis(20)));
         let node = node(&store, config(FailurePolicy::Open));
         // An empty grant: the next refill pauses 25 ms before asking.
         assert_eq!(node.refill().await.unwrap(), 0);
@@ -471,8 +450,7 @@ async fn cancelling_a_refill_at_any_await_point_leaks_no_claim_and_mints_nothing
 /// have reached the store), never as spent, and nothing is returned twice.
 #[tokio::test(start_paused = true)]
 async fn cancelling_a_return_in_flight_counts_its_tokens_stranded() {
-    let clock = ManualClock::new();
-    let store = Rogue::new(Quota::per_second(100).unwrap(), &clock, Conduct::Honest);
+    let (store, _clock) = Rogue::hundred_a_second(Conduct::Honest);
     let node = node(&store, config(FailurePolicy::Closed));
     let granted = node.refill().await.unwrap();
     assert!(granted >= 1);
@@ -495,12 +473,7 @@ async fn cancelling_a_return_in_flight_counts_its_tokens_stranded() {
 #[tokio::test(start_paused = true)]
 async fn cancelling_acquire_at_any_point_takes_nothing() {
     for cancel_after_ms in 0..20 {
-        let clock = ManualClock::new();
-        let store = Rogue::new(
-            Quota::per_second(100).unwrap(),
-            &clock,
-            Conduct::Late(Duration::from_millis(5)),
-        );
+        let (store, clock) = Rogue::hundred_a_second(Conduct::Late(Duration::from_millis(5)));
         let node = node(&store, config(FailurePolicy::Closed));
         let mut admitted = 0;
         for _ in 0..3 {
@@ -522,10 +495,8 @@ async fn cancelling_acquire_at_any_point_takes_nothing() {
 /// once it lands, instead of leaving it in a pool nobody can read.
 #[tokio::test(start_paused = true)]
 async fn an_allowance_dropped_mid_refill_gives_the_landing_lease_back() {
-    let clock = ManualClock::new();
-    let store = Rogue::new(
+    let (store, _clock) = Rogue::new(
         Quota::new(100, 1, Duration::from_secs(3600)).unwrap(),
-        &clock,
         Conduct::Late(Duration::from_millis(10)),
     );
     let node = node(&store, config(FailurePolicy::Closed));
@@ -556,8 +527,7 @@ fn an_allowance_dropped_outside_its_runtime_gives_its_pool_back() {
         .enable_time()
         .build()
         .unwrap();
-    let clock = ManualClock::new();
-    let store = Rogue::new(Quota::per_second(100).unwrap(), &clock, Conduct::Honest);
+    let (store, _clock) = Rogue::hundred_a_second(Conduct::Honest);
     let node = runtime.block_on(async {
         let node = node(&store, config(FailurePolicy::Closed));
         node.refill().await.unwrap();
@@ -589,8 +559,7 @@ fn an_allowance_dropped_outside_its_runtime_gives_its_pool_back() {
 #[tokio::test(start_paused = true)]
 async fn fallback_quotas_of_many_nodes_admit_at_most_nodes_times_the_fallback() {
     const NODES: u64 = 16;
-    let clock = ManualClock::new();
-    let store = Rogue::new(Quota::per_second(100).unwrap(), &clock, Conduct::Fails);
+    let (store, clock) = Rogue::hundred_a_second(Conduct::Fails);
     let fallback = Quota::new(2, 1, Duration::from_secs(3600)).unwrap();
     let nodes: Vec<_> = (0..NODES)
         .map(|_| node(&store, config(FailurePolicy::Fallback(fallback))))
