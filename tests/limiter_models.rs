@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
+use tollgate::shared::{AllowanceConfig, FailurePolicy, LocalAllowance, LocalStore, Source};
 use tollgate::{
     AtCapacity, Clock, KeyedLimiter, ManualClock, Quota, Receipt, TokenBucket, try_acquire_all,
 };
@@ -373,5 +374,71 @@ proptest! {
             ledger.assert_within(&own);
         }
         ledgers[3].assert_within(&envelope(capacity + 1, tokens, period_ms));
+    }
+
+    /// A local allowance over the in-process store: what it admits from
+    /// leases never exceeds what the store granted net of returns, and so
+    /// the envelope from the key's creation (`docs/distributed.md`: the
+    /// bound is cumulative; a pool may spend, inside a window, tokens
+    /// leased before it). The store's own grants are a keyed bucket's
+    /// admissions, whose windows the keyed model checks.
+    #[test]
+    fn a_local_allowance_never_spends_beyond_the_store_grants(
+        (capacity, tokens, period_ms, ops) in trace(),
+        max_lease in 1u64..4,
+    ) {
+        let clock = ManualClock::new();
+        let limiter = KeyedLimiter::builder(quota(capacity, tokens, period_ms))
+            .clock(clock.clone())
+            .build::<String>();
+        let store = std::sync::Arc::new(LocalStore::from_limiter(limiter));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let config = AllowanceConfig {
+            max_lease,
+            idle_return: None,
+            ..AllowanceConfig::new(FailurePolicy::Closed)
+        };
+        let (mut admitted, mut latest) = (0u128, 0u64);
+        runtime.block_on(async {
+            let node = LocalAllowance::new(std::sync::Arc::clone(&store), "k", config).unwrap();
+            for op in ops {
+                match op {
+                    Op::Admit { cost, .. } | Op::Take { cost, .. } => {
+                        if node.try_acquire(cost) == Ok(Source::Lease) {
+                            admitted += u128::from(cost);
+                        }
+                    }
+                    Op::Reserve { cost, max_wait_ms, .. } => {
+                        let wait = Duration::from_millis(max_wait_ms);
+                        if node.acquire(cost, wait).await == Ok(Source::Lease) {
+                            admitted += u128::from(cost);
+                        }
+                    }
+                    Op::Cancel { cost, .. } => {
+                        let _ = tokio::time::timeout(Duration::ZERO, node.acquire(cost, Duration::MAX)).await;
+                    }
+                    Op::Undo(_) | Op::Keep(_) | Op::Refund { .. } => {
+                        let _ = node.refill().await;
+                    }
+                    Op::Reset | Op::Sweep => {
+                        node.shutdown().await;
+                    }
+                    Op::Advance(_) | Op::Back(_) => move_clock(&clock, op, &mut []),
+                }
+                latest = latest.max(now(&clock));
+                let stats = node.stats();
+                prop_assert!(
+                    admitted <= u128::from(stats.leased - stats.returned),
+                    "{admitted} admitted from {stats:?}"
+                );
+                let bound = quota(capacity, tokens, period_ms).envelope(Duration::from_nanos(latest));
+                prop_assert!(admitted <= u128::from(bound), "{admitted} over {bound}");
+            }
+            Ok(())
+        })?;
     }
 }
