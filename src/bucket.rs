@@ -152,8 +152,10 @@ impl<C: Clock> TokenBucket<C> {
     /// `retry_after`.
     ///
     /// Cancellation-safe: dropping the future before its wait ends gives the
-    /// reservation back (exactly, if nothing else reserved since; otherwise
-    /// less the time it was held, the rule that never mints credit).
+    /// reservation back by the rule that never mints credit: exactly, if
+    /// nothing else reserved since; nothing, while a later reservation
+    /// holds the bucket's future (its start was promised); otherwise the cost
+    /// less the time held (`docs/semantics.md`, "Giving back").
     ///
     /// Fairness: first come, first served. A caller's slot is fixed when it
     /// calls, and every later call, however small, is scheduled after it, so

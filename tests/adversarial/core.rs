@@ -113,6 +113,101 @@ fn repeated_late_undos_never_break_the_envelope() {
     envelope.assert_holds_over(&events, 0);
 }
 
+/// An undo never trusts a state word that came back to its value once the
+/// clock has moved: an inexact undo of an earlier receipt and a new
+/// admission can put the word back (ABA), and returning the whole cost then
+/// mints the refill of the time held. Found by review: 14 tokens at one
+/// instant on `B = 10`.
+#[test]
+fn an_undo_whose_word_came_back_mints_nothing() {
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::with_clock(Quota::new(10, 1, SECOND).unwrap(), clock.clone());
+    let a = Receipt::take(&bucket, 5).unwrap(); // 0 -> 5 s
+    let b = Receipt::take(&bucket, 5).unwrap(); // 5 s -> 10 s
+    a.undo(); // b came after: inexact path, 5 back (held 0): word = 5 s
+    clock.advance(Duration::from_millis(4900));
+    let mut admitted_now = 0;
+    Receipt::take(&bucket, 5).unwrap().keep(); // word = 10 s = b's `after` again
+    admitted_now += 5;
+    b.undo(); // exact path: word -> 5 s, all 5 back although 4.9 s were held
+    while bucket.try_acquire(1).is_ok() {
+        admitted_now += 1;
+    }
+    // The envelope over the zero-length window [4.9 s, 4.9 s] is B = 10.
+    assert!(
+        admitted_now <= 10,
+        "{admitted_now} tokens admitted at one instant from a bucket of capacity 10"
+    );
+}
+
+/// The same with one-token receipts, one per request as the tower layer
+/// takes them, undone latest first: the window `[0.9 s, 1.0 s]` stays
+/// within `floor(10 + 0.1) = 10` (it admitted 11).
+#[test]
+fn one_token_undos_whose_words_came_back_keep_the_envelope() {
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::with_clock(Quota::new(10, 1, SECOND).unwrap(), clock.clone());
+    let a: Vec<_> = (0..5).map(|_| Receipt::take(&bucket, 1).unwrap()).collect();
+    let b: Vec<_> = (0..5).map(|_| Receipt::take(&bucket, 1).unwrap()).collect();
+    for r in a {
+        r.undo(); // each inexact (b came after), each fully back at t = 0
+    }
+    clock.advance(Duration::from_millis(900));
+    let mut in_window = 0;
+    for _ in 0..5 {
+        Receipt::take(&bucket, 1).unwrap().keep();
+        in_window += 1;
+    }
+    for r in b.into_iter().rev() {
+        r.undo(); // each finds its own `after` again: exact, 1 back each
+    }
+    while bucket.try_acquire(1).is_ok() {
+        in_window += 1;
+    }
+    clock.advance(Duration::from_millis(100));
+    while bucket.try_acquire(1).is_ok() {
+        in_window += 1;
+    }
+    assert!(
+        in_window <= 10,
+        "{in_window} tokens admitted in [0.9 s, 1.0 s]; the envelope is floor(10 + 0.1) = 10"
+    );
+}
+
+/// A receipt of a key that was swept and created again never credits the
+/// new bucket: without the ABA guard, an undo could put the word below what
+/// a live receipt needs, the key was swept as full while that receipt was
+/// owed, and its undo then landed on the recreated bucket (15 tokens at
+/// one instant on `B = 10`).
+#[test]
+fn a_receipt_of_a_swept_and_recreated_key_credits_nothing() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder(Quota::new(10, 1, SECOND).unwrap())
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .build::<u32>();
+    let key = limiter.key(&7);
+    let a = Receipt::take(&key, 5).unwrap();
+    let b = Receipt::take(&key, 5).unwrap();
+    a.undo();
+    clock.advance(Duration::from_millis(4900));
+    let c = Receipt::take(&key, 5).unwrap(); // held from 4.9 s, cost 5 s
+    b.undo(); // ABA: word 5 s although c needs >= 9.9 s
+    clock.advance(Duration::from_millis(100));
+    let swept = limiter.sweep(); // on main: 1 (word 5 s <= now 5 s) while c is owed
+    let mut admitted_at_5s = 0;
+    Receipt::take(&key, 5).unwrap().keep(); // recreated bucket: 5 s -> 10 s = c's `after`
+    admitted_at_5s += 5;
+    c.undo(); // exact path on the NEW bucket: 10 s -> 5 s
+    while limiter.try_acquire(&7, 1).is_ok() {
+        admitted_at_5s += 1;
+    }
+    assert!(
+        admitted_at_5s <= 10,
+        "{admitted_at_5s} tokens admitted to key 7 at one instant (capacity 10); swept {swept}"
+    );
+}
+
 /// A receipt can only be given back to the limit that issued it: it holds
 /// that limit. A keyed receipt returns to its own key, not to another one
 /// that happens to be in debt.
@@ -199,6 +294,29 @@ async fn a_dropped_acquire_at_every_point_gives_back_by_the_rule() {
     }
     // `Duration::MAX` is a wait like any other.
     assert_eq!(limit.reserve(1, Duration::MAX), Ok(SECOND));
+}
+
+/// A waiting `acquire` dropped before its due time, with nothing reserved
+/// after it, gives its reservation back exactly, however long it waited:
+/// its slot still lies ahead, so the matching word proves nothing came
+/// between. (It gave nothing back once it had waited longer than its cost's
+/// refill: budget lost for every caller of the bucket.)
+#[cfg(feature = "tokio")]
+#[tokio::test(start_paused = true)]
+async fn a_dropped_acquire_that_nothing_followed_keeps_its_slot() {
+    let clock = ManualClock::new();
+    let bucket = TokenBucket::with_clock(Quota::new(1, 1, SECOND).unwrap(), clock.clone());
+    bucket.try_acquire(1).unwrap(); // word = 1 s
+    assert_eq!(bucket.reserve(1, 10 * SECOND), Ok(SECOND)); // kept, due 1 s; word 2 s
+    let mut waiting = Box::pin(bucket.acquire(1, 10 * SECOND)); // due 2 s; word 3 s
+    assert!(poll_once(waiting.as_mut()).await.is_none());
+    clock.advance(Duration::from_millis(1500)); // still 500 ms before its due time
+    drop(waiting); // nothing admitted since: should be exact (word back to 2 s)
+    assert_eq!(
+        bucket.retry_after(1),
+        Ok(Duration::from_millis(500)),
+        "the abandoned reservation is still charged"
+    );
 }
 
 /// A cancelled wait must not hand its slot to a later reservation while an

@@ -649,3 +649,121 @@ async fn refused_requests_leave_no_keys_behind() {
     }
     assert!(limiter.is_empty(), "{} keys left", limiter.len());
 }
+
+/// A give-back racing the state word back to its value (review finding).
+mod late_give_backs {
+    use std::convert::Infallible;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use http::{Request, Response, StatusCode};
+    use http_body_util::Full;
+    use tokio::sync::Notify;
+    use tollgate::http::PolicyName;
+    use tollgate::http::tower::{RateLimitLayer, Rule};
+    use tollgate::{ManualClock, Quota, TokenBucket};
+    use tower::{Layer, Service, ServiceExt};
+
+    const SECOND: std::time::Duration = std::time::Duration::from_secs(1);
+
+    #[derive(Clone)]
+    struct Gate(Arc<Notify>);
+
+    async fn answer(request: Request<Full<Bytes>>) -> Result<Response<Full<Bytes>>, Infallible> {
+        if let Some(gate) = request.extensions().get::<Gate>().cloned() {
+            gate.0.notified().await;
+        }
+        let status: u16 = request.headers()["x-status"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mut response = Response::new(Full::new(Bytes::new()));
+        *response.status_mut() = StatusCode::from_u16(status).unwrap();
+        Ok(response)
+    }
+
+    fn request(status: u16, gate: Option<&Gate>) -> Request<Full<Bytes>> {
+        let mut request = Request::get("/").header("x-status", status.to_string());
+        if let Some(gate) = gate {
+            request = request.extension(gate.clone());
+        }
+        request.body(Full::new(Bytes::new())).unwrap()
+    }
+
+    /// Status-based give-backs answered late, after others were admitted,
+    /// never let one client past its rule: five 403s answered at once, five
+    /// held and answered late (latest first) after 200s at 0.9 s. The window
+    /// `[0.9 s, 1.0 s]` holds 10 answers of 200 at most under a rule of 10
+    /// at 1/s (it held 11 before the ABA guard of the undo).
+    #[tokio::test]
+    async fn late_give_backs_never_let_one_client_past_the_rule() {
+        let clock = ManualClock::new();
+        let bucket = Arc::new(TokenBucket::with_clock(
+            Quota::new(10, 1, SECOND).unwrap(),
+            clock.clone(),
+        ));
+        let layer = RateLimitLayer::builder()
+            .rule(
+                Rule::global(PolicyName::new("global").unwrap(), bucket)
+                    .give_back_on([StatusCode::FORBIDDEN]),
+            )
+            .build();
+        let mut service = layer.layer(tower::service_fn(answer));
+        let mut quick = Vec::new();
+        for _ in 0..5 {
+            quick.push(service.ready().await.unwrap().call(request(403, None)));
+        }
+        let gates: Vec<Gate> = (0..5).map(|_| Gate(Arc::new(Notify::new()))).collect();
+        let mut late = Vec::new();
+        for gate in &gates {
+            late.push(
+                service
+                    .ready()
+                    .await
+                    .unwrap()
+                    .call(request(403, Some(gate))),
+            );
+        }
+        for response in quick {
+            assert_eq!(response.await.unwrap().status(), 403);
+        }
+        clock.advance(std::time::Duration::from_millis(900));
+        let mut ok_in_window = 0;
+        for _ in 0..5 {
+            let response = service
+                .ready()
+                .await
+                .unwrap()
+                .call(request(200, None))
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+            ok_in_window += 1;
+        }
+        for (gate, response) in gates.iter().zip(late).rev() {
+            gate.0.notify_one();
+            assert_eq!(response.await.unwrap().status(), 403);
+        }
+        for _ in 0..2 {
+            loop {
+                let response = service
+                    .ready()
+                    .await
+                    .unwrap()
+                    .call(request(200, None))
+                    .await
+                    .unwrap();
+                if response.status() != 200 {
+                    break;
+                }
+                ok_in_window += 1;
+            }
+            clock.advance(std::time::Duration::from_millis(100));
+        }
+        assert!(
+            ok_in_window <= 10,
+            "{ok_in_window} requests answered 200 in [0.9 s, 1.0 s] under a rule of 10 at 1/s"
+        );
+    }
+}
