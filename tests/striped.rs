@@ -83,3 +83,25 @@ fn a_cost_above_the_lease_goes_to_the_bucket_and_bad_costs_are_typed() {
         Err(tollgate::AcquireError::ExceedsCapacity { .. })
     ));
 }
+
+/// Issue 11, finding 2: a pool's tokens must not outlive the refill of the
+/// slots they were leased in. Take 5 at t = 0 on B = 10 (one stripe, a lease
+/// of the whole capacity), let 100 s pass: one instant then admits at most
+/// B = 10, as a plain bucket would, and never the 5 pooled tokens on top.
+#[test]
+fn pooled_tokens_expire_as_the_bucket_refills() {
+    let clock = ManualClock::new();
+    let bucket = StripedBucket::with_clock(Quota::per_second(10).unwrap(), clock.clone(), 1, 10);
+    for _ in 0..5 {
+        bucket.try_acquire(1).unwrap();
+    }
+    clock.advance(Duration::from_secs(100));
+    assert!(
+        bucket.bucket().available() + bucket.pooled() <= 10,
+        "{} available beside {} pooled",
+        bucket.bucket().available(),
+        bucket.pooled()
+    );
+    let at_one_instant = (0..100).filter(|_| bucket.try_acquire(1).is_ok()).count();
+    assert_eq!(at_one_instant, 10);
+}
