@@ -123,13 +123,15 @@ impl Slots {
         }
     }
 
-    /// Whole tokens of `token_ticks` the pool could spend at `now` (at its
-    /// floor, for a reading behind it).
+    /// Whole tokens of `token_ticks` a take at `now` could spend (none at a
+    /// reading behind the last lease).
     pub(super) fn usable(&self, now: u64, token_ticks: u64) -> u64 {
         let next = self.next.load(Ordering::Acquire);
         let end = self.end.load(Ordering::Acquire);
-        let start = next.max(now).max(self.floor.load(Ordering::Acquire));
-        end.saturating_sub(start) / token_ticks
+        if now < self.floor.load(Ordering::Acquire) {
+            return 0;
+        }
+        end.saturating_sub(next.max(now)) / token_ticks
     }
 
     /// The claim, unless another thread holds it.
