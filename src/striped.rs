@@ -20,8 +20,8 @@ use slots::{Slots, Take};
 /// "The envelope"). A leased token occupies a slot of the bucket's timeline,
 /// which the bucket refills once the clock passes it; so a pool keeps slots,
 /// not a count, and a pooled token expires when the clock passes its slot.
-/// At any reading, the bucket's credit plus the tokens still usable in all
-/// pools is at most `B`. `docs/design.md` ("Striped buckets") has the proof.
+/// At any reading no pool's last lease is ahead of, the bucket's credit
+/// plus the tokens still usable in all pools is at most `B`. `docs/design.md` ("Striped buckets") has the proof.
 ///
 /// Linearization points:
 /// - an admission from a pool: its compare-and-swap on the pool's next

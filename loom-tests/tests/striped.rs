@@ -47,6 +47,23 @@ fn assert_nothing_minted(bucket: &StripedBucket<ManualClock>, capacity: u64, adm
     );
 }
 
+/// Asserts that at the clock's current reading, where `admitted` tokens
+/// were already admitted, the bucket and the pools hold no more than the
+/// capacity allows, and that taking everything there confirms it.
+fn assert_at_most_the_capacity_at_once(
+    bucket: &StripedBucket<ManualClock>,
+    capacity: u64,
+    admitted: u64,
+) {
+    let (pooled, available) = (bucket.pooled(), bucket.bucket().available());
+    assert!(
+        pooled + available <= capacity,
+        "{pooled} pooled, {available} available of {capacity}"
+    );
+    let at_once = admitted + take(bucket, capacity + 1);
+    assert!(at_once <= capacity, "{at_once} admitted at one instant");
+}
+
 /// Two threads race for the last tokens through one pool that leases one
 /// token at a time, so that both find it empty and race for its refill: on
 /// a frozen clock every token is admitted once at most, and none is lost
@@ -98,13 +115,7 @@ fn a_clock_advance_racing_takes_admits_at_most_the_capacity_at_one_instant() {
         };
         advancer.join().unwrap();
         let taken_later = taker.join().unwrap();
-        let (pooled, available) = (bucket.pooled(), bucket.bucket().available());
-        assert!(
-            pooled + available <= 2,
-            "{pooled} pooled, {available} available"
-        );
-        let at_once = taken_later + take(&bucket, 3);
-        assert!(at_once <= 2, "{at_once} admitted at {LATER:?}");
+        assert_at_most_the_capacity_at_once(&bucket, 2, taken_later);
     });
 }
 
@@ -132,13 +143,7 @@ fn a_flush_racing_takes_and_a_refill_mints_nothing() {
                 returned <= 3,
                 "returned {returned}: only three tokens were pooled"
             );
-            let (pooled, available) = (bucket.pooled(), bucket.bucket().available());
-            assert!(
-                pooled + available <= 4,
-                "{pooled} pooled, {available} available"
-            );
-            let at_once = admitted + take(&bucket, 5);
-            assert!(at_once <= 4, "{at_once} admitted at {advance:?}");
+            assert_at_most_the_capacity_at_once(&bucket, 4, admitted);
         });
     }
 }

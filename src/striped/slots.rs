@@ -191,9 +191,8 @@ impl Claim<'_> {
         if next >= end {
             return nothing;
         }
-        // A swap rather than a store: loom mis-orders a store racing a
-        // compare-and-swap (tokio-rs/loom#254), though none touches `end`.
-        slots.end.swap(0, Ordering::AcqRel);
+        // Published by the swap on `next` below, which releases it.
+        slots.end.store(0, Ordering::Relaxed);
         loop {
             let usable = end.saturating_sub(next.max(now())) / token_ticks;
             let tokens = usable.min(granted);
