@@ -85,8 +85,10 @@ impl<C: Clock> TokenBucket<C> {
         }
     }
 
+    /// The current tick of this bucket's timeline, on which a striped
+    /// bucket's pools place their slots too.
     #[inline]
-    fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         self.timeline.now(self.quota.gcra())
     }
 
