@@ -153,7 +153,7 @@ impl<C: Clock> StripedBucket<C> {
         let Some((granted, admission)) = self.bucket.grant_up_to(self.lease) else {
             return false;
         };
-        claim.extend(admission.at, granted, admission.cost_ticks);
+        claim.extend(admission.at, granted, admission.cost_ticks, admission.after);
         true
     }
 

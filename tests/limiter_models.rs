@@ -18,7 +18,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tollgate::shared::{AllowanceConfig, FailurePolicy, LocalAllowance, LocalStore, Source};
 use tollgate::{
-    AtCapacity, Clock, KeyedLimiter, ManualClock, Quota, Receipt, TokenBucket, try_acquire_all,
+    AtCapacity, Clock, KeyedLimiter, ManualClock, Quota, Receipt, StripedBucket, TokenBucket,
+    try_acquire_all,
 };
 
 mod common;
@@ -374,6 +375,55 @@ proptest! {
             ledger.assert_within(&own);
         }
         ledgers[3].assert_within(&envelope(capacity + 1, tokens, period_ms));
+    }
+
+    /// A striped bucket: what its pools and its bucket admit together keeps
+    /// the bucket's envelope, flushes and trusted resets of the bucket
+    /// included (pooled tokens expire as the bucket refills past them).
+    /// A flush after the clock was set back may return a token whose slot
+    /// has passed (the undo rule's limit), so a move back starts an epoch.
+    #[test]
+    fn a_striped_bucket_keeps_its_envelope(
+        (capacity, tokens, period_ms, ops) in trace(),
+        lease in 1u64..4,
+    ) {
+        let clock = ManualClock::new();
+        let striped = StripedBucket::with_clock(quota(capacity, tokens, period_ms), clock.clone(), 2, lease);
+        let mut ledger = [Ledger::default()];
+        for op in ops {
+            match op {
+                Op::Admit { cost, .. } | Op::Take { cost, .. } | Op::Cancel { cost, .. } => {
+                    if striped.try_acquire(cost).is_ok() {
+                        ledger[0].admit(now(&clock), cost);
+                    }
+                }
+                Op::Reserve { cost, .. } => {
+                    // The bucket beside the pools: its admissions count too.
+                    if striped.bucket().try_acquire(cost).is_ok() {
+                        ledger[0].admit(now(&clock), cost);
+                    }
+                }
+                Op::Undo(_) | Op::Keep(_) | Op::Sweep => {
+                    striped.flush();
+                }
+                // A trusted refund or reset of the bucket forgives its
+                // leases too, so the pools are flushed first, as a caller
+                // who resets a striped bucket's bucket should.
+                Op::Refund { cost, .. } => {
+                    striped.flush();
+                    striped.bucket().refund(cost);
+                    ledger[0].new_epoch();
+                }
+                Op::Reset => {
+                    striped.flush();
+                    striped.bucket().reset();
+                    ledger[0].new_epoch();
+                }
+                Op::Advance(_) | Op::Back(_) => move_clock(&clock, op, &mut ledger),
+            }
+            prop_assert!(striped.bucket().available() + striped.pooled() <= capacity);
+        }
+        ledger[0].assert_within(&envelope(capacity, tokens, period_ms));
     }
 
     /// A local allowance over the in-process store: what it admits from

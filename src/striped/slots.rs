@@ -147,20 +147,27 @@ impl Slots {
 }
 
 impl Claim<'_> {
-    /// Adds a lease of `tokens` (`ticks` of slots) decided at reading `at`.
+    /// Adds a lease of `tokens` (`ticks` of slots) decided at reading `at`,
+    /// which left the bucket's state at `state`.
     ///
     /// The new slots go on top of those the pool still holds: `end` becomes
-    /// `max(end, at) + ticks`, the GCRA of the pool's leases. `floor` is
-    /// published before `end`, so that a take that sees the new slots
-    /// refuses a reading behind this lease.
-    pub(super) fn extend(&self, at: u64, tokens: u64, ticks: u64) {
+    /// `max(end, at) + ticks`, the GCRA of the pool's leases, but never
+    /// beyond the bucket's own state. The bucket's state is at least every
+    /// pool's `end` as long as only admissions and the one undo rule move
+    /// it, so the cap changes nothing then; after a trusted `refund` or
+    /// `reset` of the bucket rewound its state below a pool's slots, it
+    /// keeps the pool from spending slots the bucket no longer holds.
+    /// `floor` is published before `end`, so that a take that sees the new
+    /// slots refuses a reading behind this lease.
+    pub(super) fn extend(&self, at: u64, tokens: u64, ticks: u64, state: u64) {
         let slots = self.0;
         let floor = slots.floor.load(Ordering::Relaxed).max(at);
         slots.floor.store(floor, Ordering::Release);
         let end = slots.end.load(Ordering::Relaxed);
-        slots
-            .end
-            .store(end.max(at).saturating_add(ticks), Ordering::Release);
+        slots.end.store(
+            end.max(at).saturating_add(ticks).min(state),
+            Ordering::Release,
+        );
         slots.granted.store(tokens, Ordering::Relaxed);
         slots.at.store(at, Ordering::Relaxed);
     }
@@ -237,7 +244,10 @@ mod tests {
 
     fn leased(at: u64, tokens: u64) -> Slots {
         let slots = Slots::new();
-        slots.claim().unwrap().extend(at, tokens, tokens * T);
+        slots
+            .claim()
+            .unwrap()
+            .extend(at, tokens, tokens * T, u64::MAX);
         slots
     }
 
@@ -257,11 +267,11 @@ mod tests {
     #[test]
     fn a_lease_stacks_on_what_the_pool_still_holds() {
         let slots = leased(0, 4);
-        slots.claim().unwrap().extend(T, 2, 2 * T);
+        slots.claim().unwrap().extend(T, 2, 2 * T, u64::MAX);
         assert_eq!(slots.usable(T, T), 5);
         assert_eq!(slots.usable(0, T), 0, "a reading behind the last lease");
         // Once the old slots have passed, the new lease is what is left.
-        slots.claim().unwrap().extend(10 * T, 2, 2 * T);
+        slots.claim().unwrap().extend(10 * T, 2, 2 * T, u64::MAX);
         assert_eq!(slots.usable(10 * T, T), 2);
     }
 
@@ -310,7 +320,7 @@ mod tests {
         assert_eq!(slots.usable(0, T), 0);
         assert_eq!(claim.drain(|| 0, T).tokens, 0);
         // The next lease stacks on the unreturned slots, less one tick.
-        claim.extend(0, 4, 4 * T);
+        claim.extend(0, 4, 4 * T, u64::MAX);
         assert_eq!(slots.usable(0, T), 3);
     }
 
@@ -318,7 +328,7 @@ mod tests {
     fn a_drain_keeps_what_older_leases_hold_from_being_returned_twice() {
         let slots = leased(0, 4);
         let claim = slots.claim().unwrap();
-        claim.extend(0, 1, T);
+        claim.extend(0, 1, T, u64::MAX);
         assert_eq!(slots.usable(0, T), 5);
         assert_eq!(claim.drain(|| 0, T).tokens, 1);
         assert_eq!(slots.usable(0, T), 0);

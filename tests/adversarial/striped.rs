@@ -179,3 +179,30 @@ fn flushes_racing_takes_mint_nothing() {
     bucket.flush();
     assert!(admitted + bucket.bucket().available() <= CAPACITY);
 }
+
+/// A trusted refund of the inner bucket rewinds its state below what a
+/// pool stacked its slots on; later leases must not stack past the
+/// bucket's own state, or a pooled token outlives the refill that
+/// replaced it (credit 2 beside 1 pooled on `B = 2`, before the cap).
+#[test]
+fn leases_after_a_trusted_refund_never_outlive_the_bucket_state() {
+    let clock = tollgate::ManualClock::new();
+    let quota = tollgate::Quota::new(2, 1, std::time::Duration::from_secs(1)).unwrap();
+    let striped = tollgate::StripedBucket::with_clock(quota, clock.clone(), 2, 2);
+    striped.try_acquire(1).unwrap();
+    striped.flush();
+    striped.bucket().refund(1);
+    let _ = striped.try_acquire(1);
+    striped.flush();
+    striped.bucket().refund(2);
+    let _ = striped.try_acquire(1);
+    for _ in 0..3 {
+        clock.advance(std::time::Duration::from_millis(700));
+        assert!(
+            striped.bucket().available() + striped.pooled() <= 2,
+            "{} available beside {} pooled",
+            striped.bucket().available(),
+            striped.pooled()
+        );
+    }
+}
