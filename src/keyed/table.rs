@@ -5,7 +5,7 @@
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use dashmap::DashMap;
 use dashmap::mapref::entry::{Entry, VacantEntry};
@@ -22,8 +22,30 @@ pub(super) type Table<M, H> = DashMap<M, Tat, H>;
 enum Bucket<'a, M> {
     Own(Ref<'a, M, Tat>),
     /// The shared overflow bucket, decided on while the key's absence is
-    /// held (its shard write-locked).
-    Overflow(VacantEntry<'a, M, Tat>),
+    /// held (its shard write-locked), and the key's overflow floor.
+    Overflow {
+        absent: VacantEntry<'a, M, Tat>,
+        floor: Option<&'a AtomicU64>,
+    },
+}
+
+/// A new key's place under the cap, taken before its bucket is inserted and
+/// given back when dropped unless [`Place::keep`] says the bucket went in.
+/// A key's own code (`Clone`, `Hash`, `Eq`) runs in between and may panic:
+/// without this, each such panic would leave a count for a key that is not
+/// there, and enough of them would fill the cap for good.
+struct Place<'a>(&'a AtomicUsize);
+
+impl Place<'_> {
+    fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
@@ -57,11 +79,11 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         };
         match bucket {
             Bucket::Own(tat) => admit(&tat, now).map(|admission| (admission, false)),
-            Bucket::Overflow(absent) => {
+            Bucket::Overflow { absent, floor } => {
                 let admission = admit(&self.overflow, now)?;
                 // Recorded before the key's absence is released, so a bucket
                 // of its own created next starts from here or later.
-                if let Some(floor) = self.overflow_floor_in(table, key) {
+                if let Some(floor) = floor {
                     floor.fetch_max(admission.after, Ordering::AcqRel);
                 }
                 drop(absent);
@@ -83,11 +105,18 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         Q: Hash + Eq + ToOwned<Owned = M> + ?Sized,
         H: BuildHasher + Clone,
     {
+        // The key's own code runs below (`to_owned`, and `hash` and `eq` in
+        // the map) and may panic. Whatever its outcome must depend on is
+        // settled first: the floor is found before anything is admitted (a
+        // panic between the overflow admission and its record would let the
+        // key's own bucket start fuller), and the place under the cap is
+        // handed back if the bucket never goes in.
+        let floor = self.overflow_floor_in(table, key);
         // Counted (and perhaps swept) before `entry`: a sweep write-locks
         // shards, and the failed `get` has already dropped its guard, so no
         // guard of ours is alive here.
-        let counted = self.count_new_key(now);
-        if !counted && self.bound.at_capacity == AtCapacity::Deny {
+        let place = self.take_place(now);
+        if place.is_none() && self.bound.at_capacity == AtCapacity::Deny {
             // Refusing needs no write lock and no owned key; only a bucket
             // created for this key meanwhile is worth a second look.
             return match table.get(key) {
@@ -97,33 +126,26 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 }),
             };
         }
-        match table.entry(key.to_owned()) {
-            Entry::Occupied(raced) => {
-                // Another thread created it between our `get` and `entry`.
-                if counted {
-                    self.keys.fetch_sub(1, Ordering::AcqRel);
-                }
-                Ok(Bucket::Own(raced.into_ref().downgrade()))
-            }
-            Entry::Vacant(vacant) if counted => {
+        match (table.entry(key.to_owned()), place) {
+            // Another thread created it between our `get` and `entry`; our
+            // place, if any, goes back as it drops.
+            (Entry::Occupied(raced), _) => Ok(Bucket::Own(raced.into_ref().downgrade())),
+            (Entry::Vacant(vacant), Some(place)) => {
+                let tat = vacant.insert(Tat::new(self.fresh_tat(floor, now)));
+                place.keep();
                 self.counters.created();
-                let floor = self.overflow_floor_in(table, key);
-                Ok(Bucket::Own(
-                    vacant
-                        .insert(Tat::new(self.fresh_tat(floor, now)))
-                        .downgrade(),
-                ))
+                Ok(Bucket::Own(tat.downgrade()))
             }
-            // Only the overflow policy gets here uncounted. The vacant entry
-            // keeps the key's shard write-locked until the overflow decision
-            // is made and recorded: a bucket of its own created for this key
-            // meanwhile would start from a floor that misses this decision.
-            Entry::Vacant(vacant) => Ok(Bucket::Overflow(vacant)),
+            // Only the overflow policy gets here without a place. The vacant
+            // entry keeps the key's shard write-locked until the overflow
+            // decision is made and recorded: a bucket of its own created for
+            // this key meanwhile would start from a floor that misses it.
+            (Entry::Vacant(absent), None) => Ok(Bucket::Overflow { absent, floor }),
         }
     }
 
     /// Counts a new key in, sweeping once first if the table is full.
-    fn count_new_key(&self, now: u64) -> bool {
+    fn take_place(&self, now: u64) -> Option<Place<'_>> {
         let max = self.bound.max_keys;
         let count_in = || {
             self.keys
@@ -132,7 +154,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 })
                 .is_ok()
         };
-        count_in() || (self.auto_sweep(now) > 0 && count_in())
+        (count_in() || (self.auto_sweep(now) > 0 && count_in())).then(|| Place(&self.keys))
     }
 
     /// Sweeps if automatic sweeps are on and none ran within the interval.
