@@ -63,7 +63,12 @@ impl Fingerprinter {
         }
     }
 
-    #[inline]
+    /// Out of line and marked cold, so that the inlined SipHash rounds stay
+    /// out of every decision's code: short keys' decisions lay out as if
+    /// there were no fingerprints. A long key pays one call beside a SipHash
+    /// pass over more than 64 bytes.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn of<Q: Hash + ?Sized>(&self, key: &Q) -> Fingerprint {
         let mut hasher = SipHasher13::new_with_keys(self.key.0, self.key.1);
         key.hash(&mut hasher);

@@ -67,15 +67,17 @@ macro_rules! in_table {
 /// [`max_keys`](KeyedBuilder::max_keys) keys are tracked, and a key longer
 /// than [`max_exact_key_bytes`](KeyedBuilder::max_exact_key_bytes) (counted
 /// as the bytes its `Hash` writes) is kept as a 128-bit keyed fingerprint,
-/// 16 bytes whatever its length, instead of a copy (`docs/semantics.md`,
-/// "Bounded memory", gives the odds of two keys sharing a fingerprint:
-/// below 2^-88 at a million keys). [`sweep`](Self::sweep) drops buckets that have refilled to full
-/// and nothing else; at the cap, new keys get the [`AtCapacity`] policy. No
-/// eviction ever gives a key credit it would not have had
+/// 16 bytes whatever its length, instead of a copy. Two long keys share a
+/// budget only if their fingerprints collide: about 2^-89 among 2^20 keys
+/// (`docs/semantics.md`, "Bounded memory"), and a shared budget only ever
+/// refuses more. [`sweep`](Self::sweep) drops buckets that have refilled to
+/// full and nothing else; at the cap, new keys get the [`AtCapacity`]
+/// policy. No eviction ever gives a key credit it would not have had
 /// (`docs/semantics.md`). A dropped key that comes back starts with the
-/// quota's initial credit: with [`InitialCredit::Full`](crate::InitialCredit::Full)
-/// (the default) a sweep changes no decision; with less, a returning key
-/// gets less than it would have had.
+/// quota's initial credit: with
+/// [`InitialCredit::Full`](crate::InitialCredit::Full) (the default) a sweep
+/// changes no decision; with less, a returning key gets less than it would
+/// have had.
 ///
 /// Linearization points: a decision on a key is its bucket's (the
 /// compare-and-swap or load), made while holding the key's shard for reading,
@@ -400,12 +402,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             self.overflow.undo(&taken.admission, ticks, || self.now());
             return;
         }
-        in_table!(self, key, |table| self.undo_in(
-            table,
-            key,
-            &taken.admission,
-            ticks
-        ));
+        let admission = &taken.admission;
+        in_table!(self, key, |table| self
+            .undo_in(table, key, admission, ticks));
     }
 
     /// Gives back `unused` of a store lease of `granted` tokens admitted at
