@@ -213,7 +213,7 @@ impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S> {
     /// Clients choose how long keys are (a request path may be 64 KiB), so
     /// without this a key cap would bound the table's keys but not its
     /// bytes. Two distinct keys share a budget only if their fingerprints
-    /// collide: below 2^-88 among a million keys (`docs/semantics.md`).
+    /// collide: about 2^-89 among 2^20 keys (`docs/semantics.md`).
     /// Exact keys are looked up faster (one fast hash, no SipHash pass);
     /// raise the bound for long keys that are not clients' to choose, lower
     /// it (0 keeps every key as a fingerprint) to bound bytes more tightly.
