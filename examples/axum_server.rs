@@ -1,7 +1,8 @@
 //! An axum server behind the tollgate layer: a per-client limit (the client
-//! resolved from X-Forwarded-For, believed only from 127.0.0.1) and a global
-//! limit. Over the limit it answers 429 with Retry-After, the RateLimit
-//! fields and a problem+json body.
+//! resolved from X-Forwarded-For, believed only from 127.0.0.1), a global
+//! limit, and a per-byte limit on uploads. Over a limit it answers 429 with
+//! Retry-After, the RateLimit fields and a problem+json body; an upload
+//! without a readable Content-Length gets 400, a chunked one 411.
 //!
 //!     cargo run --example axum_server --features tower [-- PORT]
 
@@ -11,9 +12,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
-use axum::routing::get;
+use axum::routing::{get, post};
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
-use tollgate::http::{Jitter, PolicyName};
+use tollgate::http::{Jitter, PolicyName, QuotaUnit};
 use tollgate::identity::{ForwardedResolver, HeaderSource, TrustedProxies};
 use tollgate::{KeyedLimiter, Quota, TokenBucket};
 
@@ -42,6 +43,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .build(),
     );
     let global = Arc::new(TokenBucket::new(Quota::per_second(50)?));
+    // Uploads: 1 MiB at once, 64 KiB a second, charged by the length the
+    // request declares before its body is read.
+    let upload_bytes = Rule::global(
+        PolicyName::new("upload-bytes")?,
+        Arc::new(TokenBucket::new(Quota::new(
+            1 << 20,
+            64 << 10,
+            Duration::from_secs(1),
+        )?)),
+    )
+    .try_cost(extract::content_length)
+    .when(|parts| parts.uri.path() == "/upload");
+    let per_byte = upload_bytes
+        .policy()
+        .clone()
+        .with_unit(QuotaUnit::ContentBytes);
+    let upload_bytes = upload_bytes.with_policy(per_byte);
     let layer = RateLimitLayer::builder()
         .rule(Rule::keyed(
             PolicyName::new("per-client")?,
@@ -49,12 +67,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             client,
         ))
         .rule(Rule::global(PolicyName::new("global")?, global))
+        .rule(upload_bytes)
         .jitter(Jitter::up_to(1))
         .advertise_on_success(true)
         .build();
 
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }))
+        .route(
+            "/upload",
+            post(|body: String| async move { format!("{} bytes\n", body.len()) }),
+        )
         .layer(layer);
 
     let addr = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), port);
@@ -65,6 +88,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  for i in $(seq 7); do curl -si {url}/ | head -n 12; echo; done");
     println!("  # another client behind the trusted proxy gets its own budget:");
     println!("  curl -si -H 'X-Forwarded-For: 203.0.113.9' {url}/");
+    println!("  # uploads are charged by Content-Length; a chunked one is refused with 411:");
+    println!("  curl -si --data-binary 'some bytes' {url}/upload");
+    println!("  curl -si -H 'Transfer-Encoding: chunked' --data-binary 'some bytes' {url}/upload");
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),

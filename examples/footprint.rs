@@ -129,8 +129,9 @@ fn main() {
             .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
             .collect();
         compare("u64 / u64", &ids, &ids);
-        // Distinct IPv6 addresses in 2001:db8::/32.
-        let v6 = |i: u64| Ipv6Addr::from((0x2001_0db8u128 << 96) | u128::from(i) << 16 | 1);
+        // Distinct IPv6 clients in 2001:db8::/32, one per /64 so that the
+        // default key policy keeps them apart too.
+        let v6 = |i: u64| Ipv6Addr::from((0x2001_0db8u128 << 96) | u128::from(i) << 64 | 1);
         let addrs: Vec<IpAddr> = (0..count).map(|i| IpAddr::V6(v6(i))).collect();
         compare("IpAddr / IpAddr", &addrs, &addrs);
         let keys: Vec<AddrKey> = addrs.iter().map(|&a| AddrKey::from(a)).collect();

@@ -18,6 +18,9 @@ use crate::{AcquireError, Clock, MonotonicClock, Quota};
 ///   takes effect at its successful compare-and-swap;
 /// - a denial and [`available`](Self::available) at the load (or failed
 ///   compare-and-swap) whose value they decided on;
+/// - a [`Receipt`](crate::Receipt)'s undo at its successful
+///   compare-and-swap (or, if nothing is owed any more, at the load that
+///   showed it);
 /// - [`refund`](Self::refund) at its successful compare-and-swap;
 /// - [`reset`](Self::reset) at its swap.
 ///
@@ -82,8 +85,10 @@ impl<C: Clock> TokenBucket<C> {
         }
     }
 
+    /// The current tick of this bucket's timeline, on which a striped
+    /// bucket's pools place their slots too.
     #[inline]
-    fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         self.timeline.now(self.quota.gcra())
     }
 
@@ -149,8 +154,10 @@ impl<C: Clock> TokenBucket<C> {
     /// `retry_after`.
     ///
     /// Cancellation-safe: dropping the future before its wait ends gives the
-    /// reservation back (exactly, if nothing else reserved since; otherwise
-    /// less the time it was held, the rule that never mints credit).
+    /// reservation back by the rule that never mints credit: exactly, if
+    /// nothing else reserved since; nothing, while a later reservation
+    /// holds the bucket's future (its start was promised); otherwise the cost
+    /// less the time held (`docs/semantics.md`, "Giving back").
     ///
     /// Fairness: first come, first served. A caller's slot is fixed when it
     /// calls, and every later call, however small, is scheduled after it, so
@@ -199,7 +206,8 @@ impl<C: Clock> TokenBucket<C> {
     /// back.
     pub(crate) fn undo(&self, admission: &Admission, tokens: u64) -> u64 {
         let ticks = self.quota.gcra().token_ticks(tokens);
-        self.tat.undo(admission, ticks, || self.now())
+        self.tat
+            .undo(self.quota.gcra(), admission, ticks, || self.now())
     }
 
     /// Gives back `unused` of a lease of `granted` tokens decided at tick
@@ -207,7 +215,8 @@ impl<C: Clock> TokenBucket<C> {
     pub(crate) fn undo_lease(&self, granted: u64, at: u64, unused: u64) {
         let gcra = self.quota.gcra();
         let (cost, returned) = (gcra.token_ticks(granted), gcra.token_ticks(unused));
-        self.tat.undo_inexact(at, cost, returned, || self.now());
+        self.tat
+            .undo_inexact(gcra, at, cost, returned, || self.now());
     }
 
     /// The one admission path: returns the wait in ticks.
@@ -255,11 +264,15 @@ impl<C: Clock> TokenBucket<C> {
         Ok(gcra.duration(self.tat.wait_for(gcra, self.now(), cost_ticks)))
     }
 
-    /// Returns `cost` tokens, for work that was admitted but not done. Credit
-    /// is clipped at the capacity. A cost of zero is a no-op.
+    /// Returns `cost` tokens unconditionally: a trusted operation, for a
+    /// caller who knows what it holds. Credit is clipped at the capacity. A
+    /// cost of zero is a no-op.
     ///
-    /// Refunding more than was taken grants credit that was never spent: the
-    /// caller is trusted to return only what it holds.
+    /// Refunding more than was taken, or long after it was taken, grants
+    /// credit that was never spent, so no path a client can trigger should
+    /// call it: to give back an admission, take it as a
+    /// [`Receipt`](crate::Receipt) and [`undo`](crate::Receipt::undo) it,
+    /// the rule that never mints credit. No layer of this crate refunds.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, TokenBucket};
@@ -297,7 +310,9 @@ impl<C: Clock> TokenBucket<C> {
         self.tat.available(self.quota.gcra(), self.now())
     }
 
-    /// Refills the bucket to capacity, cancelling any debt.
+    /// Refills the bucket to capacity, cancelling any debt: a trusted
+    /// operation like [`refund`](Self::refund) (it forgives outstanding
+    /// receipts too, whose undo may then return their cost once more).
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, TokenBucket};

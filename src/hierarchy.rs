@@ -223,9 +223,11 @@ pub struct HierarchyError {
 /// global limit's contended word.
 ///
 /// An undo is a receipt's undo (`docs/semantics.md`, "Giving back"): exact
-/// if nothing was admitted since, otherwise the cost less the time elapsed
-/// since it was taken: with other requests in between, returning it all
-/// could hand out refill the bucket would have wasted while full. Concurrent hierarchies therefore
+/// at the step's own clock reading, otherwise the cost less the time
+/// elapsed since it was taken: with other requests in between, returning it
+/// all could hand out refill the bucket would have wasted while full, and
+/// after the clock moved the undo cannot prove none came. Concurrent
+/// hierarchies therefore
 /// never admit more than any one limit's envelope; the price is that a
 /// denied request's undo may return a little less than it took, a few
 /// nanoseconds of refill (`docs/design.md` has the argument).

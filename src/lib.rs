@@ -27,6 +27,8 @@
 //! - [`KeyedLimiter`]: a bucket per key, in bounded memory; [`identity`]
 //!   turns client addresses (behind trusted proxies) into keys;
 //! - [`try_acquire_all`]: several limits, all or nothing;
+//! - [`Receipt`]: an admission that may be given back, by the one rule that
+//!   never mints credit (`docs/semantics.md`, "Giving back");
 //! - [`StripedBucket`]: one hot bucket shared by many threads through
 //!   per-thread pools;
 //! - [`concurrency`]: limits on work in flight, with RAII permits;

@@ -9,10 +9,11 @@ use crate::{AcquireError, Limit};
 /// back that never mints credit.
 ///
 /// [`undo`](Self::undo) applies the rule of `docs/semantics.md` ("Giving
-/// back"): if nothing was admitted from the limit since, the tokens go back
-/// exactly; otherwise the cost less the time the receipt was held goes back,
-/// because returning all of it could hand out refill the bucket wasted
-/// while it was full. A receipt undoes once (`undo` consumes it) and only on
+/// back"): if it can prove nothing was admitted from the limit since (the
+/// clock has not moved, or a reservation's slot still lies ahead), the
+/// tokens go back exactly; otherwise the cost less the time the receipt was
+/// held goes back, because returning all of it could hand out refill the
+/// bucket wasted while it was full. A receipt undoes once (`undo` consumes it) and only on
 /// the limit that issued it (it holds that limit). Dropping a receipt keeps
 /// the tokens spent, as [`keep`](Self::keep) says explicitly.
 ///
@@ -91,8 +92,8 @@ impl<L: Limit> Receipt<L> {
     }
 
     /// Gives the tokens back by the rule that never mints credit: exactly,
-    /// if nothing was admitted since; otherwise the cost less the time held
-    /// (nothing, once the cost has refilled).
+    /// if it can prove nothing was admitted since; otherwise the cost less
+    /// the time held (nothing, once the cost has refilled).
     ///
     /// ```
     /// use std::time::Duration;

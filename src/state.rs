@@ -98,61 +98,95 @@ impl Tat {
     /// lease's unused part, an abandoned wait), apart from the trusted
     /// [`Self::refund`] and [`Self::reset`].
     ///
-    /// If nothing has changed the state since the admission, the state
-    /// moves back by exactly what is returned: as if the admission had taken
-    /// only the rest. Otherwise it moves back by at most the admission's cost
-    /// less the time elapsed since it was decided, with `now` read after each
-    /// load, and never by more than is returned.
+    /// Exact when the undo can prove nothing was admitted since: the state
+    /// word still shows what the admission wrote, and either the clock has
+    /// not moved since the admission or the admission's slot still lies
+    /// ahead (a reservation not yet due). Then the state moves back by
+    /// exactly what is returned, as if the admission had taken only the
+    /// rest. Otherwise it moves back by at most the admission's cost less the
+    /// time elapsed since it was decided, with `now` read after each load,
+    /// and never by more than is returned.
     ///
-    /// Why not the whole cost: the state is at least `n_i + C_i` for every
-    /// live admission `i` (`n_i` its reading, `C_i` the cost admitted from it
-    /// on; `docs/semantics.md`, "Giving back"). Removing admission `r` lowers
-    /// the terms before it by its cost, but the term of a later admission `j`
-    /// does not move, and it may have been below the state only because `r`
-    /// was there: `n_j + C_j <= now + (state - n_r - cost_r)`, given
-    /// `n_j <= now`. So the state may drop by `cost_r - (now - n_r)` and no
-    /// more; returning the whole cost after others have acted would hand out
-    /// refill the bucket had wasted while full. `n_j <= now` needs a clock
-    /// that does not go backwards across threads: a reading behind another
-    /// thread's lets this undo return up to that gap too much.
+    /// Why a matching word proves nothing once the clock has moved: an
+    /// inexact undo of an earlier receipt lowers the word and a new
+    /// admission can raise it back to exactly this admission's value (ABA);
+    /// the exact path would then return the whole cost after another
+    /// admission, minting the refill of the time held (14 tokens at one
+    /// instant on `B = 10`: `tests/adversarial`,
+    /// `an_undo_whose_word_came_back_mints_nothing`). While the slot lies
+    /// ahead, no inexact undo can have lowered the word below it (they give
+    /// nothing back while the state is beyond `now + B·T`), and at the
+    /// admission's own reading both paths give the same.
+    ///
+    /// Why not the whole cost: the state is at least `d_i + C_i` for every
+    /// live admission `i` (`d_i` its due time, the reading for an immediate
+    /// admission; `C_i` the cost admitted from it on; `docs/semantics.md`,
+    /// "Giving back"). Removing admission `r` lowers the terms before it by
+    /// its cost, but the term of a later admission `j` does not move, and it
+    /// may have been below the state only because `r` was there:
+    /// `d_j + C_j <= now + (state - n_r - cost_r)`, given `d_j <= now`. So
+    /// the state may drop by `cost_r - (now - n_r)` and no more; returning
+    /// the whole cost after others have acted would hand out refill the
+    /// bucket had wasted while full. `d_j <= now` holds because nothing is
+    /// given back while a later reservation is due after `now`, and needs a
+    /// clock that does not go backwards across threads: a reading behind
+    /// another thread's lets this undo return up to that gap too much.
     ///
     /// Returns the ticks given back.
     pub(crate) fn undo(
         &self,
+        gcra: &Gcra,
         admission: &Admission,
         returned_ticks: u64,
         mut now: impl FnMut() -> u64,
     ) -> u64 {
         let returned_ticks = returned_ticks.min(admission.cost_ticks);
-        // Checked first so that the exact path below never runs on a state
-        // word that has been dropped and recreated since (a keyed bucket is
-        // swept only once full, by which time nothing is owed) and happens to
-        // hold the same value.
-        let held_for = now().saturating_sub(admission.at);
-        if returned_ticks == 0 || admission.cost_ticks <= held_for {
+        let reading = now();
+        let held_for = reading.saturating_sub(admission.at);
+        let ahead = gcra.wait(admission.after, reading) > 0;
+        // Once the cost has refilled (and the slot is behind), nothing is
+        // owed; in particular a keyed bucket swept since (swept only once
+        // full) and recreated is never touched.
+        if returned_ticks == 0 || (!ahead && admission.cost_ticks <= held_for) {
             return 0;
         }
-        let exact = if returned_ticks == admission.cost_ticks {
-            admission.before
-        } else {
-            admission.after - returned_ticks
-        };
-        if self
-            .0
-            .compare_exchange(admission.after, exact, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            return returned_ticks;
+        if ahead || held_for == 0 {
+            let exact = if returned_ticks == admission.cost_ticks {
+                admission.before
+            } else {
+                admission.after - returned_ticks
+            };
+            if self
+                .0
+                .compare_exchange(admission.after, exact, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return returned_ticks;
+            }
         }
-        self.undo_inexact(admission.at, admission.cost_ticks, returned_ticks, now)
+        self.undo_inexact(
+            gcra,
+            admission.at,
+            admission.cost_ticks,
+            returned_ticks,
+            now,
+        )
     }
 
     /// The inexact half of [`Self::undo`], also for receipts that do not
     /// know the state their admission wrote (a store's lease): gives back
     /// `returned_ticks` of `cost_ticks` admitted at tick `at`, less the time
     /// held since. Returns the ticks given back.
+    ///
+    /// Nothing goes back while the state lies beyond `now + B·T`: the top of
+    /// the state then belongs to reservations due after `now`, whose callers
+    /// were promised their start times. Lowering it would hand the same slot
+    /// to the next reservation, two starts where the quota allows one. Below
+    /// that line every slot is due already, which is what the argument above
+    /// covers (with due times in place of readings).
     pub(crate) fn undo_inexact(
         &self,
+        gcra: &Gcra,
         at: u64,
         cost_ticks: u64,
         returned_ticks: u64,
@@ -161,7 +195,11 @@ impl Tat {
         let owed = std::cell::Cell::new(0);
         // `Err(())` means nothing is owed back any more: the state stays.
         let _ = self.update(|tat| {
-            let held_for = now().saturating_sub(at);
+            let now = now();
+            if gcra.wait(tat, now) > 0 {
+                return Err(());
+            }
+            let held_for = now.saturating_sub(at);
             let cap = cost_ticks.saturating_sub(held_for);
             owed.set(returned_ticks.min(cap).min(tat));
             match owed.get() {
@@ -245,11 +283,31 @@ mod tests {
     }
 
     #[test]
-    fn an_undo_nothing_followed_restores_the_state_exactly() {
+    fn an_undo_at_the_admission_reading_restores_the_state_exactly() {
         let (g, tat) = (gcra(), Tat::new(FULL));
         let admission = tat.acquire(&g, 500, 1000, 0).unwrap();
-        tat.undo(&admission, 1000, || 900);
+        tat.undo(&g, &admission, 1000, || 500);
         assert_eq!(tat.0.load(Ordering::Acquire), FULL);
+    }
+
+    #[test]
+    fn an_undo_of_a_reservation_still_ahead_is_exact_however_long_it_was_held() {
+        let (g, tat) = (gcra(), Tat::new(FULL));
+        tat.acquire(&g, 0, 2000, 0).unwrap();
+        // Due at 1000, its slot ends at 3000; undone at 900, held 900.
+        let reservation = tat.acquire(&g, 0, 1000, 2000).unwrap();
+        assert_eq!(tat.undo(&g, &reservation, 1000, || 900), 1000);
+        assert_eq!(tat.0.load(Ordering::Acquire), 2000);
+    }
+
+    #[test]
+    fn once_the_clock_moved_a_matching_word_proves_nothing() {
+        let (g, tat) = (gcra(), Tat::new(FULL));
+        // Nothing came between, but the undo cannot know that: cost less
+        // the time held.
+        let admission = tat.acquire(&g, 500, 1000, 0).unwrap();
+        assert_eq!(tat.undo(&g, &admission, 1000, || 900), 600);
+        assert_eq!(tat.0.load(Ordering::Acquire), 900);
     }
 
     #[test]
@@ -261,7 +319,7 @@ mod tests {
         // the 500 ticks of refill the full bucket wasted.
         let ours = tat.acquire(&g, 0, 1000, 0).unwrap();
         tat.acquire(&g, 500, 1000, 0).unwrap();
-        tat.undo(&ours, 1000, || 600);
+        tat.undo(&g, &ours, 1000, || 600);
         assert_eq!(tat.0.load(Ordering::Acquire), 1600);
         assert!(tat.0.load(Ordering::Acquire) >= 1500);
     }
@@ -271,7 +329,7 @@ mod tests {
         let (g, tat) = (gcra(), Tat::new(FULL));
         let ours = tat.acquire(&g, 0, 1000, 0).unwrap();
         tat.acquire(&g, 1500, 1000, 0).unwrap();
-        tat.undo(&ours, 1000, || 1500);
+        tat.undo(&g, &ours, 1000, || 1500);
         assert_eq!(tat.0.load(Ordering::Acquire), 2500);
     }
 }

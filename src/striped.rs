@@ -1,13 +1,12 @@
 //! One hot bucket shared by many threads without contending on its word:
-//! per-thread pools of tokens leased from it.
+//! per-thread pools of slots leased from it.
 
-use std::sync::Mutex;
+mod slots;
 
 use crossbeam_utils::CachePadded;
 
-use crate::shared::{LeasePool, Take};
-use crate::sync::lock;
 use crate::{AcquireError, Clock, MonotonicClock, Quota, TokenBucket};
+use slots::{Slots, Take};
 
 /// A [`TokenBucket`] striped over per-thread pools: each thread takes from
 /// its own pool (one compare-and-swap on a cache line no other thread
@@ -15,33 +14,50 @@ use crate::{AcquireError, Clock, MonotonicClock, Quota, TokenBucket};
 /// Under contention, throughput grows with threads instead of collapsing on
 /// one word.
 ///
-/// The bound is the bucket's: tokens enter a pool only when the bucket
-/// granted them, so admissions never exceed its envelope (`docs/design.md`,
-/// the local allowance's proof with the bucket as its store). The price is
-/// precision near the limit: up to `stripes × lease` granted tokens can sit
-/// in other threads' pools while a thread is refused. [`flush`](Self::flush)
-/// gives them back.
+/// **The bound is the bucket's envelope**: over every interval `[s, e]` of
+/// clock readings, the cost admitted at readings in it is at most
+/// `B + r·(e − s)`, exactly as for a [`TokenBucket`] (`docs/semantics.md`,
+/// "The envelope"). A leased token occupies a slot of the bucket's timeline,
+/// which the bucket refills once the clock passes it; so a pool keeps slots,
+/// not a count, and a pooled token expires when the clock passes its slot.
+/// At any reading no pool's last lease is ahead of, the bucket's credit
+/// plus the tokens still usable in all pools is at most `B`. `docs/design.md` ("Striped buckets") has the proof.
+///
+/// Linearization points:
+/// - an admission from a pool: its compare-and-swap on the pool's next
+///   free slot; one from the bucket (a cost the pool cannot cover): the
+///   bucket's;
+/// - a lease: the bucket's compare-and-swap that grants it (the pool then
+///   publishes the slots before any take can spend them);
+/// - [`flush`](Self::flush), per pool: the compare-and-swap that empties it,
+///   then the bucket's undo.
+///
+/// The price is precision near the limit: tokens can sit in other threads'
+/// pools while a thread is refused (up to about `1.5 × lease` per stripe,
+/// fewer as their slots pass). [`flush`](Self::flush) gives them back.
 ///
 /// ```
 /// use std::time::Duration;
 /// use tollgate::{ManualClock, Quota, StripedBucket};
 ///
-/// let bucket = StripedBucket::with_clock(Quota::per_second(1000)?, ManualClock::new(), 4, 16);
-/// assert!(bucket.try_acquire(1).is_ok());
+/// let clock = ManualClock::new();
+/// let bucket = StripedBucket::with_clock(Quota::per_second(10)?, clock.clone(), 4, 10);
+/// assert!(bucket.try_acquire(5).is_ok());
+/// // The pool keeps what the lease left, but only until the bucket has
+/// // refilled past it: one instant never admits more than the capacity.
+/// clock.advance(Duration::from_secs(100));
+/// assert_eq!((0..20).filter(|_| bucket.try_acquire(1).is_ok()).count(), 10);
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 #[derive(Debug)]
 pub struct StripedBucket<C = MonotonicClock> {
     bucket: TokenBucket<C>,
-    stripes: Box<[CachePadded<Stripe>]>,
+    stripes: Box<[CachePadded<Slots>]>,
     lease: u64,
-}
-
-#[derive(Debug)]
-struct Stripe {
-    pool: LeasePool,
-    /// The last grant's receipt, `(granted, at)`, for returns.
-    receipt: Mutex<(u64, u64)>,
+    /// Ticks per token.
+    token_ticks: u64,
+    /// A pool left with fewer ticks of slots than this leases again.
+    low_water: u64,
 }
 
 impl StripedBucket {
@@ -72,18 +88,17 @@ impl<C: Clock> StripedBucket<C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn with_clock(quota: Quota, clock: C, stripes: usize, lease: u64) -> Self {
-        let stripes = (0..stripes.max(1))
-            .map(|_| {
-                CachePadded::new(Stripe {
-                    pool: LeasePool::new(),
-                    receipt: Mutex::new((0, 0)),
-                })
-            })
-            .collect();
+        let lease = lease.clamp(1, quota.capacity());
+        let token_ticks = quota.gcra().token_ticks(1);
         StripedBucket {
-            lease: lease.clamp(1, quota.capacity()),
+            stripes: (0..stripes.max(1))
+                .map(|_| CachePadded::new(Slots::new()))
+                .collect(),
+            lease,
+            token_ticks,
+            // lease <= capacity, and capacity * token_ticks fits.
+            low_water: lease.div_ceil(2) * token_ticks,
             bucket: TokenBucket::with_clock(quota, clock),
-            stripes,
         }
     }
 
@@ -105,44 +120,48 @@ impl<C: Clock> StripedBucket<C> {
     pub fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
         // The bucket's checks, so that a bad cost is refused the same way
         // whichever path would have served it.
-        self.bucket.quota().gcra().cost_ticks(cost)?;
+        let cost_ticks = self.bucket.quota().gcra().cost_ticks(cost)?;
         let stripe = &self.stripes[crate::stripe::of(self.stripes.len())];
-        match stripe.pool.take(cost, self.lease.div_ceil(2)) {
-            Take::Taken { refill } => {
-                if refill {
+        match stripe.take(self.bucket.now(), cost_ticks, self.low_water) {
+            Take::Taken { low } => {
+                if low {
                     self.refill(stripe);
                 }
                 Ok(())
             }
-            Take::Short { refill } => {
-                if refill {
-                    self.refill(stripe);
-                    if let Take::Taken { .. } = stripe.pool.take(cost, 0) {
-                        return Ok(());
-                    }
+            Take::Short { low } => {
+                // A fresh reading: the lease just read the clock, and a take
+                // behind its reading spends nothing.
+                if low
+                    && self.refill(stripe)
+                    && let Take::Taken { .. } = stripe.take(self.bucket.now(), cost_ticks, 0)
+                {
+                    return Ok(());
                 }
                 self.bucket.try_acquire(cost)
             }
         }
     }
 
-    /// Leases for `stripe`, whose refill this caller claimed: in-process, so
-    /// at once, with no I/O.
+    /// Leases for `stripe` unless another thread is refilling or flushing
+    /// it: in-process, so at once, with no I/O. Returns whether tokens came.
     #[cold]
-    fn refill(&self, stripe: &Stripe) {
-        let granted = match self.bucket.grant_up_to(self.lease) {
-            Some((granted, admission)) => {
-                *lock(&stripe.receipt) = (granted, admission.at);
-                granted
-            }
-            None => 0,
+    fn refill(&self, stripe: &Slots) -> bool {
+        let Some(claim) = stripe.claim() else {
+            return false;
         };
-        stripe.pool.land(granted);
+        let Some((granted, admission)) = self.bucket.grant_up_to(self.lease) else {
+            return false;
+        };
+        claim.extend(admission.at, granted, admission.cost_ticks);
+        true
     }
 
-    /// Gives every pool's tokens back to the bucket (each against its last
-    /// lease, less the time since; older leases' tokens are dropped) and
-    /// returns how many were given back.
+    /// Gives every pool's usable tokens back to the bucket, each pool
+    /// against its last lease by the one rule that never mints credit (less
+    /// the time held; `docs/semantics.md`, "Giving back"), and returns how
+    /// many tokens left the pools that way. Older leases' tokens are
+    /// dropped, and a pool being refilled at that moment keeps its tokens.
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, StripedBucket};
@@ -154,30 +173,39 @@ impl<C: Clock> StripedBucket<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn flush(&self) -> u64 {
-        let mut returned = 0;
-        for stripe in self.stripes.iter() {
-            let drained = stripe.pool.drain();
-            let mut receipt = lock(&stripe.receipt);
-            let unused = drained.min(receipt.0);
-            self.bucket.undo_lease(receipt.0, receipt.1, unused);
-            receipt.0 -= unused;
-            returned += unused;
-        }
-        returned
+        self.stripes
+            .iter()
+            .filter_map(|stripe| stripe.claim())
+            .map(|claim| {
+                let drained = claim.drain(|| self.bucket.now(), self.token_ticks);
+                self.bucket
+                    .undo_lease(drained.granted, drained.at, drained.tokens);
+                drained.tokens
+            })
+            .sum()
     }
 
-    /// Tokens leased into the pools and not yet spent.
+    /// Tokens in the pools that a take could spend now: leased, not yet
+    /// spent, and whose slots the clock has not passed.
     ///
     /// ```
+    /// use std::time::Duration;
     /// use tollgate::{ManualClock, Quota, StripedBucket};
     ///
-    /// let bucket = StripedBucket::with_clock(Quota::per_second(8)?, ManualClock::new(), 1, 4);
+    /// let clock = ManualClock::new();
+    /// let bucket = StripedBucket::with_clock(Quota::per_second(8)?, clock.clone(), 1, 4);
     /// bucket.try_acquire(1)?;
     /// assert_eq!(bucket.pooled(), 3);
+    /// clock.advance(Duration::from_millis(250)); // two slots have passed
+    /// assert_eq!(bucket.pooled(), 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn pooled(&self) -> u64 {
-        self.stripes.iter().map(|stripe| stripe.pool.tokens()).sum()
+        let now = self.bucket.now();
+        self.stripes
+            .iter()
+            .map(|stripe| stripe.usable(now, self.token_ticks))
+            .sum()
     }
 
     /// The shared bucket.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use proptest::prelude::*;
 use tollgate::shared::{
     AllowanceConfig, FailurePolicy, Grant, Lease, LocalAllowance, LocalStore, Source, Store,
 };
@@ -27,6 +28,9 @@ struct Flaky {
     hanging: AtomicBool,
     losing_replies: AtomicBool,
     calls: AtomicU64,
+    /// Tokens the store reported granting, and tokens it was sent back.
+    granted: AtomicU64,
+    released: AtomicU64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +47,8 @@ impl Flaky {
             hanging: AtomicBool::new(false),
             losing_replies: AtomicBool::new(false),
             calls: AtomicU64::new(0),
+            granted: AtomicU64::new(0),
+            released: AtomicU64::new(0),
         })
     }
 }
@@ -66,6 +72,7 @@ impl Store for Flaky {
         if self.losing_replies.load(Ordering::SeqCst) {
             return Err(Unreachable); // debited, but the caller never hears of it
         }
+        self.granted.fetch_add(grant.tokens, Ordering::SeqCst);
         Ok(grant)
     }
 
@@ -73,6 +80,7 @@ impl Store for Flaky {
         if self.failing.load(Ordering::SeqCst) {
             return Err(Unreachable);
         }
+        self.released.fetch_add(unused, Ordering::SeqCst);
         self.inner
             .release(key, lease, unused)
             .await
@@ -560,4 +568,296 @@ async fn acquire_waits_for_the_lease_an_empty_pool_starts() {
     store.hanging.store(true, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(node.acquire(1, Duration::from_millis(20)).await.is_err());
+}
+
+/// Finding 3: `acquire` takes any `max_wait`, `Duration::MAX` included, as
+/// `TokenBucket::acquire` does: a wait without a deadline, never a panic.
+#[tokio::test(start_paused = true)]
+async fn acquire_accepts_a_wait_of_duration_max() {
+    let clock = ManualClock::new();
+    let store = Flaky::new(Quota::per_second(10).unwrap(), &clock);
+    let node = LocalAllowance::new(Arc::clone(&store), KEY, config(FailurePolicy::Closed)).unwrap();
+    assert_eq!(node.acquire(1, Duration::MAX).await, Ok(Source::Lease));
+    assert_eq!(
+        node.acquire(0, Duration::MAX).await,
+        Err(AcquireError::ZeroCost)
+    );
+    // The store fails: the wait ends with the failure policy's answer.
+    store.failing.store(true, Ordering::SeqCst);
+    while node.try_acquire(1).is_ok() {}
+    assert_eq!(
+        node.acquire(1, Duration::MAX).await,
+        Err(AcquireError::StoreUnavailable)
+    );
+}
+
+/// Finding 4: a cost above the store's capacity can never be served, so it
+/// is refused as such (`ExceedsCapacity`, a 413 over HTTP) as soon as a
+/// grant has told the allowance the capacity, never `Insufficient` with a
+/// retry that cannot help; costs within it are still served.
+#[tokio::test(start_paused = true)]
+async fn a_cost_above_the_store_capacity_is_refused_as_exceeding_it() {
+    let clock = ManualClock::new();
+    // Capacity 3, one token an hour: an `Insufficient` would say 20 min.
+    let quota = Quota::new(3, 1, Duration::from_secs(3600)).unwrap();
+    let store = Flaky::new(quota, &clock);
+    let node = LocalAllowance::new(Arc::clone(&store), KEY, config(FailurePolicy::Closed)).unwrap();
+    let exceeds = Err(AcquireError::ExceedsCapacity {
+        cost: 5,
+        capacity: 3,
+    });
+    assert_eq!(node.acquire(5, Duration::from_secs(1)).await, exceeds);
+    assert_eq!(node.try_acquire(5), exceeds);
+    assert_eq!(node.acquire(5, Duration::MAX).await, exceeds);
+    assert_eq!(node.try_acquire(3), Ok(Source::Lease));
+    // The refusals asked the store for one lease, not one per call.
+    assert_eq!(store.calls.load(Ordering::SeqCst), 1);
+}
+
+/// Finding 3: a zero store timeout would fail every call to a remote store
+/// (and strand what each debited), so it is refused with a typed error;
+/// every other extreme of the configuration is accepted and saturates.
+#[tokio::test(start_paused = true)]
+async fn a_zero_timeout_is_a_typed_error_and_other_extremes_are_accepted() {
+    let store = Arc::new(LocalStore::new(Quota::per_second(10).unwrap()));
+    let zero = AllowanceConfig {
+        timeout: Duration::ZERO,
+        ..config(FailurePolicy::Closed)
+    };
+    assert_eq!(
+        LocalAllowance::new(Arc::clone(&store), KEY, zero).err(),
+        Some(tollgate::shared::AllowanceError::ZeroTimeout)
+    );
+    let unbounded = AllowanceConfig {
+        min_lease: u64::MAX,
+        max_lease: u64::MAX,
+        lease_period: Duration::MAX,
+        idle_return: Some(Duration::MAX),
+        timeout: Duration::MAX,
+        on_failure: FailurePolicy::Closed,
+    };
+    let node = LocalAllowance::new(Arc::clone(&store), KEY, unbounded).unwrap();
+    assert_eq!(node.refill().await.unwrap(), 10, "a lease of the capacity");
+    assert_eq!(
+        node.try_acquire(u64::MAX),
+        Err(AcquireError::ExceedsCapacity {
+            cost: u64::MAX,
+            capacity: 10
+        })
+    );
+    assert_eq!(node.try_acquire(10), Ok(Source::Lease));
+    let tiny = AllowanceConfig {
+        lease_period: Duration::ZERO,
+        idle_return: Some(Duration::ZERO),
+        timeout: Duration::from_nanos(1),
+        ..config(FailurePolicy::Closed)
+    };
+    let node = LocalAllowance::new(store, "other", tiny).unwrap();
+    assert_eq!(node.acquire(1, Duration::ZERO).await.ok(), None);
+    assert_eq!(
+        node.acquire(1, Duration::from_secs(1)).await,
+        Ok(Source::Lease)
+    );
+}
+
+/// One step of [`extreme_inputs_never_panic_nor_admit_beyond_the_grants`].
+#[derive(Clone, Debug)]
+enum Step {
+    Try(u64),
+    Acquire(u64, Duration),
+    Refill,
+    Shutdown,
+    Advance(Duration),
+    StoreFails(bool),
+}
+
+fn extreme_count() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(0),
+        Just(1),
+        Just(2),
+        Just(u64::MAX - 1),
+        Just(u64::MAX),
+        1..64u64
+    ]
+}
+
+fn extreme_duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::from_nanos(1)),
+        Just(Duration::from_secs(u64::MAX / 2)),
+        Just(Duration::MAX),
+        (0..3_000u64).prop_map(Duration::from_millis),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => extreme_count().prop_map(Step::Try),
+        2 => (extreme_count(), extreme_duration()).prop_map(|(c, w)| Step::Acquire(c, w)),
+        1 => Just(Step::Refill),
+        1 => Just(Step::Shutdown),
+        2 => prop_oneof![
+            Just(Duration::ZERO),
+            Just(Duration::from_millis(1)),
+            Just(Duration::from_millis(30)),
+            Just(Duration::from_secs(1)),
+            Just(Duration::from_secs(3600)),
+        ]
+        .prop_map(Step::Advance),
+        1 => any::<bool>().prop_map(Step::StoreFails),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Finding 3: every public input of the allowance at its extremes (costs
+    /// 0, 1, `u64::MAX`; waits, lease periods, idle returns and timeouts of
+    /// zero, 1 ns and `Duration::MAX`; lease bounds 0 and `u64::MAX`) gets a
+    /// typed answer, never a panic, and what the allowance admits from
+    /// leases never exceeds what the store granted net of what it was sent
+    /// back, nor the store's envelope `B + r·t`.
+    #[test]
+    fn extreme_inputs_never_panic_nor_admit_beyond_the_grants(
+        capacity in prop_oneof![Just(1u64), Just(3), Just(1_000)],
+        min_lease in extreme_count(),
+        max_lease in extreme_count(),
+        lease_period in extreme_duration(),
+        idle_return in proptest::option::of(extreme_duration()),
+        timeout in extreme_duration(),
+        open in any::<bool>(),
+        steps in proptest::collection::vec(step(), 1..40),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let clock = ManualClock::new();
+            let store = Flaky::new(Quota::per_second(capacity).unwrap(), &clock);
+            let policy = if open { FailurePolicy::Open } else { FailurePolicy::Closed };
+            let config = AllowanceConfig {
+                min_lease,
+                max_lease,
+                lease_period,
+                idle_return,
+                timeout,
+                on_failure: policy,
+            };
+            let node = match LocalAllowance::new(Arc::clone(&store), KEY, config) {
+                Ok(node) => node,
+                Err(error) => {
+                    let expected = if min_lease == 0 || min_lease > max_lease {
+                        tollgate::shared::AllowanceError::LeaseBounds
+                    } else {
+                        tollgate::shared::AllowanceError::ZeroTimeout
+                    };
+                    assert_eq!(error, expected, "{config:?}");
+                    assert!(
+                        min_lease == 0 || min_lease > max_lease || timeout.is_zero(),
+                        "{config:?} refused"
+                    );
+                    return;
+                }
+            };
+            let mut admitted = 0u64;
+            for step in steps {
+                let outcome = match step {
+                    Step::Try(cost) => Some((cost, node.try_acquire(cost))),
+                    Step::Acquire(cost, wait) => {
+                        // The harness's own bound: a wait the store can
+                        // never end (frozen clock) is cancelled, which must
+                        // take nothing either.
+                        let bounded = Duration::from_secs(60);
+                        tokio::time::timeout(bounded, node.acquire(cost, wait))
+                            .await
+                            .ok()
+                            .map(|outcome| (cost, outcome))
+                    }
+                    Step::Refill => {
+                        let _ = node.refill().await;
+                        None
+                    }
+                    Step::Shutdown => {
+                        node.shutdown().await;
+                        None
+                    }
+                    Step::Advance(by) => {
+                        clock.advance(by);
+                        tokio::time::advance(by).await;
+                        None
+                    }
+                    Step::StoreFails(failing) => {
+                        store.failing.store(failing, Ordering::SeqCst);
+                        None
+                    }
+                };
+                settle().await;
+                if let Some((cost, outcome)) = outcome {
+                    match outcome {
+                        Ok(Source::Lease) => {
+                            assert!(cost >= 1 && cost <= capacity.min(max_lease));
+                            admitted += cost;
+                        }
+                        Ok(Source::FailedOpen) => assert!(open),
+                        Ok(Source::Fallback) => panic!("no fallback configured"),
+                        Err(AcquireError::ZeroCost) => assert_eq!(cost, 0),
+                        Err(AcquireError::ExceedsCapacity { cost: c, capacity: limit }) => {
+                            assert_eq!(c, cost);
+                            assert!(cost > limit && limit <= max_lease);
+                        }
+                        Err(AcquireError::Insufficient { retry_after }) => {
+                            assert!(!retry_after.is_zero());
+                        }
+                        Err(AcquireError::StoreUnavailable) => assert!(!open),
+                        Err(other) => panic!("unexpected {other:?}"),
+                    }
+                }
+                let granted = store.granted.load(Ordering::SeqCst);
+                let released = store.released.load(Ordering::SeqCst);
+                assert!(
+                    admitted <= granted.saturating_sub(released),
+                    "admitted {admitted} of {granted} granted, {released} sent back"
+                );
+                let envelope = Envelope {
+                    capacity,
+                    tokens: capacity,
+                    period_ns: 1_000_000_000,
+                };
+                assert!(envelope.admits(u128::from(admitted), clock.now_nanos()));
+                let stats = node.stats();
+                assert!(stats.pooled + admitted <= stats.leased, "{stats:?}");
+            }
+        });
+    }
+}
+
+/// `acquire` with time left waits for the lease its refusal set coming,
+/// even when that lease lands (on another worker thread) between its
+/// attempt and its decision to wait: it used to wait only while a refill
+/// was still in flight, and so returned `Insufficient` with time to spare.
+#[test]
+fn acquire_waits_for_a_lease_that_lands_before_it_decides_to_wait() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let store = Arc::new(LocalStore::new(Quota::per_second(1_000_000).unwrap()));
+    runtime.block_on(async {
+        for round in 0..200 {
+            let key = format!("fresh-{round}");
+            let node = LocalAllowance::new(Arc::clone(&store), key, config(FailurePolicy::Closed))
+                .unwrap();
+            // An empty pool: the refusal starts a refill on a worker.
+            assert_eq!(
+                node.acquire(1, Duration::from_secs(60)).await,
+                Ok(Source::Lease),
+                "round {round}"
+            );
+        }
+    });
 }

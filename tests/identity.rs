@@ -9,7 +9,7 @@ use std::num::NonZeroUsize;
 use proptest::prelude::*;
 use tollgate::identity::{
     AddrKey, ChainPolicy, ForwardedError, ForwardedResolver, HeaderSource, IdentityError, Origin,
-    PrefixPolicy, Resolved, TrustedProxies,
+    PrefixPolicy, Resolved, TrustedProxies, client_addr,
 };
 
 const BOTH_SOURCES: [HeaderSource; 2] = [HeaderSource::Forwarded, HeaderSource::XForwardedFor];
@@ -125,13 +125,13 @@ fn seed_equivalent_ipv6_text_shares_a_key() {
     assert_eq!(long.to_string(), "2001:db8::1");
 
     // The same through the resolver: untrusted peers, and forwarded spellings.
-    let r = xff(&[SEED_PROXY]);
+    let r = xff(&[SEED_PROXY]).with_prefix_policy(exact);
     let peer_key = |peer: &str| resolve(&r, peer, &["ignored"]).unwrap().key();
     assert_eq!(peer_key("2001:0db8:0:0::1"), peer_key("2001:db8::1"));
     let forwarded_key = |line: &str| resolve(&r, SEED_PROXY, &[line]).unwrap().key();
     assert_eq!(forwarded_key("2001:0db8:0:0::1"), short);
     assert_eq!(forwarded_key("[2001:DB8::1]:8080"), short);
-    let r = fwd(&[SEED_PROXY]);
+    let r = fwd(&[SEED_PROXY]).with_prefix_policy(exact);
     let forwarded_key = |line: &str| resolve(&r, SEED_PROXY, &[line]).unwrap().key();
     assert_eq!(forwarded_key(r#"for="[2001:0db8:0000::0001]:443""#), short);
     // A different address is a different key.
@@ -186,19 +186,32 @@ fn ipv4_mapped_ipv6_is_its_ipv4_address() {
 
 #[test]
 fn ipv4_and_ipv6_keys_never_collide() {
-    let pairs = [
+    // IPv6's own loopback and unspecified addresses, and IPv4 bits in an
+    // ordinary IPv6 address, are IPv6.
+    let distinct = [
         ("0.0.0.1", "::1"),
-        ("192.0.2.1", "::c000:201"),        // IPv4-compatible, not mapped
-        ("192.0.2.1", "::ffff:0:c000:201"), // IPv4-translated
         ("0.0.0.0", "::"),
-        ("255.255.255.255", "::ffff:ffff:ffff"), // mapped: equal, checked below
+        ("192.0.2.1", "2001:db8::c000:201"),
+        ("192.0.2.1", "::1:0:c000:201"),
     ];
-    for (v4, v6) in &pairs[..4] {
-        assert_ne!(AddrKey::from(ip(v4)), AddrKey::from(ip(v6)), "{v4} vs {v6}");
-        assert!(!AddrKey::from(ip(v6)).is_ipv4());
+    for policy in [PrefixPolicy::EXACT, PrefixPolicy::SUBSCRIBER] {
+        for (v4, v6) in distinct {
+            let (v4, v6) = (AddrKey::new(ip(v4), policy), AddrKey::new(ip(v6), policy));
+            assert_ne!(v4, v6, "{v4} vs {v6}");
+            assert!(!v6.is_ipv4());
+        }
     }
-    let (v4, mapped) = pairs[4];
-    assert_eq!(AddrKey::from(ip(v4)), AddrKey::from(ip(mapped)));
+    // The IPv6 spellings of an IPv4 host are that host.
+    for embedding in [
+        "::ffff:ffff:ffff",
+        "::ffff:0:ffff:ffff",
+        "::255.255.255.255",
+    ] {
+        assert_eq!(
+            AddrKey::from(ip("255.255.255.255")),
+            AddrKey::from(ip(embedding))
+        );
+    }
     // Aggregated to nothing, each family is still its own key.
     let all = PrefixPolicy::new(0, 0).unwrap();
     assert_ne!(
@@ -271,6 +284,12 @@ fn resolved_keys_follow_the_resolvers_policy() {
     assert_eq!(a.network().to_string(), "2001:db8:1:2::/64");
     let err = resolve(&r, "10.0.0.1", &["_x"]).unwrap_err();
     assert_eq!(err.fallback().network().to_string(), "10.0.0.0/24");
+    // A client spelt in IPv6 for an IPv4 host is keyed and shown as that
+    // host's IPv4 network, and keeps its own address.
+    let six_to_four = resolve(&r, "10.0.0.1", &["2002:c000:201:7::9"]).unwrap();
+    assert_eq!(six_to_four.addr(), ip("2002:c000:201:7::9"));
+    assert_eq!(six_to_four.network().to_string(), "192.0.2.0/24");
+    assert_eq!(six_to_four.key(), AddrKey::new(ip("192.0.2.77"), policy));
 }
 
 #[test]
@@ -745,6 +764,10 @@ fn any_ip() -> impl Strategy<Value = IpAddr> {
         any::<u128>().prop_map(|bits| IpAddr::V6(bits.into())),
         // Mapped addresses, which canonicalise to IPv4.
         any::<u32>().prop_map(|bits| IpAddr::V6(std::net::Ipv4Addr::from(bits).to_ipv6_mapped())),
+        // 6to4, NAT64 and Teredo addresses, which stand for IPv4 hosts.
+        any::<u128>().prop_map(|bits| IpAddr::V6(((0x2002 << 112) | (bits >> 16)).into())),
+        any::<u32>().prop_map(|bits| IpAddr::V6(((0x64_ff9b << 96) | u128::from(bits)).into())),
+        any::<u128>().prop_map(|bits| IpAddr::V6(((0x2001_0000 << 96) | (bits >> 32)).into())),
     ]
 }
 
@@ -952,12 +975,12 @@ proptest! {
         prop_assert_eq!(got.origin(), Origin::Forwarded { trusted_hops: addrs.len() - 1 - client });
     }
 
-    /// A key is its address's network: addresses agreeing on the prefix
-    /// share it, any difference inside the prefix separates them.
+    /// A key is its host's network: hosts agreeing on the prefix share it,
+    /// any difference inside the prefix separates them.
     #[test]
     fn keys_are_networks(addr in any_ip(), v4_len in 0..=32u8, v6_len in 0..=128u8, bit in 0..128u32) {
         let policy = PrefixPolicy::new(v4_len, v6_len).unwrap();
-        let canonical = addr.to_canonical();
+        let canonical = client_addr(addr);
         let key = AddrKey::new(addr, policy);
         let network = key.network(policy);
         prop_assert!(network.contains(&canonical));
@@ -970,8 +993,9 @@ proptest! {
         };
         let width = if canonical.is_ipv4() { 32 } else { 128 };
         let inside_prefix = width - 1 - (if canonical.is_ipv4() { bit % 32 } else { bit }) < u32::from(policy.len_for(addr));
-        // Flipping an IPv6 bit can land in the mapped space, which is IPv4.
-        if flipped.to_canonical().is_ipv4() == canonical.is_ipv4() {
+        // Flipping an IPv6 bit can land in a range that stands for an IPv4
+        // host (mapped, 6to4, ...).
+        if client_addr(flipped).is_ipv4() == canonical.is_ipv4() {
             prop_assert_eq!(AddrKey::new(flipped, policy) == key, !inside_prefix);
         } else {
             prop_assert_ne!(AddrKey::new(flipped, policy), key);

@@ -170,3 +170,25 @@ async fn each_failure_policy_holds_while_the_server_is_down() {
         assert_eq!(node.try_acquire(1), Ok(Source::Lease));
     }
 }
+
+/// Finding 4: on a Redis store of capacity 3, a cost of 5 is refused as
+/// exceeding it (a 413 over HTTP) once the first grant has told the
+/// capacity, by `acquire` and `try_acquire` alike, instead of
+/// `Insufficient` for ever; costs within it are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_above_the_redis_capacity_is_refused_as_exceeding_it() {
+    let Some(server) =
+        RedisServer::start("a_cost_above_the_redis_capacity_is_refused_as_exceeding_it")
+    else {
+        return;
+    };
+    let quota = Quota::new(3, 1, Duration::from_secs(3600)).unwrap();
+    let node = node(&server, quota, FailurePolicy::Closed).await;
+    let exceeds = Err(AcquireError::ExceedsCapacity {
+        cost: 5,
+        capacity: 3,
+    });
+    assert_eq!(node.acquire(5, Duration::from_secs(5)).await, exceeds);
+    assert_eq!(node.try_acquire(5), exceeds);
+    assert_eq!(node.try_acquire(3), Ok(Source::Lease));
+}

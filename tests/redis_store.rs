@@ -502,3 +502,84 @@ async fn many_racing_acquires_stay_within_the_envelope_on_the_server_clock() {
     // Demand exceeded supply throughout: at least the initial burst.
     assert!(plain >= quota.capacity());
 }
+
+/// Finding 4: every grant, empty or not, tells the key's capacity, so a
+/// caller can refuse a cost above it as such instead of waiting for a
+/// grant that can never come.
+#[tokio::test]
+async fn every_grant_tells_the_capacity() {
+    let server = start_server!("every_grant_tells_the_capacity");
+    let quota = Quota::new(3, 1, Duration::from_secs(3600)).unwrap();
+    let store = store(&server, quota, "capacity:").await;
+    let full = store.acquire("k", 5).await.unwrap();
+    assert_eq!((full.tokens, full.capacity), (3, 3));
+    let empty = store.acquire("k", 1).await.unwrap();
+    assert_eq!((empty.tokens, empty.capacity), (0, 3));
+    assert_eq!(store.acquire("k", 0).await.unwrap().capacity, 3);
+}
+
+/// Finding 3: the store's timeout at its extremes is a typed error or an
+/// unbounded wait, never a panic: zero is refused by both constructors
+/// (each call would time out), `Duration::MAX` waits as long as the server
+/// takes.
+#[tokio::test]
+async fn extreme_timeouts_are_typed_errors_or_unbounded_waits() {
+    let server = start_server!("extreme_timeouts_are_typed_errors_or_unbounded_waits");
+    let quota = Quota::new(5, 1, Duration::from_secs(3600)).unwrap();
+    let endless = RedisStore::connect(&server.url(), quota, "extreme:", Duration::MAX)
+        .await
+        .unwrap();
+    assert_eq!(endless.acquire("k", 2).await.unwrap().tokens, 2);
+    assert!(matches!(
+        RedisStore::connect(&server.url(), quota, "extreme:", Duration::ZERO).await,
+        Err(RedisStoreError::ZeroTimeout)
+    ));
+    let client = redis::Client::open(server.url()).unwrap();
+    let connection = redis::aio::ConnectionManager::new(client).await.unwrap();
+    assert!(matches!(
+        RedisStore::new(connection, quota, "extreme:", Duration::ZERO),
+        Err(RedisStoreError::ZeroTimeout)
+    ));
+    // Extreme counts: a want of u64::MAX asks for the capacity; a forged
+    // lease far beyond it and beyond the store's range gives nothing back.
+    assert_eq!(endless.acquire("k", u64::MAX).await.unwrap().tokens, 3);
+    let forged = Lease {
+        granted: u64::MAX,
+        at: u64::MAX,
+    };
+    endless.release("k", forged, u64::MAX).await.unwrap();
+    assert_eq!(endless.acquire("k", 1).await.unwrap().tokens, 0);
+}
+
+/// A state written before keys kept their creation time (`"<d>:<tat>"`) is
+/// still read, as a key born at the epoch: a rolling upgrade neither
+/// refuses old keys as foreign nor resets their debt.
+#[tokio::test]
+async fn a_state_written_without_its_creation_time_is_still_read() {
+    let server = start_server!("a_state_written_without_its_creation_time_is_still_read");
+    let mut admin = admin(&server).await;
+    // T = one hour, whole microseconds: d = 1.
+    let quota = Quota::new(5, 1, Duration::from_secs(3600)).unwrap();
+    let store = store(&server, quota, "upgrade:").await;
+    let grant = store.acquire("k", 2).await.unwrap();
+    let key = store.redis_key("k");
+    let state: String = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let fields: Vec<&str> = state.split(':').collect();
+    assert_eq!(fields.len(), 3, "{state}");
+    let old = format!("{}:{}", fields[0], fields[1]);
+    let () = redis::cmd("SET")
+        .arg(&key)
+        .arg(&old)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(store.acquire("k", 1).await.unwrap().tokens, 1);
+    store.release("k", grant.lease, 2).await.unwrap();
+    assert_eq!(store.acquire("k", 5).await.unwrap().tokens, 4);
+}

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use proptest::prelude::*;
 use tollgate::retry::{
-    Attempt, Decision, IDEMPOTENT_METHODS, JitterSource, RETRY_AFTER_CAP, Received, RetryPolicy,
-    StopReason, XorShiftJitter, parse_retry_after,
+    Attempt, Decision, IDEMPOTENT_METHODS, JitterGenerator, JitterSource, RETRY_AFTER_CAP,
+    Received, RetryPolicy, StopReason, parse_retry_after, parse_retry_after_lines,
 };
 
 /// 2026-09-08T12:00:00Z, the fixture's reference time.
@@ -590,7 +590,7 @@ fn seed_identical_waits_synchronize_and_jitter_spreads_them() {
     assert_eq!(spread, [f.at(3100), f.at(3200), f.at(3300), f.at(3400)]);
 
     // The default source: many clients, one wait, spread out after it.
-    let mut source = XorShiftJitter::new(2026);
+    let mut source = JitterGenerator::new(2026);
     let attempt = Attempt::new(1, "GET", 429, f.received()).with_retry_after(Some("3"));
     let deadline = f.t0 + Duration::from_secs(10);
     let fleet: Vec<Instant> = (0..100)
@@ -926,6 +926,26 @@ fn stop_reasons_read_well() {
 // ---------------------------------------------------------------------------
 // Properties.
 
+/// Values a hostile or broken server might send: date-shaped pieces glued
+/// together with separators, digit runs far beyond any field width, or
+/// arbitrary bytes, sometimes thousands of them.
+fn hostile_value() -> impl Strategy<Value = Vec<u8>> {
+    let piece = prop_oneof![
+        prop::sample::select(vec![
+            "Sun", "Sunday", "Mon", "Fri", "Friday", "Jan", "Feb", "Dec", "GMT", "UTC", "gmt",
+        ])
+        .prop_map(String::from),
+        "[0-9]{1,30}",
+        prop::sample::select(vec![", ", " ", "  ", "-", ":", ",", "\t", "+", "."])
+            .prop_map(String::from),
+    ];
+    prop_oneof![
+        proptest::collection::vec(piece, 0..16).prop_map(|pieces| pieces.concat().into_bytes()),
+        "[0-9]{0,3000}".prop_map(String::into_bytes),
+        proptest::collection::vec(any::<u8>(), 0..2048),
+    ]
+}
+
 /// Optional whitespace: up to three spaces or tabs.
 fn ows() -> impl Strategy<Value = String> {
     proptest::collection::vec(prop_oneof![Just(' '), Just('\t')], 0..4)
@@ -951,7 +971,8 @@ proptest! {
         prop_assert!(parse_retry_after(&digits, reference()).unwrap() <= RETRY_AFTER_CAP);
     }
 
-    /// Any bytes, any receive time: no panic.
+    /// Any bytes, any receive time: no panic, and any wait is within the
+    /// cap.
     #[test]
     fn never_panics_on_arbitrary_bytes(
         bytes in proptest::collection::vec(any::<u8>(), 0..64),
@@ -962,7 +983,42 @@ proptest! {
         } else {
             UNIX_EPOCH.checked_sub(Duration::from_secs(offset.unsigned_abs()))
         };
-        let _ = parse_retry_after(&bytes, received.unwrap_or(UNIX_EPOCH));
+        if let Some(wait) = parse_retry_after(&bytes, received.unwrap_or(UNIX_EPOCH)) {
+            prop_assert!(wait <= RETRY_AFTER_CAP);
+        }
+    }
+
+    /// Date-shaped garbage (day and month names, digit runs of any length,
+    /// separators, signs) and long values, on several conflicting lines and
+    /// at any receive time: no panic, the lines' answer is the longest of
+    /// the single-line answers, and a plan from it never retries before it.
+    #[test]
+    fn never_panics_on_hostile_lines(
+        lines in proptest::collection::vec(hostile_value(), 0..4),
+        offset in any::<i64>(),
+        nanos in 0u32..1_000_000_000,
+        fraction in any::<f64>(),
+    ) {
+        let base = if offset >= 0 {
+            UNIX_EPOCH.checked_add(Duration::new(offset.unsigned_abs(), nanos))
+        } else {
+            UNIX_EPOCH.checked_sub(Duration::new(offset.unsigned_abs(), nanos))
+        };
+        let received_at = base.unwrap_or(UNIX_EPOCH);
+        let singles: Vec<Option<Duration>> =
+            lines.iter().map(|line| parse_retry_after(line, received_at)).collect();
+        let longest = singles.iter().flatten().max().copied();
+        prop_assert_eq!(parse_retry_after_lines(&lines, received_at), longest);
+
+        let t0 = Instant::now();
+        let attempt = Attempt::new(1, "GET", 429, Received::new(t0, received_at))
+            .with_retry_after_lines(&lines);
+        prop_assert_eq!(attempt.server_wait(), longest);
+        let deadline = t0 + Duration::from_secs(3600);
+        if let Decision::Retry { at } = RetryPolicy::new().plan(&attempt, deadline, &mut || fraction) {
+            prop_assert!(at >= t0 + longest.unwrap_or(Duration::ZERO));
+            prop_assert!(at + Duration::from_secs(1) <= deadline);
+        }
     }
 
     /// Near-miss dates (one byte of a valid date changed) never panic, and
@@ -1059,7 +1115,7 @@ proptest! {
         let t0 = Instant::now();
         let policy = RetryPolicy::new().with_max_attempts(NonZeroU32::new(max_attempts).unwrap());
         let deadline = t0 + Duration::from_secs(1_000_000);
-        let mut jitter = XorShiftJitter::new(seed);
+        let mut jitter = JitterGenerator::new(seed);
         let mut now = t0;
         let mut wall_now = reference();
         let mut sent = 1u32;
@@ -1094,6 +1150,86 @@ fn jitter_sources_are_interchangeable() {
         counter
     };
     assert_eq!(draw(&mut closure), 0.1);
-    let mut xorshift = XorShiftJitter::default();
-    assert!((0.0..1.0).contains(&draw(&mut xorshift)));
+    let mut generator = JitterGenerator::default();
+    assert!((0.0..1.0).contains(&draw(&mut generator)));
+}
+
+// ---------------------------------------------------------------------------
+// Jitter: one generator, uniform over the whole window, both ends included.
+
+/// The planner's jitter reaches the end of its window: a 1 ns window adds
+/// 0 or 1 ns, and a 3 ns window every value of 0..=3 (before the fix the
+/// end of the window was unreachable).
+#[test]
+fn retry_jitter_covers_its_whole_window() {
+    let t0 = Instant::now();
+    let attempt = Attempt::new(1, "GET", 503, Received::new(t0, reference()));
+    let deadline = t0 + Duration::from_secs(1);
+    for window in [1, 3] {
+        let policy = RetryPolicy::new()
+            .with_backoff(Duration::ZERO, Duration::ZERO)
+            .with_attempt_budget(Duration::ZERO)
+            .with_max_jitter(Duration::from_nanos(window));
+        let mut source = JitterGenerator::new(7);
+        let seen: std::collections::BTreeSet<u128> = (0..1000)
+            .map(|_| {
+                let at = policy
+                    .plan(&attempt, deadline, &mut source)
+                    .retry_at()
+                    .unwrap();
+                (at - t0).as_nanos()
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            (0..=u128::from(window)).collect(),
+            "window {window} ns"
+        );
+    }
+}
+
+/// Extreme windows neither panic nor overflow: `Duration::MAX` of jitter
+/// with a deadline as far as an `Instant` reaches, and a zero window.
+#[test]
+fn retry_jitter_at_extreme_windows() {
+    let t0 = Instant::now();
+    let attempt = Attempt::new(1, "GET", 503, Received::new(t0, reference()));
+    let far = (0..64)
+        .rev()
+        .find_map(|shift| t0.checked_add(Duration::from_secs(1 << shift)))
+        .unwrap();
+    let mut source = JitterGenerator::new(11);
+    for max_jitter in [Duration::MAX, Duration::ZERO] {
+        let policy = RetryPolicy::new().with_max_jitter(max_jitter);
+        for _ in 0..100 {
+            let at = policy.plan(&attempt, far, &mut source).retry_at().unwrap();
+            assert!(at >= t0 + policy.backoff(1));
+            assert!(at + Duration::from_secs(1) <= far);
+            if max_jitter.is_zero() {
+                assert_eq!(at, t0 + policy.backoff(1));
+            }
+        }
+    }
+}
+
+/// The server's advertised jitter is uniform over `0..=n`: `up_to(1)` adds
+/// 1 as often as 0 (it never did), the documented `30..=33` reaches 33, and
+/// `up_to(0)` and `up_to(u64::MAX)` neither panic nor overflow.
+#[cfg(feature = "http")]
+#[test]
+fn http_jitter_is_uniform_over_its_bound() {
+    use tollgate::http::Jitter;
+    let one = Jitter::with_generator(1, JitterGenerator::new(2026));
+    let ones: u64 = (0..10_000).map(|_| one.apply(0)).sum();
+    // Binomial(10 000, 1/2): 5 000 ± 5 standard deviations (50 each).
+    assert!((4_750..=5_250).contains(&ones), "{ones}");
+    let three = Jitter::with_generator(3, JitterGenerator::new(1));
+    let seen: std::collections::BTreeSet<u64> = (0..1000).map(|_| three.apply(30)).collect();
+    assert_eq!(seen, (30..=33).collect());
+    assert!((0..100).all(|_| Jitter::up_to(0).apply(7) == 7));
+    let widest = Jitter::with_generator(u64::MAX, JitterGenerator::new(3));
+    let draws: Vec<u64> = (0..1000).map(|_| widest.apply(0)).collect();
+    assert!(draws.iter().any(|&d| d > u64::MAX / 2));
+    assert!(draws.iter().any(|&d| d <= u64::MAX / 2));
+    assert_eq!(widest.apply(u64::MAX), u64::MAX);
 }

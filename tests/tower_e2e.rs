@@ -1,19 +1,23 @@
 //! The tower layer end to end: an axum server on a loopback port, hit by
-//! reqwest. A `ManualClock` that nobody advances means no refill happens
-//! during a test, so counts are exact and nothing depends on timing.
+//! reqwest or by raw TCP clients that hang up. A `ManualClock` that nobody
+//! advances means no refill happens during a test, so counts are exact and
+//! nothing depends on timing.
 #![cfg(feature = "tower")]
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
-use axum::routing::get;
+use axum::routing::{get, post};
+use http::StatusCode;
 use serde_json::Value;
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, mpsc};
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
 use tollgate::http::{PolicyName, parse_rate_limit, parse_rate_limit_policy};
-use tollgate::identity::{ForwardedResolver, HeaderSource, TrustedProxies};
+use tollgate::identity::{AddrKey, ForwardedResolver, HeaderSource, PrefixPolicy, TrustedProxies};
 use tollgate::{KeyedLimiter, ManualClock, Quota, TokenBucket};
 
 /// Bursts of `capacity`, refilled at one an hour: with the clock frozen,
@@ -27,8 +31,14 @@ async fn serve(layer: RateLimitLayer) -> String {
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(layer);
+    format!("http://{}/", serve_app(app).await)
+}
+
+/// Serves `app` on 127.0.0.1 with an ephemeral port, with the peer address
+/// in `ConnectInfo`, until the test's runtime shuts down.
+async fn serve_app(app: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         axum::serve(
             listener,
@@ -37,7 +47,7 @@ async fn serve(layer: RateLimitLayer) -> String {
         .await
         .unwrap();
     });
-    url
+    addr
 }
 
 /// A per-address layer behind `proxies`, plus a global limit far above it.
@@ -171,4 +181,147 @@ async fn a_spoofed_header_from_an_untrusted_peer_buys_nothing() {
         }
     }
     assert_eq!(admitted, 3);
+}
+
+/// What the slow handler reports: it started, or its future was dropped.
+#[derive(Debug, PartialEq)]
+enum Handler {
+    Started,
+    Dropped,
+}
+
+/// Sends [`Handler::Dropped`] when the handler's future is dropped.
+struct OnDrop(mpsc::UnboundedSender<Handler>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.send(Handler::Dropped);
+    }
+}
+
+/// Writes all of `bytes` (tokio's `io-util` is not among the features).
+async fn write_all(stream: &TcpStream, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        stream.writable().await.unwrap();
+        match stream.try_write(bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("write failed: {e}"),
+        }
+    }
+}
+
+/// Reads until the status line is in, and returns the status.
+async fn read_status(stream: &TcpStream) -> u16 {
+    let mut head = Vec::new();
+    let mut buf = [0; 1024];
+    while !head.windows(2).any(|w| w == b"\r\n") {
+        stream.readable().await.unwrap();
+        match stream.try_read(&mut buf) {
+            Ok(0) => panic!("the server closed without a response"),
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("read failed: {e}"),
+        }
+    }
+    let line = String::from_utf8_lossy(&head);
+    line.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// Finding 1 over real TCP. B = 1, clock frozen; the handler waits on a
+/// signal that never comes. Ten clients each connect, send one request and
+/// close. hyper drops the first one's future when it sees the connection
+/// close; the request stays charged all the same (the rule gives back only
+/// 401 and 403, and no response arrived), so the handler starts once, the
+/// other nine are answered 429, and so is a last client that waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_hang_up_stay_charged_over_tcp() {
+    const CLIENTS: usize = 10;
+    let per_address = Arc::new(
+        KeyedLimiter::builder(quota(1))
+            .clock(ManualClock::new())
+            .build(),
+    );
+    let resolver = ForwardedResolver::new(HeaderSource::XForwardedFor, TrustedProxies::none());
+    let peer = extract::extension_map(|info: &ConnectInfo<SocketAddr>| info.0.ip());
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::keyed(
+                PolicyName::new("per-address").unwrap(),
+                Arc::clone(&per_address),
+                extract::forwarded(resolver, peer),
+            )
+            .give_back_on([StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN]),
+        )
+        .build();
+    let (events, mut handler) = mpsc::unbounded_channel();
+    let never = Arc::new(Notify::new());
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let (events, never) = (events.clone(), Arc::clone(&never));
+                async move {
+                    let _ = events.send(Handler::Started);
+                    let _dropped = OnDrop(events);
+                    never.notified().await;
+                    "too late"
+                }
+            }),
+        )
+        .layer(layer);
+    let addr = serve_app(app).await;
+    let request = b"GET / HTTP/1.1\r\nhost: tollgate.test\r\n\r\n";
+
+    let (mut started, mut refused) = (0, 0);
+    for _ in 0..CLIENTS {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        write_all(&stream, request).await;
+        tokio::select! {
+            event = handler.recv() => {
+                assert_eq!(event, Some(Handler::Started));
+                started += 1;
+                drop(stream); // the client hangs up
+                // Wait for hyper to drop the handler, so the next client
+                // comes after whatever the drop did. The timeout only keeps
+                // a broken server from hanging the test.
+                let dropped = tokio::time::timeout(Duration::from_secs(30), handler.recv()).await;
+                assert_eq!(dropped.ok().flatten(), Some(Handler::Dropped));
+            }
+            status = read_status(&stream) => {
+                assert_eq!(status, 429);
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((started, refused), (1, CLIENTS - 1));
+    let patient = TcpStream::connect(addr).await.unwrap();
+    write_all(&patient, request).await;
+    assert_eq!(read_status(&patient).await, 429);
+    let me = AddrKey::new(IpAddr::from([127, 0, 0, 1]), PrefixPolicy::default());
+    assert_eq!(per_address.available(&me), 0);
+}
+
+/// A slowloris upload under a per-byte rule: a chunked request head, then
+/// nothing. The layer answers 411 from the head alone, without waiting for
+/// (or charging 0 for) a body of undeclared length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_chunked_upload_is_answered_411_from_its_head() {
+    let bytes = Arc::new(TokenBucket::with_clock(quota(1 << 20), ManualClock::new()));
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::global(PolicyName::new("upload-bytes").unwrap(), Arc::clone(&bytes))
+                .try_cost(extract::content_length),
+        )
+        .build();
+    let app = Router::new()
+        .route("/upload", post(|| async { "stored" }))
+        .layer(layer);
+    let addr = serve_app(app).await;
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let head =
+        b"POST /upload HTTP/1.1\r\nhost: tollgate.test\r\ntransfer-encoding: chunked\r\n\r\n";
+    write_all(&stream, head).await;
+    assert_eq!(read_status(&stream).await, 411);
+    assert_eq!(bytes.available(), 1 << 20);
 }

@@ -1,16 +1,24 @@
 //! The tower layer's per-rule behaviours, against an in-memory inner
-//! service on a frozen clock: refunds of 401/403 (also when the response
-//! never arrives), missing keys, costs, and the 503 and 413 cases.
+//! service on a `ManualClock`: what is given back on 401/403 and what a
+//! request that never gets its response costs, missing keys, costs read
+//! from Content-Length, and the 503 case.
 
 #![cfg(feature = "tower")]
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::num::NonZeroUsize;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response, StatusCode, Version};
+use http_body::{Body, Frame};
 use http_body_util::Full;
+use tokio::sync::Notify;
 use tollgate::http::PolicyName;
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
 use tollgate::{KeyedLimiter, ManualClock, Quota, TokenBucket};
@@ -21,20 +29,33 @@ use tower::{Layer, Service, ServiceExt};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Account(u32);
 
-fn per_account(capacity: u64, clock: &ManualClock) -> Arc<KeyedLimiter<Account, ManualClock>> {
+/// Bursts of `capacity`, refilled at one an hour: with the clock frozen,
+/// exactly `capacity` per account.
+fn hourly(capacity: u64) -> Quota {
+    Quota::new(capacity, 1, Duration::from_secs(3600)).unwrap()
+}
+
+/// Bursts of `capacity`, one token back every 10 s.
+fn every_ten_seconds(capacity: u64) -> Quota {
+    Quota::new(capacity, 1, Duration::from_secs(10)).unwrap()
+}
+
+fn per_account(quota: Quota, clock: &ManualClock) -> Arc<KeyedLimiter<Account, ManualClock>> {
     Arc::new(
-        KeyedLimiter::builder(
-            Quota::new(capacity, 1, std::time::Duration::from_secs(3600)).unwrap(),
-        )
-        .clock(clock.clone())
-        .max_keys(NonZeroUsize::new(2).unwrap())
-        .sweep_interval(None)
-        .build(),
+        KeyedLimiter::builder(quota)
+            .clock(clock.clone())
+            .max_keys(NonZeroUsize::new(2).unwrap())
+            .sweep_interval(None)
+            .build(),
     )
 }
 
-/// The inner service: answers with the status in the `x-status` header.
-async fn answer(request: Request<Full<Bytes>>) -> Result<Response<Full<Bytes>>, Infallible> {
+/// The inner service: answers with the status in the `x-status` header,
+/// once the request's [`Gate`] (if any) is opened.
+async fn answer<B>(request: Request<B>) -> Result<Response<Full<Bytes>>, Infallible> {
+    if let Some(gate) = request.extensions().get::<Gate>().cloned() {
+        gate.0.notified().await;
+    }
     let status = request
         .headers()
         .get("x-status")
@@ -54,6 +75,39 @@ fn request(account: Option<u32>, status: u16) -> Request<Full<Bytes>> {
     request.body(Full::new(Bytes::new())).unwrap()
 }
 
+/// Holds a request's response back until the test opens it.
+#[derive(Clone, Default)]
+struct Gate(Arc<Notify>);
+
+/// An inner service whose handler counts its starts and never answers: a
+/// slow handler whose client hangs up, or an outer timeout.
+fn hanging(
+    started: &Arc<AtomicUsize>,
+) -> impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone
+{
+    let started = Arc::clone(started);
+    tower::service_fn(move |_: Request<Full<Bytes>>| {
+        let started = Arc::clone(&started);
+        async move {
+            started.fetch_add(1, Ordering::SeqCst);
+            std::future::pending().await
+        }
+    })
+}
+
+/// Polls `future` once: what a client that sends and hangs up at once
+/// leaves the server to do.
+fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+    Pin::new(future).poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// A layer with one per-account rule that gives back 401 and 403.
+fn giving_back(limiter: &Arc<KeyedLimiter<Account, ManualClock>>) -> RateLimitLayer {
+    RateLimitLayer::builder()
+        .rule(account_rule(limiter).give_back_on([StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN]))
+        .build()
+}
+
 fn account_rule(limiter: &Arc<KeyedLimiter<Account, ManualClock>>) -> Rule {
     Rule::keyed(
         PolicyName::new("account").unwrap(),
@@ -63,11 +117,11 @@ fn account_rule(limiter: &Arc<KeyedLimiter<Account, ManualClock>>) -> Rule {
 }
 
 #[tokio::test]
-async fn refunded_statuses_give_the_cost_back_and_carry_no_fields() {
+async fn given_back_statuses_return_the_charge_and_carry_no_fields() {
     let clock = ManualClock::new();
-    let limiter = per_account(2, &clock);
+    let limiter = per_account(hourly(2), &clock);
     let layer = RateLimitLayer::builder()
-        .rule(account_rule(&limiter).refund_on([StatusCode::UNAUTHORIZED]))
+        .rule(account_rule(&limiter).give_back_on([StatusCode::UNAUTHORIZED]))
         .advertise_on_success(true)
         .build();
     let mut service = layer.layer(tower::service_fn(answer));
@@ -96,27 +150,9 @@ async fn refunded_statuses_give_the_cost_back_and_carry_no_fields() {
 }
 
 #[tokio::test]
-async fn a_response_that_never_arrives_is_refunded_where_refunds_are_configured() {
-    let clock = ManualClock::new();
-    let limiter = per_account(2, &clock);
-    let layer = RateLimitLayer::builder()
-        .rule(account_rule(&limiter).refund_on([StatusCode::UNAUTHORIZED]))
-        .build();
-    let never = tower::service_fn(|_: Request<Full<Bytes>>| async {
-        std::future::pending::<Result<Response<Full<Bytes>>, Infallible>>().await
-    });
-    let mut service = layer.layer(never);
-    for _ in 0..2 {
-        let pending = service.ready().await.unwrap().call(request(Some(1), 200));
-        drop(pending); // the client hung up
-    }
-    assert_eq!(limiter.available(&Account(1)), 2);
-}
-
-#[tokio::test]
 async fn a_missing_key_is_refused_with_400_unless_skipped() {
     let clock = ManualClock::new();
-    let limiter = per_account(2, &clock);
+    let limiter = per_account(hourly(2), &clock);
     let strict = RateLimitLayer::builder()
         .rule(account_rule(&limiter))
         .build();
@@ -147,7 +183,7 @@ async fn a_missing_key_is_refused_with_400_unless_skipped() {
 #[tokio::test]
 async fn a_full_key_table_is_a_503_with_its_own_retry_after() {
     let clock = ManualClock::new();
-    let limiter = per_account(1_000, &clock);
+    let limiter = per_account(hourly(1_000), &clock);
     let layer = RateLimitLayer::builder()
         .rule(account_rule(&limiter))
         .build();
@@ -174,33 +210,252 @@ async fn a_full_key_table_is_a_503_with_its_own_retry_after() {
     assert_eq!(response.headers()["cache-control"], "no-store");
 }
 
+/// Finding 1 as measured: B = 1, a frozen clock, a hundred requests each
+/// polled once and dropped. Only the first reaches the handler; the other
+/// 99 are refused, although the rule gives back 401 and 403.
 #[tokio::test]
-async fn an_unreadable_content_length_is_never_free() {
+async fn hanging_up_after_the_handler_started_gives_nothing_back() {
     let clock = ManualClock::new();
+    let limiter = per_account(hourly(1), &clock);
+    let layer = giving_back(&limiter);
+    let started = Arc::new(AtomicUsize::new(0));
+    let mut service = layer.layer(hanging(&started));
+    let mut refused = 0;
+    for _ in 0..100 {
+        let mut future = service.ready().await.unwrap().call(request(Some(1), 200));
+        if let Poll::Ready(response) = poll_once(&mut future) {
+            assert_eq!(response.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+            refused += 1;
+        }
+        drop(future); // the client hung up
+    }
+    assert_eq!(started.load(Ordering::SeqCst), 1);
+    assert_eq!(refused, 99);
+}
+
+/// Finding 1 with time passing: B = 1, one token per 10 s. A slow request
+/// dropped after 10 s must not let a third request in beside the second:
+/// over those 10 s the envelope is B + r * t = 2.
+#[tokio::test]
+async fn a_slow_request_dropped_after_ten_seconds_lets_no_third_one_in() {
+    let clock = ManualClock::new();
+    let limiter = per_account(every_ten_seconds(1), &clock);
+    let layer = giving_back(&limiter);
+    let started = Arc::new(AtomicUsize::new(0));
+    let mut service = layer.layer(hanging(&started));
+    let mut slow = service.ready().await.unwrap().call(request(Some(1), 200));
+    assert!(poll_once(&mut slow).is_pending());
+    clock.advance(Duration::from_secs(10));
+    let mut second = service.ready().await.unwrap().call(request(Some(1), 200));
+    assert!(poll_once(&mut second).is_pending());
+    drop(slow); // an outer timeout, 10 s in
+    let mut third = service.ready().await.unwrap().call(request(Some(1), 200));
+    let Poll::Ready(third) = poll_once(&mut third) else {
+        panic!("a third request reached the handler within B + r * t = 2");
+    };
+    assert_eq!(third.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(started.load(Ordering::SeqCst), 2);
+}
+
+/// An inner service that fails has done (or started) the work: its error
+/// says nothing about a status to give back, so the charge stays.
+#[tokio::test]
+async fn an_inner_service_error_keeps_the_charge() {
+    let clock = ManualClock::new();
+    let limiter = per_account(hourly(1), &clock);
+    let layer = giving_back(&limiter);
+    let failing = tower::service_fn(|_: Request<Full<Bytes>>| async {
+        Err::<Response<Full<Bytes>>, _>(std::io::Error::other("the handler failed"))
+    });
+    let mut service = layer.layer(failing);
+    let outcome = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Some(1), 401))
+        .await;
+    assert!(outcome.is_err());
+    assert_eq!(limiter.available(&Account(1)), 0);
+    let again = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Some(1), 401))
+        .await;
+    assert_eq!(again.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// A 401 given back after another request was admitted from the same
+/// bucket returns the cost less the time it was held, not the whole cost:
+/// B = 2, one token per 10 s; the 401 took its token at 0 s and answers at
+/// 4 s, so 6 s of it go back and the bucket holds exactly 1 token.
+#[tokio::test]
+async fn a_give_back_after_another_admission_returns_the_cost_less_the_time_held() {
+    let clock = ManualClock::new();
+    let limiter = per_account(every_ten_seconds(2), &clock);
+    let layer = giving_back(&limiter);
+    let mut service = layer.layer(tower::service_fn(answer));
+    let gate = Gate::default();
+    let mut denied = request(Some(1), 401);
+    denied.extensions_mut().insert(gate.clone());
+    let mut denied = service.ready().await.unwrap().call(denied);
+    assert!(poll_once(&mut denied).is_pending());
+    let admitted = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Some(1), 200))
+        .await;
+    assert_eq!(admitted.unwrap().status(), StatusCode::OK);
+    clock.advance(Duration::from_secs(4));
+    gate.0.notify_one();
+    assert_eq!(denied.await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    // 1 token exactly: the next 2 are a whole token (10 s) away. Giving
+    // the whole cost back would leave 1.4 tokens, 6 s from 2.
+    assert_eq!(limiter.available(&Account(1)), 1);
+    assert_eq!(
+        limiter.retry_after(&Account(1), 2),
+        Ok(Duration::from_secs(10))
+    );
+}
+
+/// A body that streams without declaring its length, as a chunked upload
+/// (or an HTTP/2 body without Content-Length) does.
+struct Undeclared(Option<Bytes>);
+
+impl Body for Undeclared {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.get_mut().0.take().map(|data| Ok(Frame::data(data))))
+    }
+}
+
+/// A layer charging Content-Length bytes from a bucket of 10 (10 per
+/// second, frozen), and the bucket.
+fn per_byte(clock: &ManualClock) -> (RateLimitLayer, Arc<TokenBucket<ManualClock>>) {
     let bytes = Arc::new(TokenBucket::with_clock(
-        Quota::new(10, 10, std::time::Duration::from_secs(1)).unwrap(),
+        Quota::per_second(10).unwrap(),
         clock.clone(),
     ));
     let layer = RateLimitLayer::builder()
         .rule(
             Rule::global(PolicyName::new("bytes").unwrap(), Arc::clone(&bytes))
-                .cost(extract::content_length),
+                .try_cost(extract::content_length),
         )
         .build();
-    let mut service = layer.layer(tower::service_fn(answer));
-    for length in ["99999999999999999999", "+5", "ten"] {
-        let request = Request::post("/")
-            .header("content-length", length)
-            .body(Full::new(Bytes::new()))
-            .unwrap();
-        let response = service.ready().await.unwrap().call(request).await.unwrap();
-        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE, "{length}");
+    (layer, bytes)
+}
+
+/// Sends `request` through `layer` to [`answer`].
+async fn send<B: Body + Send + 'static>(
+    layer: &RateLimitLayer,
+    request: Request<B>,
+) -> Response<tollgate::http::tower::RateLimitBody<Full<Bytes>>>
+where
+    B::Data: Send,
+{
+    let mut service = layer.layer(tower::service_fn(answer::<B>));
+    service.ready().await.unwrap().call(request).await.unwrap()
+}
+
+/// Checks a 4xx of the layer's own: status, problem+json, no-store.
+async fn check_problem(
+    response: Response<tollgate::http::tower::RateLimitBody<Full<Bytes>>>,
+    status: StatusCode,
+    title: &str,
+) {
+    use http_body_util::BodyExt;
+    assert_eq!(response.status(), status);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    assert_eq!(response.headers()["cache-control"], "no-store");
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["type"], "about:blank");
+    assert_eq!(doc["title"], title);
+    assert_eq!(doc["status"], status.as_u16());
+}
+
+fn with_length(lengths: &[&str], body: &'static [u8]) -> Request<Full<Bytes>> {
+    let mut request = Request::post("/upload");
+    for length in lengths {
+        request = request.header("content-length", *length);
     }
-    let request = Request::post("/")
-        .header("content-length", "4")
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let response = service.ready().await.unwrap().call(request).await.unwrap();
+    request.body(Full::new(Bytes::from_static(body))).unwrap()
+}
+
+/// A Content-Length that is not one length (not digits, a sign, beyond
+/// u64) is a 400 with a problem+json body, and charges nothing.
+#[tokio::test]
+async fn a_malformed_content_length_is_a_400_problem() {
+    let clock = ManualClock::new();
+    let (layer, bytes) = per_byte(&clock);
+    for length in ["ten", "+5", "-1", "0x4", "4 4", "", "99999999999999999999"] {
+        let response = send(&layer, with_length(&[length], b"")).await;
+        check_problem(response, StatusCode::BAD_REQUEST, "Bad Request").await;
+    }
+    assert_eq!(bytes.available(), 10);
+    let response = send(&layer, with_length(&["4"], b"four")).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(bytes.available(), 6);
+}
+
+/// Several Content-Length values are one length only if they agree (RFC
+/// 9110 section 8.6): as separate lines or as one list. Otherwise 400.
+#[tokio::test]
+async fn conflicting_content_lengths_are_a_400() {
+    let clock = ManualClock::new();
+    let (layer, bytes) = per_byte(&clock);
+    for lengths in [&["4", "5"][..], &["4, 5"], &["5", "4"], &["4", ""]] {
+        let response = send(&layer, with_length(lengths, b"four")).await;
+        check_problem(response, StatusCode::BAD_REQUEST, "Bad Request").await;
+    }
+    assert_eq!(bytes.available(), 10);
+    for lengths in [&["4", "4"][..], &["4, 4"]] {
+        let response = send(&layer, with_length(lengths, b"four")).await;
+        assert_eq!(response.status(), StatusCode::OK, "{lengths:?}");
+    }
+    assert_eq!(bytes.available(), 2);
+}
+
+/// A request with a body of undeclared length under a per-byte rule is
+/// never charged 0: it is a 411 (Length Required), before a byte of the
+/// body is read. Both framings at once (Transfer-Encoding beside a
+/// Content-Length, the request-smuggling shape) is a 400.
+#[tokio::test]
+async fn a_body_of_undeclared_length_is_a_411_on_a_per_byte_rule() {
+    let clock = ManualClock::new();
+    let (layer, bytes) = per_byte(&clock);
+    let upload = || Request::post("/upload");
+    let cases = [
+        (
+            upload().header("transfer-encoding", "chunked"),
+            StatusCode::LENGTH_REQUIRED,
+        ),
+        (
+            upload().version(Version::HTTP_2),
+            StatusCode::LENGTH_REQUIRED,
+        ),
+        (
+            upload()
+                .header("transfer-encoding", "chunked")
+                .header("content-length", "1"),
+            StatusCode::BAD_REQUEST,
+        ),
+    ];
+    for (request, status) in cases {
+        let request = request
+            .body(Undeclared(Some(Bytes::from_static(b"0123456789"))))
+            .unwrap();
+        let title = status.canonical_reason().unwrap();
+        check_problem(send(&layer, request).await, status, title).await;
+    }
+    assert_eq!(bytes.available(), 10);
 }

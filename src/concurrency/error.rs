@@ -70,9 +70,9 @@ pub enum InFlightError {
         /// The limiter's cap on keys in flight.
         max_keys: usize,
     },
-    /// An async acquire reached its deadline without the weight fitting.
+    /// An async acquire waited its `max_wait` without the weight fitting.
     /// Nothing was taken.
     #[cfg(feature = "tokio")]
-    #[error("the deadline passed before the weight fitted")]
+    #[error("the wait ran out before the weight fitted")]
     Timeout,
 }

@@ -31,7 +31,7 @@ const RELEASE: Ordering = Ordering::Release;
 /// the sum stays within `max`, and is released when dropped, by a
 /// `fetch_sub` of exactly its weight: during a panic's unwind too. Nothing
 /// locks and nothing queues; `acquire` (feature `tokio`) waits for room
-/// with a deadline.
+/// bounded by a `max_wait`.
 ///
 /// Linearization points:
 /// - a grant at its successful compare-and-swap;
@@ -144,13 +144,15 @@ impl ConcurrencyLimiter {
         self.try_acquire_owned_with(weight, Ordering::Acquire)
     }
 
-    /// Takes `weight` units, waiting for permits to be dropped until
-    /// `deadline` if they do not fit now (feature `tokio`).
+    /// Takes `weight` units, waiting up to `max_wait` for permits to be
+    /// dropped if they do not fit now (feature `tokio`). Every async wait of
+    /// the crate takes its bound this way, as a `Duration`; `Duration::MAX`
+    /// waits for as long as it takes.
     ///
-    /// It first tries at once, so a weight that fits is granted even if
-    /// `deadline` has passed. Otherwise the task sleeps until a release or
-    /// the deadline and retries on every release, returning
-    /// [`InFlightError::Timeout`] at the deadline. `ZeroWeight` and
+    /// It first tries at once, so a weight that fits is granted even with a
+    /// `max_wait` of zero. Otherwise the task sleeps until a release or the
+    /// end of `max_wait` and retries on every release, returning
+    /// [`InFlightError::Timeout`] when the wait is over. `ZeroWeight` and
     /// `ExceedsLimit` are returned at once; `Full` never is.
     ///
     /// Cancellation-safe: nothing is taken before the compare-and-swap that
@@ -164,17 +166,16 @@ impl ConcurrencyLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tokio::time::Instant;
     /// use tollgate::concurrency::{ConcurrencyLimiter, InFlightError};
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?.block_on(async {
     /// let limiter = ConcurrencyLimiter::new(1)?;
     /// let held = limiter.try_acquire(1)?;
-    /// let soon = Instant::now() + Duration::from_millis(50);
+    /// let soon = Duration::from_millis(50);
     /// assert_eq!(limiter.acquire(1, soon).await.unwrap_err(), InFlightError::Timeout);
     ///
     /// drop(held);
-    /// let permit = limiter.acquire(1, Instant::now() + Duration::from_secs(1)).await?;
+    /// let permit = limiter.acquire(1, Duration::from_secs(1)).await?;
     /// assert_eq!(permit.weight(), 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
@@ -184,10 +185,10 @@ impl ConcurrencyLimiter {
     pub async fn acquire(
         &self,
         weight: u64,
-        deadline: tokio::time::Instant,
+        max_wait: std::time::Duration,
     ) -> Result<Permit<'_>, InFlightError> {
         self.waiters
-            .wait(deadline, |load| self.try_acquire_with(weight, load))
+            .wait(max_wait, |load| self.try_acquire_with(weight, load))
             .await
     }
 
@@ -198,13 +199,12 @@ impl ConcurrencyLimiter {
     /// ```
     /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use tokio::time::Instant;
     /// use tollgate::concurrency::ConcurrencyLimiter;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?.block_on(async {
     /// let limiter = Arc::new(ConcurrencyLimiter::new(2)?);
     /// let held = limiter.try_acquire(2)?;
-    /// let waiter = tokio::spawn(limiter.acquire_owned(2, Instant::now() + Duration::from_secs(1)));
+    /// let waiter = tokio::spawn(limiter.acquire_owned(2, Duration::from_secs(1)));
     /// tokio::task::yield_now().await;
     /// assert!(!waiter.is_finished());
     /// drop(held);
@@ -219,13 +219,13 @@ impl ConcurrencyLimiter {
     pub fn acquire_owned(
         self: &Arc<Self>,
         weight: u64,
-        deadline: tokio::time::Instant,
+        max_wait: std::time::Duration,
     ) -> impl Future<Output = Result<OwnedPermit, InFlightError>> + Send + 'static {
         let limiter = Arc::clone(self);
         async move {
             limiter
                 .waiters
-                .wait(deadline, |load| {
+                .wait(max_wait, |load| {
                     limiter.try_acquire_owned_with(weight, load)
                 })
                 .await

@@ -28,6 +28,8 @@
 //! release when many tasks wait.
 
 use event_listener::Event;
+use std::time::Duration;
+
 use tokio::time::{Instant, timeout_at};
 
 use super::InFlightError;
@@ -82,7 +84,9 @@ impl Waiters {
     }
 
     /// Calls `attempt` until it returns anything but `Full`, sleeping
-    /// between attempts until a release or `deadline`, whichever is first.
+    /// between attempts until a release or the end of `max_wait`, whichever
+    /// is first. A `max_wait` past the end of the timer's range waits for a
+    /// release only (no `Instant` arithmetic can overflow).
     ///
     /// `attempt` takes the ordering of its first load: a retry after
     /// registering must read `SeqCst` (the waiter half of the handshake).
@@ -91,13 +95,14 @@ impl Waiters {
     /// leaves the limiter as it was.
     pub(crate) async fn wait<P>(
         &self,
-        deadline: Instant,
+        max_wait: Duration,
         mut attempt: impl FnMut(Ordering) -> Result<P, InFlightError>,
     ) -> Result<P, InFlightError> {
         match attempt(Ordering::Acquire) {
             Err(InFlightError::Full { .. }) => {}
             decided => return decided,
         }
+        let deadline = Instant::now().checked_add(max_wait);
         let _registered = Registered::new(&self.count);
         loop {
             let listener = self.event.listen();
@@ -108,8 +113,13 @@ impl Waiters {
                 Err(InFlightError::Full { .. }) => {}
                 decided => return decided,
             }
-            if timeout_at(deadline, listener).await.is_err() {
-                return Err(InFlightError::Timeout);
+            match deadline {
+                Some(deadline) => {
+                    if timeout_at(deadline, listener).await.is_err() {
+                        return Err(InFlightError::Timeout);
+                    }
+                }
+                None => listener.await,
             }
         }
     }

@@ -3,35 +3,48 @@
 //! Every client refused at the same moment would otherwise be told the same
 //! `t` and come back in the same second. A few whole seconds of spread, added
 //! (never subtracted, so nobody is told to come back early) and bounded,
-//! breaks that up.
+//! breaks that up. The draws come from the crate's one jitter generator,
+//! `retry::JitterGenerator`, shared with the client-side retry planner.
 
 use std::fmt;
-use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::retry::JitterGenerator;
+use crate::retry::jitter::scale_fraction;
 
 /// A bounded, non-negative addition to advertised `t` values, in whole
 /// seconds.
 ///
-/// Each draw adds `floor(f * max)` seconds for a fraction `f` from the
-/// source, clamped into `[0, 1]` (NaN counts as 0), so the addition is
-/// always within `0..=max`. The default source is a lock-free counter mixed
-/// by splitmix64, seeded from the process's random hash keys; tests inject
-/// their own with [`Jitter::with_source`].
+/// Each draw adds a whole number of seconds uniform over `0..=max`, both
+/// ends included: `Jitter::up_to(1)` adds 0 or 1 with equal odds. The
+/// built-in source is a [`JitterGenerator`] (exact, lock-free, seeded from
+/// the process's random hash keys); [`Jitter::with_generator`] takes a
+/// seeded one for reproducible runs, and [`Jitter::with_source`] injects
+/// fractions for tests.
 ///
 /// ```
 /// use tollgate::http::Jitter;
+/// use tollgate::retry::JitterGenerator;
 ///
 /// assert_eq!(Jitter::none().apply(30), 30);
 /// let fixed = Jitter::with_source(4, || 0.5);
 /// assert_eq!(fixed.apply(30), 32);
-/// let spread = Jitter::up_to(3);
-/// assert!((30..=33).contains(&spread.apply(30)));
+/// let spread = Jitter::with_generator(3, JitterGenerator::new(1));
+/// let seen: std::collections::BTreeSet<u64> = (0..200).map(|_| spread.apply(30)).collect();
+/// assert_eq!(seen.into_iter().collect::<Vec<_>>(), [30, 31, 32, 33]);
 /// ```
 #[derive(Clone)]
 pub struct Jitter {
     max: u64,
-    source: Option<Arc<dyn Fn() -> f64 + Send + Sync>>,
+    draws: Draws,
+}
+
+/// Where a [`Jitter`]'s additions come from.
+#[derive(Clone)]
+enum Draws {
+    Nothing,
+    Generator(Arc<JitterGenerator>),
+    Fractions(Arc<dyn Fn() -> f64 + Send + Sync>),
 }
 
 impl Jitter {
@@ -45,11 +58,12 @@ impl Jitter {
     pub fn none() -> Jitter {
         Jitter {
             max: 0,
-            source: None,
+            draws: Draws::Nothing,
         }
     }
 
-    /// Up to `max_seconds` extra, drawn from the built-in source.
+    /// Up to `max_seconds` extra, uniform over `0..=max_seconds`, from a
+    /// generator seeded from the process's random hash keys and the clock.
     ///
     /// ```
     /// use tollgate::http::Jitter;
@@ -58,22 +72,40 @@ impl Jitter {
     /// assert!((0..100).all(|_| jitter.apply(0) <= 5));
     /// ```
     pub fn up_to(max_seconds: u64) -> Jitter {
-        let state = Arc::new(AtomicU64::new(RandomState::new().hash_one(0x6a09_e667_u64)));
+        Jitter::with_generator(max_seconds, JitterGenerator::from_entropy())
+    }
+
+    /// Up to `max_seconds` extra, uniform over `0..=max_seconds`, from
+    /// `generator` (a fixed seed gives a reproducible sequence). Clones of
+    /// the jitter share the generator.
+    ///
+    /// ```
+    /// use tollgate::http::Jitter;
+    /// use tollgate::retry::JitterGenerator;
+    ///
+    /// let a = Jitter::with_generator(9, JitterGenerator::new(7));
+    /// let b = Jitter::with_generator(9, JitterGenerator::new(7));
+    /// assert_eq!(a.apply(0), b.apply(0));
+    /// ```
+    pub fn with_generator(max_seconds: u64, generator: JitterGenerator) -> Jitter {
         Jitter {
             max: max_seconds,
-            source: Some(Arc::new(move || splitmix_fraction(&state))),
+            draws: Draws::Generator(Arc::new(generator)),
         }
     }
 
-    /// Up to `max_seconds` extra, scaled by fractions from `source`.
+    /// Up to `max_seconds` extra, from fractions supplied by `source`: a
+    /// fraction `f` adds `floor(f · (max + 1))` seconds, with `f` forced
+    /// into `[0, 1]` (NaN counts as 0) and the result into `0..=max`, so
+    /// `1.0` adds `max` and a faulty source cannot leave the bounds.
     ///
     /// ```
     /// use tollgate::http::Jitter;
     ///
-    /// // A faulty source cannot push the addition outside 0..=max.
     /// assert_eq!(Jitter::with_source(10, || 7.0).apply(1), 11);
     /// assert_eq!(Jitter::with_source(10, || -1.0).apply(1), 1);
     /// assert_eq!(Jitter::with_source(10, || f64::NAN).apply(1), 1);
+    /// assert_eq!(Jitter::with_source(1, || 0.5).apply(1), 2);
     /// ```
     pub fn with_source(
         max_seconds: u64,
@@ -81,7 +113,7 @@ impl Jitter {
     ) -> Jitter {
         Jitter {
             max: max_seconds,
-            source: Some(Arc::new(source)),
+            draws: Draws::Fractions(Arc::new(source)),
         }
     }
 
@@ -102,27 +134,21 @@ impl Jitter {
     /// use tollgate::http::Jitter;
     ///
     /// assert_eq!(Jitter::with_source(2, || 0.99).apply(u64::MAX), u64::MAX);
+    /// assert!(Jitter::up_to(u64::MAX).apply(1) >= 1);
     /// ```
     pub fn apply(&self, seconds: u64) -> u64 {
         seconds.saturating_add(self.draw())
     }
 
     fn draw(&self) -> u64 {
-        let Some(source) = &self.source else {
-            return 0;
+        let max = u128::from(self.max);
+        let drawn = match &self.draws {
+            Draws::Nothing => 0,
+            Draws::Generator(generator) => generator.draw(max),
+            Draws::Fractions(source) => scale_fraction(source(), max),
         };
-        if self.max == 0 {
-            return 0;
-        }
-        let fraction = source();
-        let fraction = if fraction.is_nan() {
-            0.0
-        } else {
-            fraction.clamp(0.0, 1.0)
-        };
-        // `as` saturates float-to-int conversions; the min keeps a rounding
-        // error at the top from exceeding the bound.
-        ((fraction * self.max as f64) as u64).min(self.max)
+        // Both draws stay within `0..=max`, which fits a u64.
+        u64::try_from(drawn).unwrap_or(self.max)
     }
 }
 
@@ -138,16 +164,4 @@ impl fmt::Debug for Jitter {
             .field("max_seconds", &self.max)
             .finish_non_exhaustive()
     }
-}
-
-/// One splitmix64 output from a shared counter, as a fraction in `[0, 1)`.
-/// A `fetch_add` per draw keeps it lock-free under concurrent refusals.
-fn splitmix_fraction(state: &AtomicU64) -> f64 {
-    let mut z = state
-        .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
-        .wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
 }

@@ -1,6 +1,8 @@
 //! The problem+json body (RFC 9457) of a refusal.
 
 use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::{HeaderValue, Response, StatusCode};
 use serde_json::{Map, Value, json};
 
 use super::PolicyName;
@@ -78,4 +80,25 @@ pub(crate) fn body(
     serde_json::to_vec(&Value::Object(doc))
         .map(Bytes::from)
         .unwrap_or_default()
+}
+
+/// A problem document as a response: `status`, the problem+json media
+/// type, and `Cache-Control: no-store` (a problem is about one request at
+/// one moment, and a cache must not replay it to anyone).
+pub(crate) fn response(status: StatusCode, content: Bytes) -> Response<Bytes> {
+    let mut response = Response::new(content);
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// A 4xx of the layer's own, for a request it cannot charge (no key, no
+/// readable cost): `about:blank`, titled with the status's reason phrase.
+#[cfg(feature = "tower")]
+pub(crate) fn client_error(status: StatusCode, detail: &str) -> Response<Bytes> {
+    let title = status.canonical_reason().unwrap_or("Client Error");
+    let content = body(ProblemType::Blank, title, status.as_u16(), detail, &[]);
+    response(status, content)
 }

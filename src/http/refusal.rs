@@ -4,11 +4,12 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use http::header::RETRY_AFTER;
 use http::{HeaderValue, Response, StatusCode};
 
 use super::fields::{RATELIMIT, RATELIMIT_POLICY, rate_limit_policy_value, rate_limit_value};
-use super::problem::{PROBLEM_JSON, body};
+use super::problem::{self, body};
+use super::seconds::SF_INTEGER_MAX;
 use super::{PolicyName, ProblemType, RateLimitPolicy, ServiceLimit, delay_seconds};
 use crate::{AcquireError, HierarchyError};
 
@@ -323,7 +324,10 @@ impl Refusal {
 
     /// The Retry-After value that will be sent, in seconds: the wait rounded
     /// up, raised to the largest `t` among the violated policies' service
-    /// limits; `None` when no retry time exists.
+    /// limits, and capped at 10^15 - 1 (the largest value the RateLimit
+    /// fields carry, some 31 million years: a wait no client can act on
+    /// still parses as an integer everywhere); `None` when no retry time
+    /// exists.
     ///
     /// ```
     /// use std::time::Duration;
@@ -337,6 +341,9 @@ impl Refusal {
     /// // A jittered t of 3 s for the violated policy moves Retry-After too.
     /// let refusal = refusal.with_service_limits([ServiceLimit::new(name, 0).with_reset_seconds(3)]);
     /// assert_eq!(refusal.retry_after_seconds(), Some(3));
+    /// // A wait no client can act on stays an integer every parser reads.
+    /// let never = Refusal::load_shed(Some(Duration::MAX));
+    /// assert_eq!(never.retry_after_seconds(), Some(999_999_999_999_999));
     /// # Ok::<(), tollgate::http::HttpError>(())
     /// ```
     pub fn retry_after_seconds(&self) -> Option<u64> {
@@ -348,7 +355,7 @@ impl Refusal {
             .filter_map(ServiceLimit::reset_seconds)
             .max()
             .unwrap_or(0);
-        Some(wait.max(window))
+        Some(wait.max(window).min(SF_INTEGER_MAX))
     }
 
     /// The response: status, headers and problem+json body.
@@ -370,11 +377,8 @@ impl Refusal {
             &self.detail,
             &self.violated,
         );
-        let mut response = Response::new(content);
-        *response.status_mut() = self.status;
+        let mut response = problem::response(self.status, content);
         let headers = response.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         if let Some(seconds) = retry_after {
             headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
         }

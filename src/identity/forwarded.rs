@@ -5,7 +5,7 @@ use std::num::NonZeroUsize;
 
 use ipnet::IpNet;
 
-use super::lex::{Node, ReverseList};
+use super::lex::{Lines, Node, ReverseList};
 use super::{AddrKey, ForwardedError, PrefixPolicy, TrustedProxies};
 
 /// The one header field a [`ForwardedResolver`] reads.
@@ -127,8 +127,11 @@ impl Resolved {
         }
     }
 
-    /// The client's address, canonical (an IPv4-mapped address is given
-    /// as IPv4) and not masked.
+    /// The client's address as it arrived, canonical (an IPv4-mapped
+    /// address is given as IPv4) and not masked. The [key](Resolved::key)
+    /// may stand for the IPv4 host this address embeds (6to4, NAT64,
+    /// Teredo: see [`client_addr`](super::client_addr)); logs keep the
+    /// address itself.
     ///
     /// ```
     /// use std::net::IpAddr;
@@ -219,8 +222,9 @@ impl Resolved {
 /// 6. No more than [`max_entries`](ForwardedResolver::max_entries) elements
 ///    are examined (empty ones included); past that,
 ///    [`ForwardedError::TooManyEntries`]. Each element is read once, from
-///    the right, so the work is linear in the bytes reached and bounded by
-///    the limit, whatever the header's length.
+///    the right, and each line only when the walk reaches it, so the work
+///    is linear in the bytes reached and bounded by the limit, whatever the
+///    header's length or number of lines.
 ///
 /// Parsing is strict where ambiguity could help an attacker and documented
 /// where lenient: see [`resolve`](ForwardedResolver::resolve). No input
@@ -259,7 +263,8 @@ impl ForwardedResolver {
     pub const DEFAULT_MAX_ENTRIES: NonZeroUsize = NonZeroUsize::new(32).unwrap();
 
     /// Reads `source` when the peer is in `proxies`, walking
-    /// [`ChainPolicy::Recursive`], keying with [`PrefixPolicy::EXACT`], and
+    /// [`ChainPolicy::Recursive`], keying with the default
+    /// [`PrefixPolicy::SUBSCRIBER`] (IPv4 by address, IPv6 by `/64`), and
     /// examining at most [`DEFAULT_MAX_ENTRIES`](Self::DEFAULT_MAX_ENTRIES)
     /// elements.
     ///
@@ -275,7 +280,7 @@ impl ForwardedResolver {
             proxies,
             source,
             chain: ChainPolicy::Recursive,
-            prefix: PrefixPolicy::EXACT,
+            prefix: PrefixPolicy::default(),
             max_entries: Self::DEFAULT_MAX_ENTRIES,
         }
     }
@@ -356,7 +361,7 @@ impl ForwardedResolver {
     /// use tollgate::identity::{ForwardedResolver, HeaderSource, PrefixPolicy, TrustedProxies};
     ///
     /// let resolver = ForwardedResolver::new(HeaderSource::Forwarded, TrustedProxies::none());
-    /// assert_eq!(resolver.prefix_policy(), PrefixPolicy::EXACT);
+    /// assert_eq!(resolver.prefix_policy(), PrefixPolicy::SUBSCRIBER);
     /// ```
     pub fn prefix_policy(&self) -> PrefixPolicy {
         self.prefix
@@ -392,6 +397,11 @@ impl ForwardedResolver {
     /// raw value of each line of the chosen header field, in the order
     /// received. Pass no lines when the field is absent.
     ///
+    /// The lines are read from the back, one at a time, as the walk
+    /// reaches them (an array, a slice's iterator and
+    /// `HeaderMap::get_all(..).iter()` all can be): lines left of where the
+    /// walk stops are never touched, however many the client sent.
+    ///
     /// The rules are on the [type](ForwardedResolver). Syntax accepted:
     ///
     /// - `X-Forwarded-For`: comma-separated entries with optional spaces or
@@ -419,16 +429,16 @@ impl ForwardedResolver {
     /// assert_eq!(client.addr(), "2001:db8:cafe::17".parse::<IpAddr>()?);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn resolve<'h>(
-        &self,
-        peer: IpAddr,
-        header_values: impl IntoIterator<Item = &'h [u8]>,
-    ) -> Result<Resolved, ForwardedError> {
+    pub fn resolve<'h, L>(&self, peer: IpAddr, header_values: L) -> Result<Resolved, ForwardedError>
+    where
+        L: IntoIterator<Item = &'h [u8]>,
+        L::IntoIter: DoubleEndedIterator,
+    {
         let peer = self.resolved(peer, Origin::Peer);
         if !self.proxies.contains(peer.addr) {
             return Ok(peer);
         }
-        let list = ReverseList::new(self.source, header_values.into_iter().collect());
+        let list = ReverseList::new(self.source, header_values.into_iter());
         let limited = Limited {
             list,
             limit: self.max_entries.get(),
@@ -441,7 +451,11 @@ impl ForwardedResolver {
     }
 
     /// Rule 3 and 4: right to left, past trusted addresses.
-    fn walk(&self, peer: Resolved, mut list: Limited<'_>) -> Result<Resolved, ForwardedError> {
+    fn walk<'h>(
+        &self,
+        peer: Resolved,
+        mut list: Limited<'h, impl Lines<'h>>,
+    ) -> Result<Resolved, ForwardedError> {
         let mut nearest = peer;
         let mut trusted_hops = 0;
         while let Some(node) = list.next_node(nearest)? {
@@ -463,7 +477,11 @@ impl ForwardedResolver {
     }
 
     /// Rule 5: one element, or none at all.
-    fn single(&self, peer: Resolved, mut list: Limited<'_>) -> Result<Resolved, ForwardedError> {
+    fn single<'h>(
+        &self,
+        peer: Resolved,
+        mut list: Limited<'h, impl Lines<'h>>,
+    ) -> Result<Resolved, ForwardedError> {
         let mut first: Option<(Node, usize)> = None;
         while let Some(node) = list.next_node(peer)? {
             match (node, first) {
@@ -500,14 +518,14 @@ fn stop(node: Node, position: usize, fallback: Resolved) -> ForwardedError {
 }
 
 /// The reversed list, cut off after `limit` elements.
-struct Limited<'h> {
-    list: ReverseList<'h>,
+struct Limited<'h, L> {
+    list: ReverseList<'h, L>,
     limit: usize,
     /// Elements produced so far: the position of the last one.
     seen: usize,
 }
 
-impl Limited<'_> {
+impl<'h, L: Lines<'h>> Limited<'h, L> {
     /// The next element, or `TooManyEntries` with `fallback` if the limit
     /// is reached and another element exists.
     fn next_node(&mut self, fallback: Resolved) -> Result<Option<Node>, ForwardedError> {

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use ipnet::IpNet;
 
-use super::IdentityError;
+use super::{IdentityError, client_addr};
 
 /// The `::ffff:0:0/96` tag that marks an IPv4 key inside the 128-bit
 /// encoding. `IpAddr::to_canonical` turns every address in that range into
@@ -16,20 +16,26 @@ const V4_TAG: u64 = 0xffff_0000_0000;
 
 /// How many leading bits of a client address name its budget.
 ///
-/// [`PrefixPolicy::EXACT`] (the default) keys every address on its own:
-/// `/32` for IPv4, `/128` for IPv6. A shorter IPv6 length such as `/64` or
-/// `/56` keys the network instead, because one subscriber usually holds a
-/// whole `/64` (often a `/56` or `/48`) and can rotate through its addresses
-/// at will. `docs/identity.md` weighs the trade-off: the shorter the prefix,
-/// the fewer fresh budgets rotation buys, and the more unrelated clients
-/// share one.
+/// [`PrefixPolicy::SUBSCRIBER`] (the default) keys an IPv4 client by its
+/// address (`/32`) and an IPv6 client by its `/64`, because one subscriber
+/// holds a whole `/64` (often a `/56` or `/48`) and can rotate through its
+/// 2^64 addresses at will: keyed one by one, those would be 2^64 fresh
+/// budgets and would fill any key table. [`PrefixPolicy::EXACT`] keys every
+/// address on its own; a shorter IPv6 length such as `/56` also covers a
+/// subscriber hopping between its own subnets. `docs/identity.md` weighs the
+/// trade-off: the shorter the prefix, the fewer fresh budgets rotation buys,
+/// and the more unrelated clients share one.
+///
+/// The policy applies to the host an address stands for
+/// ([`client_addr`](super::client_addr)): an IPv6 spelling of an IPv4 client
+/// (mapped, 6to4, NAT64, Teredo, ...) gets the IPv4 length.
 ///
 /// ```
 /// use tollgate::identity::{IdentityError, PrefixPolicy};
 ///
 /// let per_subscriber = PrefixPolicy::new(32, 64)?;
-/// assert_eq!(per_subscriber.v6_len(), 64);
-/// assert_eq!(PrefixPolicy::default(), PrefixPolicy::EXACT);
+/// assert_eq!(per_subscriber, PrefixPolicy::SUBSCRIBER);
+/// assert_eq!(PrefixPolicy::default(), PrefixPolicy::SUBSCRIBER);
 /// assert_eq!(
 ///     PrefixPolicy::new(32, 129),
 ///     Err(IdentityError::PrefixTooLong { len: 129, max: 128 })
@@ -51,6 +57,17 @@ impl PrefixPolicy {
     /// assert_eq!((PrefixPolicy::EXACT.v4_len(), PrefixPolicy::EXACT.v6_len()), (32, 128));
     /// ```
     pub const EXACT: PrefixPolicy = PrefixPolicy { v4: 32, v6: 128 };
+
+    /// One key per IPv4 address and per IPv6 `/64`: the default, and what
+    /// every conversion from an address to a key without a policy uses.
+    ///
+    /// ```
+    /// use tollgate::identity::PrefixPolicy;
+    ///
+    /// let policy = PrefixPolicy::SUBSCRIBER;
+    /// assert_eq!((policy.v4_len(), policy.v6_len()), (32, 64));
+    /// ```
+    pub const SUBSCRIBER: PrefixPolicy = PrefixPolicy { v4: 32, v6: 64 };
 
     /// Keys IPv4 clients by their first `v4_len` bits and IPv6 clients by
     /// their first `v6_len` bits.
@@ -107,8 +124,9 @@ impl PrefixPolicy {
         self.v6
     }
 
-    /// The prefix length this policy applies to `ip`, after
-    /// canonicalisation: an IPv4-mapped IPv6 address counts as IPv4.
+    /// The prefix length this policy applies to `ip`: the length of the
+    /// family of the host it stands for ([`client_addr`](super::client_addr)),
+    /// so an IPv4-mapped or 6to4 address counts as IPv4.
     ///
     /// ```
     /// use std::net::IpAddr;
@@ -116,11 +134,12 @@ impl PrefixPolicy {
     ///
     /// let policy = PrefixPolicy::new(24, 64)?;
     /// let mapped: IpAddr = "::ffff:192.0.2.1".parse()?;
-    /// assert_eq!(policy.len_for(mapped), 24);
+    /// let six_to_four: IpAddr = "2002:c000:201::1".parse()?;
+    /// assert_eq!((policy.len_for(mapped), policy.len_for(six_to_four)), (24, 24));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn len_for(self, ip: IpAddr) -> u8 {
-        match ip.to_canonical() {
+        match client_addr(ip) {
             IpAddr::V4(_) => self.v4,
             IpAddr::V6(_) => self.v6,
         }
@@ -141,9 +160,9 @@ impl PrefixPolicy {
 }
 
 impl Default for PrefixPolicy {
-    /// [`PrefixPolicy::EXACT`].
+    /// [`PrefixPolicy::SUBSCRIBER`]: IPv4 by address, IPv6 by `/64`.
     fn default() -> PrefixPolicy {
-        PrefixPolicy::EXACT
+        PrefixPolicy::SUBSCRIBER
     }
 }
 
@@ -155,14 +174,15 @@ impl Default for PrefixPolicy {
 ///
 /// - an IPv6 client: its address with the host bits cleared by the
 ///   [`PrefixPolicy`];
-/// - an IPv4 client: its masked address in the IPv4-mapped space
-///   `::ffff:0:0/96`. IPv6 keys can never live there, because every
-///   IPv4-mapped input is first turned into its IPv4 address
-///   (`IpAddr::to_canonical`), so the two families never collide.
+/// - an IPv4 client, however spelt ([`client_addr`](super::client_addr):
+///   IPv4-mapped, 6to4, NAT64, Teredo, ...): its masked IPv4 address in the
+///   IPv4-mapped space `::ffff:0:0/96`. IPv6 keys can never live there,
+///   because every IPv4-mapped input is first turned into its IPv4 address,
+///   so the two families never collide.
 ///
-/// So `::ffff:192.0.2.1` and `192.0.2.1` are one key, and so are
-/// `2001:0db8:0:0::1` and `2001:db8::1`: equal keys are equal addresses (or
-/// networks), whatever their spelling.
+/// So `::ffff:192.0.2.1`, `2002:c000:201::1` and `192.0.2.1` are one key,
+/// and so are `2001:0db8:0:0::1` and `2001:db8::1`: equal keys are equal
+/// hosts (or networks), whatever their spelling.
 ///
 /// **The key does not record its prefix length.** Every (network, length)
 /// pair would not fit in 128 bits next to all exact IPv6 addresses, so the
@@ -194,8 +214,9 @@ pub struct AddrKey {
 }
 
 impl AddrKey {
-    /// The key of `ip` under `policy`: canonicalised, then masked to the
-    /// policy's prefix length for its family.
+    /// The key of `ip` under `policy`: the host it stands for
+    /// ([`client_addr`](super::client_addr)), masked to the policy's prefix
+    /// length for that host's family.
     ///
     /// ```
     /// use std::net::IpAddr;
@@ -207,13 +228,13 @@ impl AddrKey {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn new(ip: IpAddr, policy: PrefixPolicy) -> AddrKey {
-        match ip.to_canonical() {
+        match client_addr(ip) {
             IpAddr::V4(v4) => AddrKey::from_bits(
                 u128::from(V4_TAG) | u128::from(mask_v4(v4.to_bits(), policy.v4)),
             ),
             // Masking keeps the top `len` bits. For `len >= 96` those include
-            // the whole `::ffff:0:0/96` test, which the canonical address
-            // fails; for `len < 96` bit 95 (a one in the tag) is cleared. So
+            // the whole `::ffff:0:0/96` test, which an address `client_addr`
+            // leaves IPv6 fails; for `len < 96` bit 95 (a one in the tag) is cleared. So
             // an IPv6 key never carries the IPv4 tag.
             IpAddr::V6(v6) => AddrKey::from_bits(mask_v6(v6.to_bits(), policy.v6)),
         }
@@ -241,9 +262,10 @@ impl AddrKey {
         Ok(AddrKey::new(ip, policy))
     }
 
-    /// The address the key stands for: the client's canonical address with
-    /// the host bits cleared (the network address under an aggregating
-    /// policy). IPv4 keys give back IPv4 addresses.
+    /// The address the key stands for: the client's host
+    /// ([`client_addr`](super::client_addr)) with the host bits cleared (the
+    /// network address under an aggregating policy). IPv4 keys give back
+    /// IPv4 addresses.
     ///
     /// ```
     /// use std::net::IpAddr;
@@ -319,21 +341,23 @@ fn mask_v6(bits: u128, len: u8) -> u128 {
 }
 
 impl From<IpAddr> for AddrKey {
-    /// The exact key of `ip` ([`PrefixPolicy::EXACT`]).
+    /// The key of `ip` under the default policy
+    /// ([`PrefixPolicy::SUBSCRIBER`]: IPv4 by address, IPv6 by `/64`).
     fn from(ip: IpAddr) -> AddrKey {
-        AddrKey::new(ip, PrefixPolicy::EXACT)
+        AddrKey::new(ip, PrefixPolicy::default())
     }
 }
 
 impl From<Ipv4Addr> for AddrKey {
-    /// The exact key of `ip`.
+    /// The key of `ip`: the address itself under every default.
     fn from(ip: Ipv4Addr) -> AddrKey {
         AddrKey::from(IpAddr::V4(ip))
     }
 }
 
 impl From<Ipv6Addr> for AddrKey {
-    /// The exact key of `ip` (an IPv4-mapped address is keyed as IPv4).
+    /// The key of `ip` under the default policy: its `/64`, or the IPv4
+    /// host it stands for (see [`client_addr`](super::client_addr)).
     fn from(ip: Ipv6Addr) -> AddrKey {
         AddrKey::from(IpAddr::V6(ip))
     }
@@ -342,9 +366,10 @@ impl From<Ipv6Addr> for AddrKey {
 impl FromStr for AddrKey {
     type Err = IdentityError;
 
-    /// [`AddrKey::parse`] with [`PrefixPolicy::EXACT`].
+    /// [`AddrKey::parse`] with the default policy
+    /// ([`PrefixPolicy::SUBSCRIBER`]).
     fn from_str(text: &str) -> Result<AddrKey, IdentityError> {
-        AddrKey::parse(text, PrefixPolicy::EXACT)
+        AddrKey::parse(text, PrefixPolicy::default())
     }
 }
 

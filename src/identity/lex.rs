@@ -13,7 +13,8 @@
 //! bytes it reaches.
 //!
 //! Nothing here indexes out of bounds or allocates more than one unescaped
-//! `for=` value at a time, whatever the input bytes.
+//! `for=` value at a time, whatever the input bytes, and no line is touched
+//! before the walk reaches it.
 
 use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -35,6 +36,11 @@ pub(super) enum Node {
     Malformed,
 }
 
+/// A header field's lines in received order, readable from the back.
+pub(super) trait Lines<'h>: DoubleEndedIterator<Item = &'h [u8]> {}
+
+impl<'h, L: DoubleEndedIterator<Item = &'h [u8]>> Lines<'h> for L {}
+
 /// The elements of a header field, read from the right: the last element of
 /// the last line first. Several lines of the field concatenate as one list
 /// (RFC 9110 section 5.3); a line boundary ends an element, so a quoted
@@ -42,17 +48,21 @@ pub(super) enum Node {
 ///
 /// After a `Malformed` element the iterator ends: with bad syntax there is
 /// no reliable place to resume, and the walk stops there anyway.
-pub(super) struct ReverseList<'h> {
+///
+/// Lines are taken from the back of their iterator one at a time, as the
+/// walk reaches them, so lines left of where it stops are never touched:
+/// the client can add as many as it likes at no cost.
+pub(super) struct ReverseList<'h, L> {
     /// Lines not yet started, in received order; taken from the back.
-    lines: Vec<&'h [u8]>,
+    lines: L,
     /// The line being read and the end (exclusive) of its next element.
     current: Option<(&'h [u8], usize)>,
     source: HeaderSource,
     failed: bool,
 }
 
-impl<'h> ReverseList<'h> {
-    pub(super) fn new(source: HeaderSource, lines: Vec<&'h [u8]>) -> ReverseList<'h> {
+impl<'h, L: Lines<'h>> ReverseList<'h, L> {
+    pub(super) fn new(source: HeaderSource, lines: L) -> ReverseList<'h, L> {
         ReverseList {
             lines,
             current: None,
@@ -62,7 +72,7 @@ impl<'h> ReverseList<'h> {
     }
 }
 
-impl Iterator for ReverseList<'_> {
+impl<'h, L: Lines<'h>> Iterator for ReverseList<'h, L> {
     type Item = Node;
 
     fn next(&mut self) -> Option<Node> {
@@ -72,7 +82,7 @@ impl Iterator for ReverseList<'_> {
         let (line, end) = match self.current.take() {
             Some(current) => current,
             None => {
-                let line = self.lines.pop()?;
+                let line = self.lines.next_back()?;
                 (line, line.len())
             }
         };
@@ -429,8 +439,7 @@ mod tests {
     use super::*;
 
     fn nodes(source: HeaderSource, lines: &[&str]) -> Vec<Node> {
-        let lines = lines.iter().map(|l| l.as_bytes()).collect();
-        ReverseList::new(source, lines).collect()
+        ReverseList::new(source, lines.iter().map(|l| l.as_bytes())).collect()
     }
 
     fn addr(text: &str) -> Node {

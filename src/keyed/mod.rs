@@ -397,14 +397,17 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let ticks = self.quota.gcra().token_ticks(tokens);
+        let gcra = self.quota.gcra();
+        let ticks = gcra.token_ticks(tokens);
         if taken.overflow {
-            self.overflow.undo(&taken.admission, ticks, || self.now());
+            self.overflow
+                .undo(gcra, &taken.admission, ticks, || self.now());
             return;
         }
         let admission = &taken.admission;
-        in_table!(self, key, |table| self
-            .undo_in(table, key, admission, ticks));
+        in_table!(self, key, |table| {
+            self.undo_in(table, key, admission, ticks);
+        });
     }
 
     /// Gives back `unused` of a store lease of `granted` tokens admitted at
@@ -417,7 +420,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         let gcra = self.quota.gcra();
         let (cost, returned) = (gcra.token_ticks(granted), gcra.token_ticks(unused));
         in_table!(self, key, |table| if let Some(tat) = table.get(key) {
-            tat.undo_inexact(at, cost, returned, || self.now());
+            tat.undo_inexact(gcra, at, cost, returned, || self.now());
         });
     }
 

@@ -226,7 +226,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         H: BuildHasher + Clone,
     {
         if let Some(tat) = table.get(key) {
-            tat.undo(admission, ticks, || self.now());
+            tat.undo(self.quota.gcra(), admission, ticks, || self.now());
         }
         // The guard above is dropped: the map may be written now.
         self.forget_if_full_in(table, key);

@@ -93,6 +93,40 @@ pub fn parse_retry_after(value: impl AsRef<[u8]>, received_at: SystemTime) -> Op
     }
 }
 
+/// The longest wait any of a response's Retry-After field lines asks for,
+/// each line parsed on its own by [`parse_retry_after`]; `None` if no line
+/// is valid.
+///
+/// Retry-After is a single value, so a response with several lines is
+/// already broken (a misconfigured server, or a proxy adding its own). The
+/// longest valid wait is the one reading that never brings the client back
+/// earlier than some line asked; invalid lines are ignored, as a single
+/// invalid value is. Pass the lines as received
+/// (`headers.get_all("retry-after")`): a `HeaderMap`'s `get` would see only
+/// the first. Lines combined into one value (`5, 3600`) are one invalid
+/// value: HTTP-dates contain commas, so such a list cannot be split without
+/// guessing.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use tollgate::retry::parse_retry_after_lines;
+///
+/// let now = SystemTime::now();
+/// assert_eq!(parse_retry_after_lines(["5", "3600"], now), Some(Duration::from_secs(3600)));
+/// assert_eq!(parse_retry_after_lines(["later", "7"], now), Some(Duration::from_secs(7)));
+/// assert_eq!(parse_retry_after_lines(["5, 3600"], now), None);
+/// assert_eq!(parse_retry_after_lines::<&str>([], now), None);
+/// ```
+pub fn parse_retry_after_lines<V: AsRef<[u8]>>(
+    lines: impl IntoIterator<Item = V>,
+    received_at: SystemTime,
+) -> Option<Duration> {
+    lines
+        .into_iter()
+        .filter_map(|line| parse_retry_after(line, received_at))
+        .max()
+}
+
 /// `value` without leading or trailing spaces and tabs (RFC 9110 OWS).
 fn trim_ows(value: &[u8]) -> &[u8] {
     let is_ows = |b: &u8| *b == b' ' || *b == b'\t';

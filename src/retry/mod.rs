@@ -21,7 +21,7 @@
 //!
 //! ```
 //! use std::time::{Duration, Instant, SystemTime};
-//! use tollgate::retry::{Attempt, Decision, Received, RetryPolicy, StopReason, XorShiftJitter};
+//! use tollgate::retry::{Attempt, Decision, Received, RetryPolicy, StopReason, JitterGenerator};
 //!
 //! // A stand-in for the network: two refusals, then success.
 //! let mut replies = [(503, Some("2")), (429, None), (200, None)].into_iter();
@@ -30,7 +30,7 @@
 //!
 //! let policy = RetryPolicy::new();
 //! let deadline = start + Duration::from_secs(30);
-//! let mut jitter = XorShiftJitter::from_entropy();
+//! let mut jitter = JitterGenerator::from_entropy();
 //! let mut number = 1;
 //! let status = loop {
 //!     let (status, retry_after) = replies.next().unwrap();
@@ -54,9 +54,9 @@
 
 mod date;
 mod header;
-mod jitter;
+pub(crate) mod jitter;
 mod policy;
 
-pub use header::{RETRY_AFTER_CAP, parse_retry_after};
-pub use jitter::{JitterSource, XorShiftJitter};
+pub use header::{RETRY_AFTER_CAP, parse_retry_after, parse_retry_after_lines};
+pub use jitter::{JitterGenerator, JitterSource};
 pub use policy::{Attempt, Decision, IDEMPOTENT_METHODS, Received, RetryPolicy, StopReason};

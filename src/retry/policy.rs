@@ -4,7 +4,7 @@
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::header::parse_retry_after;
+use super::header::parse_retry_after_lines;
 use super::jitter::JitterSource;
 
 /// The methods RFC 9110 (section 9.2.2) defines as idempotent, which a
@@ -81,7 +81,8 @@ pub struct Attempt<'a> {
     method: &'a str,
     status: u16,
     received: Received,
-    retry_after: Option<&'a [u8]>,
+    /// The Retry-After wait, parsed when given: the receive time is known.
+    retry_after: Option<Duration>,
     rate_limit_wait: Option<Duration>,
     replay_safe: bool,
 }
@@ -105,9 +106,31 @@ impl<'a> Attempt<'a> {
     /// is bytes (`&str`, `&[u8]`, an HTTP library's header value), so
     /// `headers.get("retry-after")` can be passed straight in. Parsed by
     /// [`parse_retry_after`](super::parse_retry_after) against the wall-clock
-    /// receive time; an invalid value counts as absent.
-    pub fn with_retry_after<V: AsRef<[u8]> + ?Sized>(mut self, value: Option<&'a V>) -> Self {
-        self.retry_after = value.map(AsRef::as_ref);
+    /// receive time; an invalid value counts as absent. A response may carry
+    /// several lines: [`with_retry_after_lines`](Attempt::with_retry_after_lines)
+    /// reads them all.
+    pub fn with_retry_after<V: AsRef<[u8]> + ?Sized>(self, value: Option<&V>) -> Self {
+        self.with_retry_after_lines(value)
+    }
+
+    /// Every Retry-After line of the response, as received
+    /// (`headers.get_all("retry-after")`): the longest valid wait among
+    /// them counts, so the retry is never earlier than any line asked (see
+    /// [`parse_retry_after_lines`](super::parse_retry_after_lines)). No
+    /// valid line counts as absent.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::retry::{Attempt, Received};
+    ///
+    /// let attempt = Attempt::new(1, "GET", 503, Received::now()).with_retry_after_lines(["5", "120"]);
+    /// assert_eq!(attempt.server_wait(), Some(Duration::from_secs(120)));
+    /// ```
+    pub fn with_retry_after_lines<V: AsRef<[u8]>>(
+        mut self,
+        lines: impl IntoIterator<Item = V>,
+    ) -> Self {
+        self.retry_after = parse_retry_after_lines(lines, self.received.wall);
         self
     }
 
@@ -133,9 +156,7 @@ impl<'a> Attempt<'a> {
     /// The server's own guidance, after precedence: a valid Retry-After,
     /// else the RateLimit wait, else `None`.
     pub fn server_wait(&self) -> Option<Duration> {
-        self.retry_after
-            .and_then(|value| parse_retry_after(value, self.received.wall))
-            .or(self.rate_limit_wait)
+        self.retry_after.or(self.rate_limit_wait)
     }
 }
 
@@ -231,9 +252,11 @@ pub enum StopReason {
 ///   and the local exponential backoff for this attempt
 ///   ([`backoff`](RetryPolicy::backoff)); with no server guidance it is the
 ///   backoff alone.
-/// - **Jitter after the boundary**: a uniform fraction of the jitter window
-///   is added after `received + wait`, never subtracted, so identical waits
-///   do not bring a fleet of clients back in the same instant.
+/// - **Jitter after the boundary**: a draw uniform over the whole jitter
+///   window, `0..=window` in nanoseconds with both ends included
+///   ([`JitterSource::draw_up_to`]), is added after `received + wait`,
+///   never subtracted, so identical waits do not bring a fleet of clients
+///   back in the same instant.
 /// - **Deadline**: a retry is planned only if it leaves the attempt budget
 ///   before the deadline (`at + attempt_budget <= deadline`); the jitter
 ///   window shrinks to fit. Otherwise it stops: a wait longer than the
@@ -249,7 +272,7 @@ pub enum StopReason {
 /// let policy = RetryPolicy::new();
 /// let received = Received::new(Instant::now(), SystemTime::now());
 /// let deadline = received.instant + Duration::from_secs(10);
-/// let mut jitter = || 0.25; // a real caller would use XorShiftJitter
+/// let mut jitter = || 0.25; // a real caller would use JitterGenerator
 ///
 /// let attempt = Attempt::new(1, "GET", 429, received).with_retry_after(Some("3"));
 /// assert_eq!(
@@ -326,8 +349,9 @@ impl RetryPolicy {
         self
     }
 
-    /// The jitter window: each retry is pushed back by a fraction of it
-    /// (less when the deadline is close). Zero disables jitter.
+    /// The jitter window: each retry is pushed back by a uniform draw from
+    /// `0..=max` (from less when the deadline is close). Zero disables
+    /// jitter.
     ///
     /// ```
     /// use std::time::Duration;
@@ -406,18 +430,18 @@ impl RetryPolicy {
 
     /// Decides what follows `attempt`, given the caller's overall `deadline`
     /// (monotonic) and a jitter source. Pure: the same inputs and jitter
-    /// fraction give the same decision, and no clock is read. The contract
+    /// draw give the same decision, and no clock is read. The contract
     /// is in the type's documentation; [`StopReason`] lists the ways it
     /// stops, in the order they are checked.
     ///
     /// ```
     /// use std::time::{Duration, Instant, SystemTime};
-    /// use tollgate::retry::{Attempt, Decision, Received, RetryPolicy, StopReason, XorShiftJitter};
+    /// use tollgate::retry::{Attempt, Decision, Received, RetryPolicy, StopReason, JitterGenerator};
     ///
     /// let policy = RetryPolicy::new();
     /// let received = Received::new(Instant::now(), SystemTime::now());
     /// let deadline = received.instant + Duration::from_secs(30);
-    /// let mut jitter = XorShiftJitter::new(1);
+    /// let mut jitter = JitterGenerator::new(1);
     ///
     /// // A wait beyond the deadline is not shortened: stop instead.
     /// let busy = Attempt::new(1, "GET", 503, received).with_retry_after(Some("3600"));
@@ -464,7 +488,7 @@ impl RetryPolicy {
         // Scaling the window down to the slack (rather than clamping the
         // draw) keeps the spread uniform when the deadline is close.
         let window = self.max_jitter.min(room - wait);
-        let extra = fraction_of(window, jitter.next_fraction());
+        let extra = jitter_within(window, jitter);
         // `wait + extra <= room <= remaining`, so this is at most
         // `deadline` and cannot overflow.
         Decision::Retry {
@@ -477,18 +501,11 @@ impl RetryPolicy {
     }
 }
 
-/// `window · fraction`, with the fraction forced into `[0, 1]` (NaN as 0)
-/// so a bad source cannot move a retry out of its window.
-fn fraction_of(window: Duration, fraction: f64) -> Duration {
-    let fraction = if fraction.is_nan() {
-        0.0
-    } else {
-        fraction.clamp(0.0, 1.0)
-    };
+/// A draw from `0..=window` in whole nanoseconds, the end included, and
+/// clamped to it whatever the source answers.
+fn jitter_within<J: JitterSource + ?Sized>(window: Duration, jitter: &mut J) -> Duration {
     let window_nanos = window.as_nanos();
-    // Float rounding could overshoot by a few nanoseconds; `min` undoes it.
-    // The `as` cast saturates, which is what we want here.
-    let nanos = ((window_nanos as f64 * fraction) as u128).min(window_nanos);
+    let nanos = jitter.draw_up_to(window_nanos).min(window_nanos);
     // `nanos <= window_nanos`, so the seconds fit a u64 and the remainder a u32.
     Duration::new(
         u64::try_from(nanos / 1_000_000_000).unwrap_or(u64::MAX),
@@ -499,18 +516,34 @@ fn fraction_of(window: Duration, fraction: f64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::retry::JitterGenerator;
 
     #[test]
-    fn fraction_of_stays_in_the_window() {
+    fn jitter_stays_in_the_window_and_reaches_its_end() {
         let w = Duration::from_secs(2);
-        assert_eq!(fraction_of(w, 0.5), Duration::from_secs(1));
-        assert_eq!(fraction_of(w, f64::NAN), Duration::ZERO);
-        assert_eq!(fraction_of(w, -3.0), Duration::ZERO);
-        assert_eq!(fraction_of(w, f64::NEG_INFINITY), Duration::ZERO);
-        assert_eq!(fraction_of(w, 7.0), w);
-        assert_eq!(fraction_of(w, f64::INFINITY), w);
-        assert_eq!(fraction_of(Duration::MAX, 1.0), Duration::MAX);
-        assert_eq!(fraction_of(Duration::ZERO, 0.9), Duration::ZERO);
+        assert_eq!(jitter_within(w, &mut || 0.5), Duration::from_secs(1));
+        assert_eq!(jitter_within(w, &mut || f64::NAN), Duration::ZERO);
+        assert_eq!(jitter_within(w, &mut || -3.0), Duration::ZERO);
+        assert_eq!(jitter_within(w, &mut || f64::NEG_INFINITY), Duration::ZERO);
+        assert_eq!(jitter_within(w, &mut || 7.0), w);
+        assert_eq!(jitter_within(w, &mut || f64::INFINITY), w);
+        assert_eq!(jitter_within(Duration::MAX, &mut || 1.0), Duration::MAX);
+        assert_eq!(jitter_within(Duration::ZERO, &mut || 0.9), Duration::ZERO);
+        // A source whose own draw overshoots is held to the window.
+        struct Overshoot;
+        impl JitterSource for Overshoot {
+            fn next_fraction(&mut self) -> f64 {
+                0.0
+            }
+            fn draw_up_to(&mut self, _max: u128) -> u128 {
+                u128::MAX
+            }
+        }
+        assert_eq!(jitter_within(w, &mut Overshoot), w);
+        let mut generator = JitterGenerator::new(1);
+        assert!(jitter_within(Duration::MAX, &mut generator) <= Duration::MAX);
+        let one = Duration::from_nanos(1);
+        assert!((0..100).any(|_| jitter_within(one, &mut generator) == one));
     }
 
     #[test]

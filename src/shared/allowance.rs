@@ -8,22 +8,35 @@ use std::time::{Duration, Instant};
 use atomic_float::AtomicF64;
 use tokio::runtime::Handle;
 
+use crate::clock::saturating_nanos;
 use crate::shared::pool::{LeasePool, Take};
-use crate::shared::{Lease, Store};
+use crate::shared::{Grant, Lease, Store};
 use crate::{AcquireError, Quota, TokenBucket};
 
-/// The least `retry_after` an empty pool reports while a refill is on its
-/// way: the refill's duration is unknown until it lands.
-const MIN_RETRY_HINT: Duration = Duration::from_millis(1);
+/// The shortest pause between two store calls of one allowance, the least
+/// `retry_after` it reports and the shortest idle check, whatever the
+/// configuration or the store says: a zero would turn every refused caller
+/// into a store call, or the idle watcher into a spinning task.
+const MIN_PAUSE: Duration = Duration::from_millis(1);
 
-/// The longest wait between two lease requests while the store fails.
-const MAX_FAILURE_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest pause between two lease requests, whatever the store's
+/// `retry_after` or the failures in a row: a node sees tokens given back by
+/// others, or a store back up, within this, and a `retry_after` of
+/// `Duration::MAX` cannot stall it for ever.
+const MAX_PAUSE: Duration = Duration::from_secs(1);
 
-/// A refill claim, ended exactly once: by [`Claim::land`], or on drop as a
-/// failure (a failed call, or a refill cancelled or panicking before it
-/// ended), so the in-flight bit can never be left set.
+/// The most tokens a pool can hold (`LeasePool` counts in 63 bits): a lease
+/// asks for at most what still fits.
+const POOL_LIMIT: u64 = u64::MAX >> 1;
+
+/// A refill claim, ended exactly once: by [`Claim::land`], or on drop (a
+/// failed call, or a refill cancelled or panicking before it ended), so
+/// the in-flight bit can never be left set. A drop after the store call
+/// started records a failure, since the call may have reached the store; a
+/// drop before it (a refill cancelled in its pause) does not.
 struct Claim<'a, S: Store> {
     inner: &'a Inner<S>,
+    store_called: bool,
 }
 
 impl<S: Store> Claim<'_, S> {
@@ -37,14 +50,21 @@ impl<S: Store> Claim<'_, S> {
 
 impl<S: Store> Drop for Claim<'_, S> {
     fn drop(&mut self) {
-        self.inner.record_failure();
+        if self.store_called {
+            self.inner.record_failure();
+        }
         self.inner.pool.land(0);
         self.inner.landed.notify_waiters();
     }
 }
 
-fn saturating_nanos(d: Duration) -> u64 {
-    d.as_nanos().try_into().unwrap_or(u64::MAX)
+/// Adds to a cold-path counter, saturating: a store reporting absurd grants
+/// must not wrap the books.
+fn add(counter: &AtomicU64, n: u64) {
+    // fetch_update cannot fail here: the closure always returns Some.
+    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+        Some(c.saturating_add(n))
+    });
 }
 
 /// What a [`LocalAllowance`] does when its pool is empty and its store could
@@ -89,20 +109,27 @@ pub struct AllowanceConfig {
     /// The fewest tokens one lease asks for (at least 1).
     pub min_lease: u64,
     /// The most tokens one lease asks for: what one node can strand at most
-    /// per lease, and the largest cost a single call may ask for.
+    /// per lease, and the largest cost a single call may ask for (with the
+    /// store's capacity, once a grant has told it). Any value from
+    /// `min_lease` up; a lease never asks for more than the pool can hold
+    /// (`2^63 - 1` tokens).
     pub max_lease: u64,
     /// A lease asks for the smoothed local demand over this long: longer
     /// means fewer round trips and more tokens held idle per node. After a
     /// grant smaller than asked for (the shared budget is exhausted), the
     /// next request waits a quarter of this (or the store's `retry_after`,
-    /// if longer); keep that below the shared bucket's fill time `B / r`,
-    /// or refill is wasted while every node waits.
+    /// if longer), but never less than 1 ms nor more than 1 s; keep that
+    /// below the shared bucket's fill time `B / r`, or refill is wasted
+    /// while every node waits. Any value, zero and `Duration::MAX` included.
     pub lease_period: Duration,
     /// Unused tokens go back to the store after the pool has been idle this
-    /// long (`None`: only on shutdown or drop).
+    /// long (`None`: only on shutdown or drop); checked at most once a
+    /// millisecond, so `Some(Duration::ZERO)` means "after 1 to 2 ms".
     pub idle_return: Option<Duration>,
     /// The longest a store call may take; a call that times out counts as
-    /// spent (its tokens, if any were granted, are stranded).
+    /// spent (its tokens, if any were granted, are stranded). Not zero
+    /// ([`AllowanceError::ZeroTimeout`]); `Duration::MAX` waits as long as
+    /// the store takes.
     pub timeout: Duration,
     /// What to do when the pool is empty and the store unreachable.
     pub on_failure: FailurePolicy,
@@ -164,7 +191,9 @@ pub struct AllowanceStats {
     /// Tokens given back to the store.
     pub returned: u64,
     /// Tokens debited from the store that this node will never spend nor
-    /// give back (a failed return, tokens of older leases at return).
+    /// give back (a failed return, tokens of older leases at return, what a
+    /// grant held beyond the ask); a return in flight counts here until the
+    /// store confirms it.
     pub stranded: u64,
     /// Store calls that failed or timed out.
     pub store_errors: u64,
@@ -227,6 +256,10 @@ pub enum AllowanceError {
     /// `min_lease` was zero or above `max_lease`.
     #[error("lease bounds must satisfy 1 <= min_lease <= max_lease")]
     LeaseBounds,
+    /// `timeout` was zero: every call to a remote store would time out,
+    /// stranding whatever it debited.
+    #[error("the store timeout must be longer than zero")]
+    ZeroTimeout,
 }
 
 /// A node's share of a budget held by a [`Store`]: the hot path takes from
@@ -271,6 +304,9 @@ struct Inner<S: Store> {
     pool: LeasePool,
     /// Refill when the pool falls below this (half the last lease size).
     low_water: AtomicU64,
+    /// The largest cost a call can ever be served: `max_lease`, the store's
+    /// capacity once a grant has told it, and what a pool can hold.
+    largest_cost: AtomicU64,
     /// Smoothed local demand, tokens per second.
     demand: AtomicF64,
     /// Whether the last store call failed: failure policy in force.
@@ -339,6 +375,9 @@ impl<S: Store> LocalAllowance<S> {
         if config.min_lease == 0 || config.min_lease > config.max_lease {
             return Err(AllowanceError::LeaseBounds);
         }
+        if config.timeout.is_zero() {
+            return Err(AllowanceError::ZeroTimeout);
+        }
         let runtime = Handle::try_current().map_err(|_| AllowanceError::NoRuntime)?;
         let fallback = match config.on_failure {
             FailurePolicy::Fallback(quota) => Some(TokenBucket::new(quota)),
@@ -350,6 +389,7 @@ impl<S: Store> LocalAllowance<S> {
             config,
             pool: LeasePool::new(),
             low_water: AtomicU64::new(config.min_lease.div_ceil(2)),
+            largest_cost: AtomicU64::new(config.max_lease.min(POOL_LIMIT)),
             demand: AtomicF64::new(0.0),
             degraded: AtomicBool::new(false),
             retry_hint: AtomicU64::new(0),
@@ -399,10 +439,11 @@ impl<S: Store> LocalAllowance<S> {
         if cost == 0 {
             return Err(AcquireError::ZeroCost);
         }
-        if cost > inner.config.max_lease {
+        let largest = inner.largest_cost.load(Ordering::Relaxed);
+        if cost > largest {
             return Err(AcquireError::ExceedsCapacity {
                 cost,
-                capacity: inner.config.max_lease,
+                capacity: largest,
             });
         }
         match inner
@@ -429,8 +470,9 @@ impl<S: Store> LocalAllowance<S> {
     /// when the pool is short: for callers that prefer a short delay to a
     /// refusal, and for sparse traffic, whose pool is often empty (idle
     /// returns give tokens back between requests). Refuses as
-    /// [`try_acquire`](Self::try_acquire) does once `max_wait` has passed;
-    /// cancelling the future takes nothing.
+    /// [`try_acquire`](Self::try_acquire) does once `max_wait` has passed
+    /// (`Duration::MAX`: no deadline; a store failure or a cost above the
+    /// capacity still ends the wait); cancelling the future takes nothing.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -447,17 +489,26 @@ impl<S: Store> LocalAllowance<S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn acquire(&self, cost: u64, max_wait: Duration) -> Result<Source, AcquireError> {
-        let deadline = tokio::time::Instant::now() + max_wait;
+        // None past the end of tokio's clock: no deadline at all.
+        let deadline = tokio::time::Instant::now().checked_add(max_wait);
         loop {
             // Registered before the attempt, so a landing between the
-            // attempt and the wait still wakes this caller.
+            // attempt and the wait still wakes this caller. A refusal for
+            // want of tokens always has a landing to come: the attempt
+            // either claimed a refill or saw one in flight (`LeasePool`),
+            // and one that has landed since has already notified.
             let landed = self.inner.landed.notified();
             match self.try_acquire(cost) {
                 Err(AcquireError::Insufficient { .. })
-                    if self.inner.pool.refilling() && tokio::time::Instant::now() < deadline =>
+                    if deadline.is_none_or(|at| tokio::time::Instant::now() < at) =>
                 {
-                    if tokio::time::timeout_at(deadline, landed).await.is_err() {
-                        return self.try_acquire(cost);
+                    match deadline {
+                        Some(at) => {
+                            if tokio::time::timeout_at(at, landed).await.is_err() {
+                                return self.try_acquire(cost);
+                            }
+                        }
+                        None => landed.await,
                     }
                 }
                 outcome => return outcome,
@@ -563,12 +614,13 @@ impl<S: Store> LocalAllowance<S> {
 }
 
 impl<S: Store> Drop for LocalAllowance<S> {
-    /// Returns the unused tokens in the background, best effort: if the
+    /// Returns the unused tokens in the background, best effort, once a
+    /// refill in flight has landed (so its lease goes back too): if the
     /// runtime is shutting down, they are stranded.
     fn drop(&mut self) {
         let inner = Arc::clone(&self.inner);
         self.inner.runtime.spawn(async move {
-            inner.give_back().await;
+            inner.close().await;
         });
     }
 }
@@ -597,6 +649,7 @@ fn spawn_refill<S: Store>(inner: &Arc<Inner<S>>) {
 
 /// Returns the pool's tokens once it has sat unchanged for `idle`.
 async fn watch_idle<S: Store>(inner: Weak<Inner<S>>, idle: Duration) {
+    let idle = idle.max(MIN_PAUSE);
     let mut last = None;
     loop {
         tokio::time::sleep(idle).await;
@@ -623,17 +676,17 @@ impl<S: Store> Inner<S> {
             // Never zero: a refused caller told to retry at once would spin.
             let hint = Duration::from_nanos(self.retry_hint.load(Ordering::Relaxed));
             return Err(AcquireError::Insufficient {
-                retry_after: hint.max(MIN_RETRY_HINT),
+                retry_after: hint.max(MIN_PAUSE),
             });
         }
         match (self.config.on_failure, &self.fallback) {
             (FailurePolicy::Open, _) => {
-                self.stats.failed_open.fetch_add(cost, Ordering::Relaxed);
+                add(&self.stats.failed_open, cost);
                 Ok(Source::FailedOpen)
             }
             (FailurePolicy::Fallback(_), Some(bucket)) => {
                 bucket.try_acquire(cost)?;
-                self.stats.fallback.fetch_add(cost, Ordering::Relaxed);
+                add(&self.stats.fallback, cost);
                 Ok(Source::Fallback)
             }
             _ => Err(AcquireError::StoreUnavailable),
@@ -641,53 +694,83 @@ impl<S: Store> Inner<S> {
     }
 
     /// Runs the refill this caller claimed, and always ends it: a guard
-    /// lands nothing and records a failure if this future is dropped or the
-    /// store panics before the end. Holding the claim while waiting for the
-    /// next refill time keeps every other caller from asking meanwhile.
+    /// lands nothing if this future is dropped or the store panics before
+    /// the end. Holding the claim while waiting for the next refill time
+    /// keeps every other caller from asking meanwhile.
     async fn refill_claimed(&self) -> Result<u64, RefillError<S::Error>> {
-        let claim = Claim { inner: self };
+        let mut claim = Claim {
+            inner: self,
+            store_called: false,
+        };
         let not_before = self.lock_books().next_refill;
         if not_before > tokio::time::Instant::now() {
             tokio::time::sleep_until(not_before).await;
         }
-        let want = self.lease_size();
+        // Only the claimant adds to the pool: what fits now fits at landing.
+        let want = self.lease_size().min(POOL_LIMIT - self.pool.tokens());
+        if want == 0 {
+            claim.land(0);
+            return Ok(0);
+        }
         let started = Instant::now();
         let call = tokio::time::timeout(self.config.timeout, self.store.acquire(&self.key, want));
-        self.stats.leases.fetch_add(1, Ordering::Relaxed);
-        let outcome = match call.await {
+        claim.store_called = true;
+        add(&self.stats.leases, 1);
+        match call.await {
             Ok(Ok(grant)) => {
-                self.degraded.store(false, Ordering::Release);
-                self.stats.leased.fetch_add(grant.tokens, Ordering::Relaxed);
-                self.stats
-                    .largest_lease
-                    .fetch_max(grant.tokens, Ordering::Relaxed);
-                let mut books = self.lock_books();
-                books.failures = 0;
-                if !grant.is_empty() {
-                    books.last_lease = grant.lease;
-                }
-                let hint = if grant.tokens < want {
-                    let pause = grant.retry_after.max(self.config.lease_period / 4);
-                    books.next_refill = tokio::time::Instant::now() + pause;
-                    pause
-                } else {
-                    started.elapsed()
-                };
-                self.retry_hint
-                    .store(saturating_nanos(hint), Ordering::Relaxed);
-                Ok(grant.tokens)
+                let granted = self.accept(grant, want, started);
+                claim.land(granted);
+                Ok(granted)
             }
             // Either way the store may have debited a lease we will never
             // see: counted as spent, never asked for again as if lost.
-            Ok(Err(error)) => Err(RefillError::Store(error)),
-            Err(_elapsed) => Err(RefillError::Timeout),
-        };
-        match outcome {
-            Ok(granted) => claim.land(granted),
             // Dropping the claim records the failure and ends the refill.
-            Err(_) => drop(claim),
+            Ok(Err(error)) => {
+                drop(claim);
+                Err(RefillError::Store(error))
+            }
+            Err(_elapsed) => {
+                drop(claim);
+                Err(RefillError::Timeout)
+            }
         }
-        outcome
+    }
+
+    /// Books what the store answered to a request for `want` tokens and
+    /// returns the tokens for the pool. Nothing the store says is trusted
+    /// beyond what was asked: at most `want` tokens enter the pool (any
+    /// excess is stranded), the receipt kept for returns covers at most
+    /// those, and the pause a short grant sets is at least 1 ms and at most
+    /// 1 s, whatever its `retry_after`. The store's capacity bounds every
+    /// later cost.
+    fn accept(&self, grant: Grant, want: u64, started: Instant) -> u64 {
+        self.degraded.store(false, Ordering::Release);
+        let largest = self.config.max_lease.min(grant.capacity).min(POOL_LIMIT);
+        self.largest_cost.store(largest, Ordering::Relaxed);
+        let tokens = grant.tokens.min(want);
+        add(&self.stats.leased, grant.tokens);
+        add(&self.stats.stranded, grant.tokens - tokens);
+        self.stats
+            .largest_lease
+            .fetch_max(tokens, Ordering::Relaxed);
+        let mut books = self.lock_books();
+        books.failures = 0;
+        if tokens > 0 {
+            books.last_lease = Lease {
+                granted: grant.lease.granted.min(tokens),
+                at: grant.lease.at,
+            };
+        }
+        let hint = if tokens < want {
+            let pause = grant.retry_after.max(self.config.lease_period / 4);
+            books.next_refill = tokio::time::Instant::now() + pause.clamp(MIN_PAUSE, MAX_PAUSE);
+            pause
+        } else {
+            started.elapsed()
+        };
+        self.retry_hint
+            .store(saturating_nanos(hint), Ordering::Relaxed);
+        tokens
     }
 
     /// Records a failed refill: the failure policy comes into force, and
@@ -701,10 +784,10 @@ impl<S: Store> Inner<S> {
         self.stats.store_errors.fetch_add(1, Ordering::Release);
         let mut books = self.lock_books();
         books.failures = books.failures.saturating_add(1);
-        let first = (self.config.lease_period / 4).max(MIN_RETRY_HINT);
+        let first = (self.config.lease_period / 4).max(MIN_PAUSE);
         let backoff = first
             .saturating_mul(1 << books.failures.min(16))
-            .min(MAX_FAILURE_BACKOFF);
+            .min(MAX_PAUSE);
         books.next_refill = tokio::time::Instant::now() + backoff;
     }
 
@@ -730,7 +813,9 @@ impl<S: Store> Inner<S> {
             smoothed
         };
         let wanted = (demand * self.config.lease_period.as_secs_f64()).ceil();
-        // `as` saturates for floats; the clamp bounds it either way.
+        // `as` saturates for floats; the clamp bounds it either way. (Not
+        // by the store's capacity: a grant of less than asked is what tells
+        // an exhausted budget, and sets the pause before the next request.)
         let size = (wanted as u64)
             .max(self.shortfall.swap(0, Ordering::Relaxed))
             .clamp(self.config.min_lease, self.config.max_lease);
@@ -754,40 +839,51 @@ impl<S: Store> Inner<S> {
     /// to the store, which only sees grants; what matters is that no receipt
     /// is used for more than it granted, so the tokens given back are taken
     /// off the receipt. Tokens beyond it came from older leases, whose
-    /// receipts are not kept: they are stranded.
+    /// receipts are not kept: they are stranded. The drained tokens count as
+    /// stranded until the store confirms the return, so a return cancelled
+    /// while in flight (which may or may not have reached the store) leaves
+    /// the books whole.
     async fn give_back(&self) -> u64 {
         let drained = self.pool.drain();
         if drained == 0 {
             return 0;
         }
-        let (lease, unused) = {
-            let mut books = self.lock_books();
-            let receipt = books.last_lease.split_off(drained);
-            let unused = receipt.granted;
-            (receipt, unused)
+        add(&self.stats.stranded, drained);
+        let lease = self.lock_books().last_lease.split_off(drained);
+        if lease.granted == 0 {
+            return 0;
+        }
+        let sent = tokio::time::timeout(
+            self.config.timeout,
+            self.store.release(&self.key, lease, lease.granted),
+        )
+        .await;
+        let Ok(Ok(())) = sent else {
+            self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+            return 0;
         };
-        let sent = match unused {
-            0 => Ok(Ok(())),
-            _ => {
-                tokio::time::timeout(
-                    self.config.timeout,
-                    self.store.release(&self.key, lease, unused),
-                )
-                .await
-            }
-        };
-        let returned = match sent {
-            Ok(Ok(())) => unused,
-            Ok(Err(_)) | Err(_) => {
-                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
-                0
-            }
-        };
-        self.stats.returned.fetch_add(returned, Ordering::Relaxed);
+        // Returned before no longer stranded: a snapshot in between may
+        // count them twice, never as spent.
+        add(&self.stats.returned, lease.granted);
         self.stats
             .stranded
-            .fetch_add(drained - returned, Ordering::Relaxed);
-        returned
+            .fetch_sub(lease.granted, Ordering::Relaxed);
+        lease.granted
+    }
+
+    /// The final return of a dropped allowance: waits for a refill in
+    /// flight to land (bounded by its pause and the store timeout), so that
+    /// its lease goes back too instead of landing in a pool nobody reads.
+    async fn close(&self) {
+        loop {
+            // Registered before the check, so a landing in between wakes it.
+            let landed = self.landed.notified();
+            if !self.pool.refilling() {
+                break;
+            }
+            landed.await;
+        }
+        self.give_back().await;
     }
 
     fn lock_books(&self) -> std::sync::MutexGuard<'_, Books> {

@@ -79,12 +79,10 @@ impl<C: Clock, S: BuildHasher + Clone> LocalStore<C, S> {
 
     /// The grant of [`Store::acquire`], without the future.
     fn grant(&self, key: &str, want: u64) -> Result<Grant, AcquireError> {
+        // Every key of the limiter has its quota's capacity.
+        let capacity = self.buckets.quota().capacity();
         if want == 0 {
-            return Ok(Grant {
-                tokens: 0,
-                retry_after: Duration::ZERO,
-                lease: Lease::NONE,
-            });
+            return Ok(Grant::nothing(Duration::ZERO, capacity));
         }
         match self.buckets.grant_up_to(key, want) {
             Ok((tokens, admission, _overflow)) => Ok(Grant {
@@ -94,12 +92,11 @@ impl<C: Clock, S: BuildHasher + Clone> LocalStore<C, S> {
                     granted: tokens,
                     at: admission.at,
                 },
+                capacity,
             }),
-            Err(AcquireError::Insufficient { retry_after }) => Ok(Grant {
-                tokens: 0,
-                retry_after,
-                lease: Lease::NONE,
-            }),
+            Err(AcquireError::Insufficient { retry_after }) => {
+                Ok(Grant::nothing(retry_after, capacity))
+            }
             Err(other) => Err(other),
         }
     }
@@ -117,10 +114,14 @@ where
         self.grant(key, want)
     }
 
+    /// Gives back by the one rule (`KeyedLimiter`'s lease undo, the same
+    /// arithmetic as `RedisStore`'s script): at most `unused`, at most
+    /// `lease.granted` (itself at most the capacity, as every lease of this
+    /// store), and at most the grant's cost less the time held since.
     async fn release(&self, key: &str, lease: Lease, unused: u64) -> Result<(), AcquireError> {
-        let unused = unused.min(lease.granted);
+        let granted = lease.granted.min(self.buckets.quota().capacity());
         self.buckets
-            .undo_lease(key, lease.granted, lease.at, unused);
+            .undo_lease(key, granted, lease.at, unused.min(granted));
         Ok(())
     }
 }

@@ -123,7 +123,12 @@ impl LeasePool {
 
     /// Ends the refill in flight, adding the `granted` tokens it brought
     /// (zero for a refill that failed). Only the claimant calls this, once
-    /// per claim; a token count above 2^63 - 1 is not supported.
+    /// per claim.
+    ///
+    /// The count saturates at 2^63 - 1 tokens: a grant beyond that is cut,
+    /// never carried into the refill bit, so no grant can wedge the pool or
+    /// mint tokens. A land with no refill in flight (a caller's bug) changes
+    /// nothing.
     ///
     /// ```
     /// let pool = tollgate::shared::LeasePool::new();
@@ -132,14 +137,13 @@ impl LeasePool {
     /// assert_eq!((pool.tokens(), pool.refilling()), (5, false));
     /// ```
     pub fn land(&self, granted: u64) {
-        // One add: `granted` tokens in, the in-flight bit (known set) out.
-        let before = self
+        // A compare-and-swap rather than one add: the refill path is cold,
+        // and only a loop can both saturate and check the claim.
+        let _ = self
             .0
-            .fetch_add(granted.wrapping_sub(REFILLING), Ordering::AcqRel);
-        debug_assert!(
-            before & REFILLING != 0,
-            "LeasePool::land without a claimed refill"
-        );
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+                (word & REFILLING != 0).then(|| (word & TOKENS).saturating_add(granted).min(TOKENS))
+            });
     }
 
     /// Takes every token out, leaving the refill bit as it is, and returns
@@ -191,5 +195,38 @@ mod tests {
         assert!(pool.refilling());
         pool.land(0);
         assert_eq!((pool.tokens(), pool.refilling()), (0, false));
+    }
+
+    /// Issue 11, finding 9: grants that would overflow the token count
+    /// saturate it instead of spilling into the refill bit, so no sequence
+    /// of lands wedges the pool (a refill can always be claimed and landed
+    /// again) and none mints tokens beyond the count.
+    #[test]
+    fn huge_grants_saturate_and_never_wedge_the_pool() {
+        let pool = LeasePool::new();
+        for _ in 0..3 {
+            assert!(pool.claim_refill());
+            pool.land(1 << 62);
+            assert!(!pool.refilling());
+        }
+        assert_eq!(pool.tokens(), TOKENS);
+        assert!(pool.claim_refill());
+        pool.land(u64::MAX);
+        assert_eq!((pool.tokens(), pool.refilling()), (TOKENS, false));
+        assert_eq!(pool.take(TOKENS, 1), Take::Taken { refill: true });
+        pool.land(0);
+        assert_eq!((pool.tokens(), pool.refilling()), (0, false));
+    }
+
+    /// A land without a claimed refill is a caller's bug; in every build it
+    /// leaves the word as it was instead of wrapping the count.
+    #[test]
+    fn a_land_without_a_claim_changes_nothing() {
+        let pool = LeasePool::new();
+        assert!(pool.claim_refill());
+        pool.land(3);
+        pool.land(5);
+        assert_eq!((pool.tokens(), pool.refilling()), (3, false));
+        assert_eq!(pool.take(1, 0), Take::Taken { refill: false });
     }
 }

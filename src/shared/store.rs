@@ -9,8 +9,9 @@ use std::time::Duration;
 /// use std::time::Duration;
 /// use tollgate::shared::{Grant, Lease};
 ///
-/// let nothing = Grant { tokens: 0, retry_after: Duration::from_millis(20), lease: Lease::NONE };
+/// let nothing = Grant::nothing(Duration::from_millis(20), 100);
 /// assert!(nothing.is_empty());
+/// assert_eq!((nothing.lease, nothing.capacity), (Lease::NONE, 100));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Grant {
@@ -22,16 +23,41 @@ pub struct Grant {
     pub retry_after: Duration,
     /// The store's receipt for this grant, needed to give unused tokens back.
     pub lease: Lease,
+    /// The key's capacity `B`, the most its bucket ever holds: a cost above
+    /// it can never be granted, so a caller refuses it as such
+    /// ([`AcquireError::ExceedsCapacity`](crate::AcquireError::ExceedsCapacity))
+    /// instead of waiting for a grant that cannot come. Every grant carries
+    /// it, empty ones included; `u64::MAX` from a store that cannot tell.
+    pub capacity: u64,
 }
 
 impl Grant {
+    /// A grant of nothing, with the wait until one token could be granted
+    /// and the key's capacity.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::shared::Grant;
+    ///
+    /// assert_eq!(Grant::nothing(Duration::ZERO, 5).tokens, 0);
+    /// ```
+    pub fn nothing(retry_after: Duration, capacity: u64) -> Grant {
+        Grant {
+            tokens: 0,
+            retry_after,
+            lease: Lease::NONE,
+            capacity,
+        }
+    }
+
     /// Whether nothing was granted.
     ///
     /// ```
     /// use std::time::Duration;
     /// use tollgate::shared::{Grant, Lease};
     ///
-    /// assert!(!Grant { tokens: 3, retry_after: Duration::ZERO, lease: Lease::NONE }.is_empty());
+    /// let grant = Grant { tokens: 3, retry_after: Duration::ZERO, lease: Lease { granted: 3, at: 0 }, capacity: 10 };
+    /// assert!(!grant.is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
         self.tokens == 0
@@ -43,8 +69,9 @@ impl Grant {
 ///
 /// Giving tokens back needs both: returning a grant's tokens long after it
 /// was made must not hand out refill the shared bucket wasted while full,
-/// so a store returns at most the unused tokens less the time since the
-/// grant (the rule of `docs/design.md`, "undo without minting").
+/// so a store returns at most the unused tokens, and at most the grant's
+/// cost less the time held since it (the one rule of `docs/semantics.md`,
+/// "Giving back").
 ///
 /// ```
 /// use tollgate::shared::Lease;
@@ -104,7 +131,8 @@ pub trait Store: Send + Sync + 'static {
     type Error: std::error::Error + Send + Sync + 'static;
 
     /// Refills `key`'s bucket to the store's now and grants up to `want`
-    /// tokens of it (`want >= 1`), in one atomic step.
+    /// tokens of it (`want >= 1`), in one atomic step, telling the key's
+    /// capacity ([`Grant::capacity`]) whatever it grants.
     fn acquire(
         &self,
         key: &str,
@@ -112,7 +140,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Grant, Self::Error>> + Send;
 
     /// Gives back `unused` tokens (at most `lease.granted`) of the grant
-    /// `lease`, less the refill the shared bucket would have wasted since.
+    /// `lease`, by the one rule of `docs/semantics.md` ("Giving back"): at
+    /// most the unused part, and at most the grant's cost less the time
+    /// held since it, so refill the shared bucket wasted while full is never
+    /// handed out again.
     /// Release a receipt at most once; for partial returns, give each its
     /// own part ([`Lease::split_off`]).
     fn release(

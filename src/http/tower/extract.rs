@@ -9,10 +9,11 @@
 use std::net::{IpAddr, SocketAddr};
 
 use http::Method;
-use http::header::CONTENT_LENGTH;
 use http::request::Parts;
 
-use crate::identity::{AddrKey, ForwardedResolver};
+use super::CostError;
+use super::length;
+use crate::identity::{AddrKey, ForwardedResolver, PrefixPolicy};
 
 /// The request extension of type `T`, cloned: an authenticated principal
 /// placed there by earlier middleware, say. Never take an identity from a
@@ -58,7 +59,11 @@ where
 }
 
 /// The peer's address from a plain `SocketAddr` extension (what a bare
-/// hyper server can insert per connection), as an address key.
+/// hyper server can insert per connection), keyed under the default
+/// [`PrefixPolicy`]: one budget per IPv4 address and per IPv6 network the
+/// policy names, so that a client cannot buy fresh budgets by rotating
+/// through the addresses of its own IPv6 prefix. [`peer_addr_with`]
+/// chooses the policy.
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -66,21 +71,48 @@ where
 ///
 /// let (mut parts, ()) = http::Request::new(()).into_parts();
 /// parts.extensions.insert("[2001:db8::1]:80".parse::<SocketAddr>()?);
-/// assert_eq!(extract::peer_addr(&parts).map(|k| k.to_string()), Some("2001:db8::1".into()));
+/// assert_eq!(extract::peer_addr(&parts).map(|k| k.to_string()), Some("2001:db8::".into()));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn peer_addr(parts: &Parts) -> Option<AddrKey> {
+    peer_key(parts, PrefixPolicy::default())
+}
+
+/// The peer's address from a plain `SocketAddr` extension, keyed under
+/// `policy`: [`peer_addr`] with another prefix length (a `/56` for an ISP
+/// that hands each subscriber one, say).
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use tollgate::http::tower::extract;
+/// use tollgate::identity::PrefixPolicy;
+///
+/// let per_subscriber = extract::peer_addr_with(PrefixPolicy::new(32, 56)?);
+/// let (mut parts, ()) = http::Request::new(()).into_parts();
+/// parts.extensions.insert("[2001:db8:0:ab::1]:80".parse::<SocketAddr>()?);
+/// assert_eq!(per_subscriber(&parts).map(|k| k.to_string()), Some("2001:db8::".into()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn peer_addr_with(
+    policy: PrefixPolicy,
+) -> impl Fn(&Parts) -> Option<AddrKey> + Send + Sync + Clone {
+    move |parts: &Parts| peer_key(parts, policy)
+}
+
+fn peer_key(parts: &Parts, policy: PrefixPolicy) -> Option<AddrKey> {
     parts
         .extensions
         .get::<SocketAddr>()
-        .map(|addr| AddrKey::from(addr.ip()))
+        .map(|addr| AddrKey::new(addr.ip(), policy))
 }
 
 /// The client's address behind trusted proxies: `peer` gives the
 /// connection's address, and `resolver` reads its configured header (only
 /// when the peer is a trusted proxy). When the header cannot be believed,
 /// the key is the resolver's fallback, the nearest trusted hop: coarse, but
-/// never an address the client chose. No peer address means no key.
+/// never an address the client chose. No peer address means no key. The
+/// key is the address under the resolver's prefix policy
+/// ([`ForwardedResolver::with_prefix_policy`]).
 ///
 /// ```
 /// use std::net::{IpAddr, SocketAddr};
@@ -136,29 +168,40 @@ pub fn method_and_path(parts: &Parts) -> Option<(Method, String)> {
     Some((parts.method.clone(), parts.uri.path().to_owned()))
 }
 
-/// The request's Content-Length, as a cost in bytes; 0 when absent or not
-/// a number (a chunked body declares no length, so a per-byte limit also
-/// needs a cap on body size to be complete).
+/// The length the request declares for its body, as a cost in bytes for
+/// [`Rule::try_cost`](super::Rule::try_cost); never 0 for a body that
+/// has bytes.
+///
+/// - One Content-Length (or several lines or list members that all agree,
+///   as RFC 9110 allows) of plain digits that fits a `u64`: that length.
+///   Anything else (a sign, garbage, an overflow, values that disagree) is
+///   [`CostError::InvalidContentLength`], answered 400.
+/// - A Transfer-Encoding (a chunked body) declares no length:
+///   [`CostError::LengthRequired`], answered 411 before a byte of the body
+///   is read; beside a Content-Length it is
+///   [`CostError::InvalidContentLength`] (framed two ways).
+/// - No Content-Length: inside the layer, the body's own framing decides
+///   (an empty body costs 0, a body of known size its size, an HTTP/2
+///   stream of unknown size is [`CostError::LengthRequired`]), and a
+///   Content-Length it contradicts is [`CostError::InvalidContentLength`].
+///   Called on a bare request head, an HTTP/1 request costs 0 (it has no
+///   body) and an HTTP/2 or 3 one is [`CostError::LengthRequired`].
+///
+/// The length is what the client declared: a per-byte limit charges it
+/// before the body arrives, and the server (hyper does) must read no more
+/// than that.
 ///
 /// ```
-/// use tollgate::http::tower::extract;
+/// use tollgate::http::tower::{CostError, extract};
 ///
 /// let (parts, ()) = http::Request::post("/upload").header("content-length", "4096").body(())?.into_parts();
-/// assert_eq!(extract::content_length(&parts), 4096);
+/// assert_eq!(extract::content_length(&parts), Ok(4096));
+/// let (parts, ()) = http::Request::post("/upload").header("transfer-encoding", "chunked").body(())?.into_parts();
+/// assert_eq!(extract::content_length(&parts), Err(CostError::LengthRequired));
+/// let (parts, ()) = http::Request::post("/upload").header("content-length", "4, 5").body(())?.into_parts();
+/// assert_eq!(extract::content_length(&parts), Err(CostError::InvalidContentLength));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn content_length(parts: &Parts) -> u64 {
-    // Only an absent header costs nothing. One that is present but is not
-    // plain digits (a sign, an overflow, garbage) costs the most there is,
-    // so that it is refused rather than let through for free.
-    match parts.headers.get(CONTENT_LENGTH) {
-        None => 0,
-        Some(value) => value
-            .to_str()
-            .ok()
-            .map(str::trim)
-            .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|text| text.parse().ok())
-            .unwrap_or(u64::MAX),
-    }
+pub fn content_length(parts: &Parts) -> Result<u64, CostError> {
+    length::declared(parts)
 }

@@ -6,8 +6,10 @@
 //! address, the client behind trusted proxies, a principal from earlier
 //! middleware, the route). Every rule that applies is charged, all or
 //! nothing; a refusal becomes the [`Refusal`](crate::http::Refusal)
-//! response. `docs/http.md` has the contract and an axum example, and
-//! `examples/axum_server.rs` a runnable server.
+//! response. An admitted request stays charged unless its response has a
+//! status its rule gives back ([`Rule::give_back_on`]); a client that hangs
+//! up gets nothing back. `docs/http.md` has the contract and an axum
+//! example, and `examples/axum_server.rs` a runnable server.
 //!
 //! ```
 //! use std::net::SocketAddr;
@@ -28,10 +30,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod cost;
 pub mod extract;
 mod layer;
+mod length;
 mod rule;
 
+pub use cost::CostError;
 pub use layer::{
     RateLimitBody, RateLimitLayer, RateLimitLayerBuilder, RateLimitService, ResponseFuture,
 };

@@ -10,6 +10,7 @@ use std::time::Duration;
 use http::StatusCode;
 use http::request::Parts;
 
+use super::CostError;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName, RateLimitPolicy};
 use crate::{AcquireError, Clock, KeyedLimiter, Limit, Quota, TokenBucket};
 
@@ -38,7 +39,7 @@ pub enum MissingKey {
 }
 
 type KeyFn<K> = dyn Fn(&Parts) -> Option<K> + Send + Sync;
-type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
+type CostFn = dyn Fn(&Parts) -> Result<u64, CostError> + Send + Sync;
 type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 
 /// One limit of a [`RateLimitLayer`](super::RateLimitLayer): a global
@@ -46,7 +47,7 @@ type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 /// as a [`RateLimitPolicy`], with a cost per request (1 unless set), an
 /// optional predicate choosing the requests it applies to, a
 /// [`MissingKey`] policy, and the response statuses whose cost it gives
-/// back.
+/// back ([`give_back_on`](Self::give_back_on)).
 ///
 /// Cheap to clone: the limiter and the functions are behind `Arc`s.
 ///
@@ -63,7 +64,7 @@ type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 /// let per_account = Arc::new(KeyedLimiter::new(Quota::per_second(5)?));
 /// let rule = Rule::keyed(PolicyName::new("per-account")?, per_account, extract::extension::<Account>())
 ///     .on_missing_key(MissingKey::Skip)
-///     .refund_on([StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN])
+///     .give_back_on([StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN])
 ///     .when(|parts| parts.uri.path().starts_with("/api/"));
 /// assert_eq!(rule.policy().name().as_str(), "per-account");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -75,7 +76,7 @@ pub struct Rule {
     cost: Option<Arc<CostFn>>,
     when: Option<Arc<Predicate>>,
     missing: MissingKey,
-    refund_on: Vec<StatusCode>,
+    give_back_on: Vec<StatusCode>,
 }
 
 impl Rule {
@@ -137,7 +138,7 @@ impl Rule {
             cost: None,
             when: None,
             missing: MissingKey::default(),
-            refund_on: Vec::new(),
+            give_back_on: Vec::new(),
         }
     }
 
@@ -163,20 +164,47 @@ impl Rule {
 
     /// Charges `cost(request)` tokens instead of 1. A cost of 0 charges
     /// nothing (an empty body under a per-byte limit); a cost above the
-    /// capacity is refused with 413.
+    /// capacity is refused with 413. For a cost read from the request,
+    /// which the request can get wrong, use [`try_cost`](Self::try_cost).
     ///
     /// ```
     /// use std::sync::Arc;
     /// use tollgate::{Quota, TokenBucket};
     /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::Rule;
+    ///
+    /// // Searches cost five times what the other routes do.
+    /// let work = Rule::global(PolicyName::new("work")?, Arc::new(TokenBucket::new(Quota::per_second(100)?)))
+    ///     .cost(|parts| if parts.uri.path().starts_with("/search") { 5 } else { 1 });
+    /// # let _ = work;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cost(self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Rule {
+        self.try_cost(move |parts| Ok(cost(parts)))
+    }
+
+    /// Charges `cost(request)` tokens, or answers the request with the
+    /// [`CostError`]'s 4xx (a problem+json body, nothing charged on any
+    /// rule) when its cost cannot be read from it: the way to charge by
+    /// [`extract::content_length`](super::extract::content_length).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, TokenBucket};
+    /// use tollgate::http::{PolicyName, QuotaUnit};
     /// use tollgate::http::tower::{Rule, extract};
     ///
-    /// let upload = Rule::global(PolicyName::new("upload")?, Arc::new(TokenBucket::new(Quota::per_second(1 << 20)?)))
-    ///     .cost(extract::content_length);
+    /// let bytes = Arc::new(TokenBucket::new(Quota::per_second(1 << 20)?));
+    /// let upload = Rule::global(PolicyName::new("upload")?, bytes).try_cost(extract::content_length);
+    /// let per_byte = upload.policy().clone().with_unit(QuotaUnit::ContentBytes);
+    /// let upload = upload.with_policy(per_byte);
     /// # let _ = upload;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Rule {
+    pub fn try_cost(
+        mut self,
+        cost: impl Fn(&Parts) -> Result<u64, CostError> + Send + Sync + 'static,
+    ) -> Rule {
         self.cost = Some(Arc::new(cost));
         self
     }
@@ -220,13 +248,25 @@ impl Rule {
         self
     }
 
-    /// Gives the request's cost back to this limit when the response has
-    /// one of `statuses`. Typically 401 and 403 on a limit keyed by a
-    /// claimed identity: otherwise anyone can spend (and, through the
-    /// RateLimit fields, observe) another user's budget by sending bad
-    /// credentials in their name. Leave address limits counting them: they
-    /// are what slows down credential guessing. A refund returns the whole
-    /// cost, clipped at the capacity.
+    /// Gives the request's charge back to this limit when the inner
+    /// service answers with one of `statuses`, by the one rule of
+    /// `docs/semantics.md` ("Giving back"): all of it if nothing was
+    /// admitted from the limit since, otherwise the cost less the time the
+    /// request held it (nothing, once that much has refilled). Nothing is
+    /// ever given back without a response: a request whose future is
+    /// dropped (the client hung up, an outer timeout), whose inner service
+    /// fails or panics, stays charged, because its handler may have done
+    /// the work.
+    ///
+    /// Typically 401 and 403, so that bad credentials cost the account
+    /// nothing, with a trade-off to know: a client that hangs up before its
+    /// 401 arrives stays charged. And a rule keyed on an identity the
+    /// request merely *claims* lets anyone drain that identity's budget
+    /// either way (send its name, hang up): key per-account rules only on
+    /// authenticated identities, placed in the extensions by
+    /// authentication that runs before this layer, and keep an address
+    /// rule that counts 401 and 403, since that is what slows down
+    /// credential guessing.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -237,12 +277,12 @@ impl Rule {
     ///
     /// let limiter = Arc::new(KeyedLimiter::<u64>::new(Quota::per_second(5)?));
     /// let rule = Rule::keyed(PolicyName::new("per-user")?, limiter, extract::extension::<u64>())
-    ///     .refund_on([StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN]);
+    ///     .give_back_on([StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN]);
     /// # let _ = rule;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn refund_on(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Rule {
-        self.refund_on = statuses.into_iter().collect();
+    pub fn give_back_on(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Rule {
+        self.give_back_on = statuses.into_iter().collect();
         self
     }
 
@@ -282,22 +322,20 @@ impl Rule {
         self.when.as_ref().is_none_or(|when| when(parts))
     }
 
-    pub(super) fn cost_of(&self, parts: &Parts) -> u64 {
-        self.cost.as_ref().map_or(1, |cost| cost(parts))
+    pub(super) fn has_cost(&self) -> bool {
+        self.cost.is_some()
+    }
+
+    pub(super) fn cost_of(&self, parts: &Parts) -> Result<u64, CostError> {
+        self.cost.as_ref().map_or(Ok(1), |cost| cost(parts))
     }
 
     pub(super) fn bind(&self, parts: &Parts) -> Option<Box<dyn Bound>> {
         self.source.bind(parts)
     }
 
-    pub(super) fn refunds(&self, status: StatusCode) -> bool {
-        self.refund_on.contains(&status)
-    }
-
-    /// Whether this rule gives anything back: then a request whose outcome
-    /// never arrives (dropped, or an error) is refunded too.
-    pub(super) fn refunds_any(&self) -> bool {
-        !self.refund_on.is_empty()
+    pub(super) fn gives_back(&self, status: StatusCode) -> bool {
+        self.give_back_on.contains(&status)
     }
 }
 
@@ -306,7 +344,7 @@ impl fmt::Debug for Rule {
         f.debug_struct("Rule")
             .field("policy", &self.policy)
             .field("missing", &self.missing)
-            .field("refund_on", &self.refund_on)
+            .field("give_back_on", &self.give_back_on)
             .finish_non_exhaustive()
     }
 }
@@ -323,7 +361,6 @@ pub(super) trait Bound: Send + Sync {
     fn limit(&self) -> LimitRef<'_>;
     fn available(&self) -> u64;
     fn wait(&self, cost: u64) -> Result<Duration, AcquireError>;
-    fn refund(&self, cost: u64);
     fn quota(&self) -> &Quota;
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey>;
 }
@@ -361,9 +398,6 @@ impl<C: Clock + 'static> Bound for GlobalSource<C> {
     }
     fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
         self.0.retry_after(cost)
-    }
-    fn refund(&self, cost: u64) {
-        self.0.refund(cost);
     }
     fn quota(&self) -> &Quota {
         self.0.quota()
@@ -413,9 +447,6 @@ where
     }
     fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
         self.limiter.retry_after(&self.key, cost)
-    }
-    fn refund(&self, cost: u64) {
-        self.limiter.refund(&self.key, cost);
     }
     fn quota(&self) -> &Quota {
         self.limiter.quota()

@@ -48,18 +48,26 @@ if not (now >= 0 and now <= last) then return {-1, 0, 0} end
 -- and dividing the multiple a - fmod(a, b) by b is exact.
 local function idiv(a, b) return (a - math.fmod(a, b)) / b end
 
--- A key holds "<d>:<tat>": the instant the bucket is full again, in ticks
--- of 1/d microsecond. Returns it in this store's ticks; false when the key
--- is absent (a full bucket); nil when it holds something else. A state
+-- A key holds "<d>:<tat>:<born>": the instant the bucket is full again, in
+-- ticks of 1/d microsecond, and the microsecond (since the epoch) the key
+-- was created, which tells leases of this state from leases of a state
+-- since lost. Returns tat in this store's ticks and born; false when the
+-- key is absent (a full bucket); nil when it holds something else. A state
 -- written with another tick size (another quota under the same prefix) is
--- converted, rounded up to the microsecond: more debt, never less.
+-- converted, rounded up to the microsecond: more debt, never less. A state
+-- written before born was kept ("<d>:<tat>") reads as born at 0.
 local function load(key)
   local v = redis.call('GET', key)
   if not v then return false end
-  local sd, st = string.match(v, '^(%d+):(%d+)$')
+  local sd, st, born = string.match(v, '^(%d+):(%d+):(%d+)$')
+  if not sd then
+    sd, st = string.match(v, '^(%d+):(%d+)$')
+    born = '0'
+  end
   if not sd then return nil end
   sd = tonumber(sd)
   st = tonumber(st)
+  born = tonumber(born)
   if sd ~= d then
     if sd < 1 then return nil end
     local us = idiv(st, sd)
@@ -68,16 +76,17 @@ local function load(key)
   end
   -- Only a foreign writer gets here; beyond 2^53 is "empty for decades".
   if st > EXACT then st = EXACT end
-  return st
+  return st, born
 end
 
 -- Writes the state tat > now, to expire when the bucket is full again (an
 -- absent key IS a full bucket, so the expiry loses nothing). '%.0f' prints
 -- every integer below 2^53 exactly; tostring would keep 14 digits.
-local function save(key, tat)
+local function save(key, tat, born)
   local unit = 1000 * d
   local ms = idiv(tat - now + unit - 1, unit)
-  redis.call('SET', key, string.format('%.0f:%.0f', d, tat), 'PX', string.format('%.0f', ms))
+  local state = string.format('%.0f:%.0f:%.0f', d, tat, born)
+  redis.call('SET', key, state, 'PX', string.format('%.0f', ms))
 end
 "#
     };
@@ -93,15 +102,17 @@ pub(super) const ACQUIRE: &str = concat!(
     prelude!(),
     r#"
 local want = tonumber(ARGV[6])
-local tat = load(KEYS[1])
+local tat, born = load(KEYS[1])
 if tat == nil then return {-2, 0, now} end
--- A state at or before now is a full bucket, as is an absent key.
+-- An absent key is a full bucket, born now (now is a whole microsecond).
+if not tat then born = idiv(now, d) end
+-- A state at or before now is a full bucket too.
 if not tat or tat < now then tat = now end
 -- Refilled credit, in ticks: at most B*T since tat >= now.
 local room = now + BT - tat
 if room < T then return {0, T - room, now} end
 local granted = math.min(want, idiv(room, T))
-save(KEYS[1], tat + granted * T)
+save(KEYS[1], tat + granted * T, born)
 return {granted, 0, now}
 "#
 );
@@ -110,9 +121,11 @@ return {granted, 0, now}
 /// time `at`, `ARGV[8]` the `unused` tokens (`1 <= unused <= granted`).
 ///
 /// Moves the state back by `min(unused*T, granted*T - (now - at))`, the
-/// rule of `docs/design.md` ("undo without minting"), and by nothing when
+/// one rule of `docs/semantics.md` ("Giving back"), and by nothing when
 /// `at` is after `now` (the server clock stepped back: the time held is
-/// unknown). An absent key is a full bucket: nothing to give back into.
+/// unknown) or before the key was created (the lease was debited from a
+/// state since lost). An absent key is a full bucket: nothing to give back
+/// into.
 ///
 /// Returns `{1, returned, now}` with `returned >= 0` the credit given back,
 /// in ticks; `{-1, 0, 0}` and `{-2, 0, now}` as for `acquire`.
@@ -125,15 +138,19 @@ local unused = tonumber(ARGV[8])
 if at > now then return {1, 0, now} end
 local owed = math.min(unused * T, granted * T - (now - at))
 if owed <= 0 then return {1, 0, now} end
-local tat = load(KEYS[1])
+local tat, born = load(KEYS[1])
 if tat == nil then return {-2, 0, now} end
 if not tat or tat <= now then return {1, 0, now} end
+-- A lease granted before this state was born was debited from a state
+-- since lost (a restarted or flushed server, an evicted key): giving it
+-- back here would hand out tokens this state never debited.
+if at < born * d then return {1, 0, now} end
 -- Credit above B is clipped: what comes back is at most tat - now.
 local returned = math.min(owed, tat - now)
 if tat - owed <= now then
   redis.call('DEL', KEYS[1])
 else
-  save(KEYS[1], tat - owed)
+  save(KEYS[1], tat - owed, born)
 end
 return {1, returned, now}
 "#

@@ -7,6 +7,11 @@
 //! `docs/redis.md`.
 
 mod lua;
+#[cfg(test)]
+mod parity;
+#[cfg(test)]
+#[path = "../../../tests/support/redis_server.rs"]
+mod redis_server;
 mod scale;
 
 use std::fmt;
@@ -79,6 +84,10 @@ pub enum RedisStoreError {
     /// cannot tell a new key from one that refilled and expired.
     #[error("a redis store's buckets start full: initial credit {0:?} is not supported")]
     InitialCreditUnsupported(InitialCredit),
+    /// The timeout was zero: every call would time out (and a timed-out
+    /// `acquire` may still have debited its tokens).
+    #[error("the redis store's timeout must be longer than zero")]
+    ZeroTimeout,
     /// The key prefix contains `{` or `}`, which would move every key's
     /// Redis Cluster hash tag into the prefix.
     #[error("the key prefix must not contain '{{' or '}}'")]
@@ -87,8 +96,9 @@ pub enum RedisStoreError {
     /// ([`RedisStore::valid_until`]): the script refused to decide.
     #[error("the redis server's clock is outside the store's range (2025 to its valid_until)")]
     ServerClockOutOfRange,
-    /// The key holds a value this store did not write (not `"<d>:<tat>"`);
-    /// it is left untouched.
+    /// The key holds a value this store did not write (not
+    /// `"<d>:<tat>:<born>"` nor the older `"<d>:<tat>"`); it is left
+    /// untouched.
     #[error("redis key {0:?} holds a value that is not a tollgate bucket")]
     ForeignValue(String),
 }
@@ -148,8 +158,8 @@ impl RedisStore {
     /// `prefix`, and every call bounded by `timeout`.
     ///
     /// The timeout bounds each call as a whole (an `EVALSHA`, and the
-    /// script load after a `NOSCRIPT` reply); a zero timeout fails every
-    /// call.
+    /// script load after a `NOSCRIPT` reply); `Duration::MAX` waits as long
+    /// as the server takes.
     ///
     /// Every store sharing a prefix on one server should use the same
     /// quota. (A different tick size under the same prefix is converted,
@@ -163,7 +173,8 @@ impl RedisStore {
     /// [`InitialCreditUnsupported`](RedisStoreError::InitialCreditUnsupported)
     /// for a quota the scripts cannot apply exactly enough;
     /// [`InvalidPrefix`](RedisStoreError::InvalidPrefix) for a prefix with
-    /// braces. Never panics.
+    /// braces; [`ZeroTimeout`](RedisStoreError::ZeroTimeout) for a zero
+    /// timeout. Never panics.
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -184,7 +195,7 @@ impl RedisStore {
         prefix: impl Into<String>,
         timeout: Duration,
     ) -> Result<Self, RedisStoreError> {
-        let (scale, prefix) = validate(&quota, prefix.into())?;
+        let (scale, prefix) = validate(&quota, prefix.into(), timeout)?;
         Ok(RedisStore {
             connection,
             quota,
@@ -231,7 +242,7 @@ impl RedisStore {
     ) -> Result<Self, RedisStoreError> {
         // Checked before connecting, so a bad quota or prefix fails at once.
         let prefix = prefix.into();
-        validate(&quota, prefix.clone())?;
+        validate(&quota, prefix.clone(), timeout)?;
         let client = Client::open(url)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(timeout)
@@ -359,26 +370,22 @@ impl RedisStore {
     }
 
     async fn acquire_tokens(&self, key: &str, want: u64) -> Result<Grant, RedisStoreError> {
+        // The capacity is this store's own `B`, the one its scripts apply
+        // (they receive it as `BT / T`): every grant tells it, empty or not.
+        let capacity = self.scale.capacity;
         if want == 0 {
-            return Ok(Grant {
-                tokens: 0,
-                retry_after: Duration::ZERO,
-                lease: Lease::NONE,
-            });
+            return Ok(Grant::nothing(Duration::ZERO, capacity));
         }
         // No bucket ever holds more than B: asking for more is asking for B.
-        let want = want.min(self.scale.capacity);
+        let want = want.min(capacity);
         let [granted, wait, now] = self.run(&ACQUIRE, key, &[want]).await?;
         match (granted, wait) {
-            (0, wait) if wait > 0 => Ok(Grant {
-                tokens: 0,
-                retry_after: self.scale.duration(wait),
-                lease: Lease::NONE,
-            }),
+            (0, wait) if wait > 0 => Ok(Grant::nothing(self.scale.duration(wait), capacity)),
             (granted, 0) if (1..=want).contains(&granted) => Ok(Grant {
                 tokens: granted,
                 retry_after: Duration::ZERO,
                 lease: Lease { granted, at: now },
+                capacity,
             }),
             _ => Err(RedisStoreError::BadReply(format!(
                 "acquire of {want} returned {granted} tokens with a wait of {wait} ticks"
@@ -417,9 +424,10 @@ impl Store for RedisStore {
 
     /// Refills `key`'s bucket to the server's now and grants up to `want`
     /// tokens of it, in one script. Nothing granted means `retry_after` is
-    /// the exact wait for one token (rounded up to the microsecond).
-    /// `want = 0` returns an empty grant without calling the server; a
-    /// `want` above the capacity asks for the capacity.
+    /// the exact wait for one token (rounded up to the microsecond). Every
+    /// grant carries the quota's capacity. `want = 0` returns an empty grant
+    /// without calling the server; a `want` above the capacity asks for the
+    /// capacity.
     ///
     /// # Errors
     ///
@@ -494,7 +502,14 @@ impl fmt::Debug for RedisStore {
 
 /// Checks a store's configuration; shared by both constructors so that
 /// `connect` refuses a bad one before touching the network.
-fn validate(quota: &Quota, prefix: String) -> Result<(Scale, String), RedisStoreError> {
+fn validate(
+    quota: &Quota,
+    prefix: String,
+    timeout: Duration,
+) -> Result<(Scale, String), RedisStoreError> {
+    if timeout.is_zero() {
+        return Err(RedisStoreError::ZeroTimeout);
+    }
     if quota.initial_credit() != InitialCredit::Full {
         return Err(RedisStoreError::InitialCreditUnsupported(
             quota.initial_credit(),
@@ -571,33 +586,39 @@ mod tests {
 
     #[test]
     fn bad_configurations_are_typed_errors() {
+        const SECOND: Duration = Duration::from_secs(1);
         let quota = Quota::per_second(5).unwrap();
         assert!(matches!(
-            validate(&quota, "a{b}:".into()),
+            validate(&quota, "rl:".into(), Duration::ZERO),
+            Err(RedisStoreError::ZeroTimeout)
+        ));
+        assert!(validate(&quota, "rl:".into(), Duration::MAX).is_ok());
+        assert!(matches!(
+            validate(&quota, "a{b}:".into(), SECOND),
             Err(RedisStoreError::InvalidPrefix)
         ));
         assert!(matches!(
-            validate(&quota, "a}".into()),
+            validate(&quota, "a}".into(), SECOND),
             Err(RedisStoreError::InvalidPrefix)
         ));
         let empty = quota.with_initial_credit(InitialCredit::Empty).unwrap();
         assert!(matches!(
-            validate(&empty, "rl:".into()),
+            validate(&empty, "rl:".into(), SECOND),
             Err(RedisStoreError::InitialCreditUnsupported(
                 InitialCredit::Empty
             ))
         ));
         let too_fine = Quota::per_second(1_000_000_000).unwrap();
         assert!(matches!(
-            validate(&too_fine, "rl:".into()),
+            validate(&too_fine, "rl:".into(), SECOND),
             Err(RedisStoreError::RateTooFine)
         ));
         let too_long = Quota::new(9_000_000_000, 1, Duration::from_secs(1)).unwrap();
         assert!(matches!(
-            validate(&too_long, "rl:".into()),
+            validate(&too_long, "rl:".into(), SECOND),
             Err(RedisStoreError::RefillTooLong { .. })
         ));
-        assert!(validate(&quota, String::new()).is_ok());
+        assert!(validate(&quota, String::new(), SECOND).is_ok());
     }
 
     #[test]

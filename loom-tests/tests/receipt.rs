@@ -1,0 +1,126 @@
+//! Loom models of a receipt's undo, the one way credit flows back to a
+//! bucket, racing the operations that move its state word: admissions,
+//! refill (a moving clock) and resets.
+//!
+//! Without `--cfg tollgate_loom` the file is empty.
+
+#![cfg(tollgate_loom)]
+
+use std::time::Duration;
+
+use std::sync::Arc;
+
+use loom::thread;
+use loom_tests::{gather, model};
+use tollgate::{ManualClock, Quota, Receipt, TokenBucket};
+
+/// A bucket of `capacity` refilled at one token per second, full at time 0.
+fn bucket(capacity: u64, clock: &ManualClock) -> Arc<TokenBucket<ManualClock>> {
+    let quota = Quota::new(capacity, 1, Duration::from_secs(1)).expect("valid quota");
+    Arc::new(TokenBucket::with_clock(quota, clock.clone()))
+}
+
+/// On a frozen clock an undo is exact whether or not an admission came
+/// between: what the racing thread admitted plus what is left is the whole
+/// capacity, in every interleaving. The thread sees the receipt's token back
+/// only if the undo came first.
+#[test]
+fn an_undo_racing_admissions_on_a_frozen_clock_is_exact() {
+    let admitted = gather(|| {
+        let clock = ManualClock::new();
+        let shared = bucket(2, &clock);
+        let receipt = Receipt::take(Arc::clone(&shared), 1).unwrap();
+        let other = Arc::clone(&shared);
+        let racer = thread::spawn(move || {
+            u64::from(other.try_acquire(1).is_ok()) + u64::from(other.try_acquire(1).is_ok())
+        });
+        receipt.undo();
+        let admitted = racer.join().unwrap();
+        assert_eq!(
+            admitted + shared.available(),
+            2,
+            "a token was lost or minted"
+        );
+        admitted
+    });
+    // Both outcomes are reachable: the undo before the second admission
+    // (2 admitted) or after it (1 admitted, then the token returns).
+    assert_eq!(admitted.into_iter().collect::<Vec<_>>(), [1, 2]);
+}
+
+/// Admissions at nanosecond times, checked against the envelope over every
+/// window between two of them: at most `B + r·(t - s)` in `[s, t]`.
+fn assert_envelope(capacity: u64, admitted_at: &[u64]) {
+    for &s in admitted_at {
+        for &t in admitted_at.iter().filter(|&&t| t >= s) {
+            let inside = admitted_at.iter().filter(|&&a| s <= a && a <= t).count() as u64;
+            let allowed = capacity + (t - s) / 1_000_000_000;
+            assert!(inside <= allowed, "{inside} in [{s}, {t}]: {admitted_at:?}");
+        }
+    }
+}
+
+/// An undo races a refill and an admission it lets in: the receipt's token
+/// was taken from a full bucket at 0, another thread moves the clock to
+/// 0.5 s and takes one. Giving the whole token back after that would mint
+/// the half token of refill the full bucket wasted; every window of what
+/// is then admitted must fit the envelope.
+#[test]
+fn an_undo_racing_refill_and_an_admission_mints_nothing() {
+    const HALF: Duration = Duration::from_millis(500);
+    model(|| {
+        let clock = ManualClock::new();
+        let shared = bucket(2, &clock);
+        let receipt = Receipt::take(Arc::clone(&shared), 1).unwrap();
+        let (other, c) = (Arc::clone(&shared), clock.clone());
+        let racer = thread::spawn(move || {
+            c.set(HALF);
+            other.try_acquire(1).is_ok()
+        });
+        receipt.undo();
+        let mut kept = Vec::new();
+        if racer.join().unwrap() {
+            kept.push(HALF);
+        }
+        for at in [Duration::from_millis(600), Duration::from_secs(1)] {
+            clock.set(at);
+            while shared.try_acquire(1).is_ok() {
+                kept.push(at);
+            }
+        }
+        let nanos: Vec<u64> = kept.iter().map(|d| d.as_nanos() as u64).collect();
+        assert_envelope(2, &nanos);
+    });
+}
+
+/// A reset races an undo and an admission after it. A reset forgives every
+/// debt, the receipt's included, so it is a trusted operation like refund
+/// (`docs/semantics.md`, "Giving back"): an undo after it may return the
+/// receipt's cost once more, never more than that, and the state word never
+/// wraps. The reachable outcomes are exactly these.
+#[test]
+fn an_undo_racing_a_reset_returns_at_most_its_cost_and_never_wraps() {
+    let left = gather(|| {
+        let clock = ManualClock::new();
+        let shared = bucket(2, &clock);
+        let receipt = Receipt::take(Arc::clone(&shared), 2).unwrap();
+        let other = Arc::clone(&shared);
+        let resetter = thread::spawn(move || {
+            other.reset();
+            other.try_acquire(1).is_ok()
+        });
+        receipt.undo();
+        assert!(resetter.join().unwrap(), "a reset bucket admits");
+        let left = shared.available();
+        assert!(left <= 2);
+        // The word is in range: a full drain admits exactly what is left.
+        assert_eq!(
+            (0..3).filter(|_| shared.try_acquire(1).is_ok()).count() as u64,
+            left
+        );
+        left
+    });
+    // 1: the undo came before the reset's admission; 2: after it, giving
+    // back (once more) what the reset had already forgiven.
+    assert_eq!(left.into_iter().collect::<Vec<_>>(), [1, 2]);
+}
