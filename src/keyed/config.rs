@@ -68,7 +68,7 @@ const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// ids, tenant and account names and most routes are shorter and stay
 /// exact (and as fast as ever to look up); a copied key then holds at most
 /// about 64 bytes of heap, so the default cap bounds the table to some
-/// 150 MiB whatever clients send (`docs/benchmarks.md`).
+/// 160 MiB whatever clients send (`docs/benchmarks.md`).
 const DEFAULT_MAX_EXACT_KEY_BYTES: usize = 64;
 
 /// Configures a [`KeyedLimiter`]: clock, hasher and memory bound.
