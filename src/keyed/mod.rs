@@ -656,7 +656,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         self.timeline.clock()
     }
 
-    /// `key`'s limit, as one [`Step`] of a hierarchy.
+    /// `key`'s limit, as one [`Step`](crate::Step) of a hierarchy.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, Quota, TokenBucket, try_acquire_all};
