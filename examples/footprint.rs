@@ -2,13 +2,18 @@
 //!
 //! For each key type and count, builds the limiter, creates that many keys
 //! (one decision each), and reports the heap bytes the limiter holds per key,
-//! counted by an instrumented global allocator.
+//! counted by an instrumented global allocator. Hostile keys (4 KiB strings,
+//! as a client sending long request paths makes them) are built one at a
+//! time in one reused buffer, so the only bytes they leave are the
+//! limiter's; the run fails if a million of them take more than the bound
+//! the default configuration promises for keys kept as fingerprints.
 //!
 //! ```text
 //! cargo run --release --example footprint
 //! ```
 
 use std::alloc::System;
+use std::fmt::Write as _;
 use std::hash::Hash;
 use std::net::{IpAddr, Ipv6Addr};
 use std::num::NonZeroU32;
@@ -61,6 +66,59 @@ fn compare<K: Hash + Eq + Clone, G: Hash + Eq + Clone>(label: &str, ours: &[K], 
     );
 }
 
+/// What the default configuration promises a key kept as a fingerprint
+/// costs at most: a 24-byte entry and its control byte, over the lowest
+/// load a table has just after it grows (7/16), with room to spare for the
+/// shards' own allocations.
+const FINGERPRINT_BYTES_PER_KEY: f64 = 64.0;
+
+/// Rewrites `key` in place as the `i`-th hostile key: distinct in its first
+/// 16 bytes, then `padding`.
+fn hostile_key(key: &mut String, i: u64, padding: &str) {
+    key.clear();
+    write!(key, "{i:016x}").expect("a String takes any write");
+    key.push_str(padding);
+}
+
+/// Bytes per key of `count` hostile keys of `len` bytes each, in tollgate's
+/// limiter and, when that stays under a GiB, governor's, which copies every
+/// key. Returns tollgate's bytes per key.
+fn hostile(count: u64, len: usize) -> f64 {
+    let padding = "p".repeat(len - 16);
+    let mut key = String::with_capacity(len);
+    let (tollgate, tollgate_bytes) = heap_bytes(|| {
+        let limiter = KeyedLimiter::<String>::new(Quota::per_second(10).expect("valid"));
+        for i in 0..count {
+            hostile_key(&mut key, i, &padding);
+            limiter
+                .try_acquire(key.as_str(), 1)
+                .expect("a new key has credit");
+        }
+        limiter
+    });
+    let per_key = tollgate_bytes as f64 / count as f64;
+    assert_eq!(tollgate.len() as u64, count);
+    drop(tollgate);
+    let governor = (count * len as u64 <= 1 << 30).then(|| {
+        let (governor, bytes) = heap_bytes(|| {
+            let limiter =
+                RateLimiter::keyed(GovernorQuota::per_second(NonZeroU32::new(10).unwrap()));
+            for i in 0..count {
+                hostile_key(&mut key, i, &padding);
+                limiter.check_key(&key).expect("a new key has credit");
+            }
+            limiter
+        });
+        assert_eq!(governor.len() as u64, count);
+        bytes as f64 / count as f64
+    });
+    let (theirs, ratio) = governor.map_or(("(not run)".to_owned(), "—".to_owned()), |g| {
+        (format!("{g:.1}"), format!("{:.2}", g / per_key))
+    });
+    println!("| String, {len} B, hostile / String | {count} | {per_key:.1} | {theirs} | {ratio} |");
+    per_key
+}
+
 fn main() {
     println!(
         "| key type (tollgate / governor) | keys | tollgate B/key | governor B/key | governor / tollgate |"
@@ -78,5 +136,20 @@ fn main() {
         compare("IpAddr / IpAddr", &addrs, &addrs);
         let keys: Vec<AddrKey> = addrs.iter().map(|&a| AddrKey::from(a)).collect();
         compare("AddrKey / IpAddr", &keys, &addrs);
+        drop((addrs, keys));
+        // Account-like names, and the longest string kept as a copy by
+        // default (63 bytes and a terminator: 64 hashed bytes).
+        for len in [21, 63] {
+            let names: Vec<String> = ids
+                .iter()
+                .map(|id| format!("{id:016x}{}", "n".repeat(len - 16)))
+                .collect();
+            compare(&format!("String, {len} B / String"), &names, &names);
+        }
+        let per_key = hostile(count, 4096);
+        assert!(
+            per_key <= FINGERPRINT_BYTES_PER_KEY,
+            "{count} hostile keys take {per_key:.1} bytes each, over the bound of {FINGERPRINT_BYTES_PER_KEY}"
+        );
     }
 }

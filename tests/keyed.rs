@@ -1,11 +1,14 @@
 //! The keyed limiter: per-key semantics equal to a single bucket, typed
 //! keys, and memory bounds that never mint credit.
 
+use std::alloc::System;
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use proptest::prelude::*;
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tollgate::{
     AcquireError, AtCapacity, InitialCredit, KeyedLimiter, ManualClock, Quota, TokenBucket,
 };
@@ -15,8 +18,19 @@ use common::Envelope;
 
 const SECOND: Duration = Duration::from_secs(1);
 
+// Counts heap bytes for the memory bound below. Other tests of this binary
+// run beside it, so its bound leaves room for their transient allocations.
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
 fn keyed(quota: Quota, clock: &ManualClock) -> KeyedLimiter<u32, ManualClock> {
     KeyedLimiter::builder(quota).clock(clock.clone()).build()
+}
+
+/// The longest exact key for a test that runs on either table: zero keeps
+/// every key as a fingerprint.
+fn exact_key_bytes(fingerprinted: bool) -> usize {
+    if fingerprinted { 0 } else { usize::MAX }
 }
 
 fn cap(n: usize) -> NonZeroUsize {
@@ -49,18 +63,23 @@ proptest! {
 
     /// One key of a keyed limiter makes exactly the decisions of a token
     /// bucket with the same quota and clock, sweeps included: dropping a
-    /// full bucket changes nothing.
+    /// full bucket changes nothing. The same whether the key is kept as
+    /// itself or as a fingerprint.
     #[test]
     fn one_key_decides_like_a_token_bucket(
         capacity in 1..=6u64,
         tokens in 1..=7u64,
         period_ms in 1..=3_000u64,
+        fingerprinted in any::<bool>(),
         ops in prop::collection::vec(op(), 1..80),
     ) {
         let quota = Quota::new(capacity, tokens, Duration::from_millis(period_ms)).unwrap();
         let clock = ManualClock::new();
         let bucket = TokenBucket::with_clock(quota, clock.clone());
-        let limiter = keyed(quota, &clock);
+        let limiter = KeyedLimiter::builder(quota)
+            .clock(clock.clone())
+            .max_exact_key_bytes(exact_key_bytes(fingerprinted))
+            .build::<u32>();
         for op in ops {
             match op {
                 Op::Acquire(cost) => {
@@ -293,6 +312,7 @@ proptest! {
         max_keys in 1..=3usize,
         overflow in any::<bool>(),
         auto_sweep in any::<bool>(),
+        fingerprinted in any::<bool>(),
         ops in prop::collection::vec(churn(), 1..120),
     ) {
         let period = SECOND;
@@ -302,6 +322,7 @@ proptest! {
             .max_keys(cap(max_keys))
             .at_capacity(if overflow { AtCapacity::SharedOverflow } else { AtCapacity::Deny })
             .sweep_interval(auto_sweep.then_some(Duration::from_millis(300)))
+            .max_exact_key_bytes(exact_key_bytes(fingerprinted))
             .build::<u32>();
         let mut spent: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
         let mut acquire = |key: u32, cost: u64, at: u64| match limiter.try_acquire(&key, cost) {
@@ -496,4 +517,41 @@ fn churning_keys_on_the_real_clock_stay_within_the_envelope() {
         assert!(all >= CAPACITY, "only {all} admitted");
         assert!(limiter.len() <= 8);
     }
+}
+
+// Memory bounded in bytes, not only in keys.
+
+/// Keys as long as a client can make them (request paths of up to 64 KiB;
+/// 4 KiB here) cost the table a bounded number of bytes each, whatever
+/// their length: with the default configuration, tens of thousands of
+/// hostile 4 KiB keys take well under 128 bytes each, not 4 KiB.
+#[test]
+fn hostile_long_keys_cost_a_bounded_number_of_bytes_each() {
+    const KEYS: usize = 20_000;
+    const LEN: usize = 4_096;
+    const BYTES_PER_KEY: usize = 128;
+    let limiter = KeyedLimiter::builder(Quota::per_second(1).unwrap())
+        .clock(ManualClock::new())
+        .build::<String>();
+    let padding = "p".repeat(LEN - 16);
+    // One buffer rewritten in place: the only bytes that stay allocated are
+    // the limiter's.
+    let mut key = String::with_capacity(LEN);
+    let region = Region::new(GLOBAL);
+    for i in 0..KEYS {
+        key.clear();
+        write!(key, "{i:016x}").unwrap();
+        key.push_str(&padding);
+        assert_eq!(limiter.try_acquire(key.as_str(), 1), Ok(()));
+    }
+    let change = region.change();
+    let held = (change.bytes_allocated as isize - change.bytes_deallocated as isize
+        + change.bytes_reallocated)
+        .max(0) as usize;
+    assert_eq!(limiter.len(), KEYS);
+    assert!(
+        held < KEYS * BYTES_PER_KEY,
+        "{KEYS} keys of {LEN} bytes hold {held} bytes, {} per key",
+        held / KEYS
+    );
 }

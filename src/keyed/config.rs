@@ -52,6 +52,9 @@ pub(crate) struct KeyBound {
     pub(crate) at_capacity: AtCapacity,
     /// The least time between two automatic sweeps; `None` disables them.
     pub(crate) sweep_interval: Option<Duration>,
+    /// The most bytes a key's `Hash` may write for the key to be kept as
+    /// itself; longer keys are kept as fingerprints.
+    pub(crate) max_exact_key_bytes: usize,
 }
 
 /// The default key cap: about a million keys, some 24 MiB of table for
@@ -60,6 +63,13 @@ const DEFAULT_MAX_KEYS: usize = 1 << 20;
 
 /// The default least time between automatic sweeps at the cap.
 const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The default length past which keys are kept as fingerprints: addresses,
+/// ids, tenant and account names and most routes are shorter and stay
+/// exact (and as fast as ever to look up); a copied key then holds at most
+/// about 64 bytes of heap, so the default cap bounds the table to some
+/// 160 MiB whatever clients send (`docs/benchmarks.md`).
+const DEFAULT_MAX_EXACT_KEY_BYTES: usize = 64;
 
 /// Configures a [`KeyedLimiter`]: clock, hasher and memory bound.
 ///
@@ -95,6 +105,7 @@ impl KeyedBuilder {
                 max_keys: DEFAULT_MAX_KEYS,
                 at_capacity: AtCapacity::default(),
                 sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
+                max_exact_key_bytes: DEFAULT_MAX_EXACT_KEY_BYTES,
             },
         }
     }
@@ -192,6 +203,34 @@ impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S> {
     /// ```
     pub fn sweep_interval(mut self, interval: Option<Duration>) -> Self {
         self.bound.sweep_interval = interval;
+        self
+    }
+
+    /// The most bytes a key's `Hash` may write for the key to be kept as a
+    /// copy (default 64); a longer key is kept as a 128-bit fingerprint
+    /// under a secret key of the limiter's, 16 bytes whatever its length.
+    ///
+    /// Clients choose how long keys are (a request path may be 64 KiB), so
+    /// without this a key cap would bound the table's keys but not its
+    /// bytes. Two distinct keys share a budget only if their fingerprints
+    /// collide: about 2^-89 among 2^20 keys (`docs/semantics.md`).
+    /// Exact keys are looked up faster (one fast hash, no SipHash pass);
+    /// raise the bound for long keys that are not clients' to choose, lower
+    /// it (0 keeps every key as a fingerprint) to bound bytes more tightly.
+    /// What a key writes is its content plus std's length prefixes and
+    /// terminators: a string of `n` bytes writes `n + 1`.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?)
+    ///     .max_exact_key_bytes(256)
+    ///     .build::<String>();
+    /// assert_eq!(limiter.max_exact_key_bytes(), 256);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn max_exact_key_bytes(mut self, bytes: usize) -> Self {
+        self.bound.max_exact_key_bytes = bytes;
         self
     }
 

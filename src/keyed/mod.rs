@@ -1,8 +1,11 @@
 //! Keyed limiters: one exact bucket per key, created on first use, in
-//! bounded memory.
+//! memory bounded in keys and in bytes.
 
 mod config;
+mod fingerprint;
+mod key_limit;
 mod stats;
+mod table;
 mod tiers;
 
 use std::borrow::Borrow;
@@ -12,18 +15,45 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 use dashmap::DashMap;
-use dashmap::mapref::entry::{Entry, VacantEntry};
-use dashmap::mapref::one::Ref;
 
 pub use config::{AtCapacity, KeyedBuilder};
+pub use key_limit::KeyLimit;
 pub use stats::KeyTableStats;
 pub use tiers::Tiered;
 
-use crate::hierarchy::{Limit, Step, Taken};
+use crate::hierarchy::Taken;
 use crate::state::{Admission, Tat};
 use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, MonotonicClock, Quota};
 use config::KeyBound;
+use fingerprint::{Fingerprint, Fingerprinter, PassThrough, hashed_len};
+use table::Table;
+
+/// Where a key is kept: in the table of exact keys as itself, or in the
+/// fingerprint table as its fingerprint.
+enum Located<'q, Q: ?Sized> {
+    Exact(&'q Q),
+    Fingerprint(Fingerprint),
+}
+
+/// Evaluates `$body` with `$table` bound to the table that keeps `$key`, and
+/// `$key` rebound to its form there (itself, or its fingerprint). The body
+/// is written once and compiled for each table.
+macro_rules! in_table {
+    ($limiter:expr, $key:ident, |$table:ident| $body:expr) => {
+        match $limiter.locate($key) {
+            Located::Exact($key) => {
+                let $table = &$limiter.exact;
+                $body
+            }
+            Located::Fingerprint(print) => {
+                let $key = &print;
+                let $table = &$limiter.fingerprints;
+                $body
+            }
+        }
+    };
+}
 
 /// A token bucket per key, with the same exact semantics as
 /// [`TokenBucket`](crate::TokenBucket), in a sharded map ([`dashmap`]).
@@ -33,14 +63,21 @@ use config::KeyBound;
 /// a composite key is a tuple or a struct, so `("a:b", "c")` and
 /// `("a", "b:c")` are different keys.
 ///
-/// Memory is bounded: at most [`max_keys`](KeyedBuilder::max_keys) keys are
-/// tracked. [`sweep`](Self::sweep) drops buckets that have refilled to full
-/// and nothing else; at the cap, new keys get the [`AtCapacity`] policy. No
-/// eviction ever gives a key credit it would not have had
+/// Memory is bounded in keys and in bytes: at most
+/// [`max_keys`](KeyedBuilder::max_keys) keys are tracked, and a key longer
+/// than [`max_exact_key_bytes`](KeyedBuilder::max_exact_key_bytes) (counted
+/// as the bytes its `Hash` writes) is kept as a 128-bit keyed fingerprint,
+/// 16 bytes whatever its length, instead of a copy. Two long keys share a
+/// budget only if their fingerprints collide: about 2^-89 among 2^20 keys
+/// (`docs/semantics.md`, "Bounded memory"), and a shared budget only ever
+/// refuses more. [`sweep`](Self::sweep) drops buckets that have refilled to
+/// full and nothing else; at the cap, new keys get the [`AtCapacity`]
+/// policy. No eviction ever gives a key credit it would not have had
 /// (`docs/semantics.md`). A dropped key that comes back starts with the
-/// quota's initial credit: with [`InitialCredit::Full`](crate::InitialCredit::Full)
-/// (the default) a sweep changes no decision; with less, a returning key
-/// gets less than it would have had.
+/// quota's initial credit: with
+/// [`InitialCredit::Full`](crate::InitialCredit::Full) (the default) a sweep
+/// changes no decision; with less, a returning key gets less than it would
+/// have had.
 ///
 /// Linearization points: a decision on a key is its bucket's (the
 /// compare-and-swap or load), made while holding the key's shard for reading,
@@ -63,7 +100,13 @@ use config::KeyBound;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct KeyedLimiter<K, C = MonotonicClock, S = ahash::RandomState> {
-    buckets: DashMap<K, Tat, S>,
+    /// Keys whose `Hash` writes at most `bound.max_exact_key_bytes` bytes,
+    /// kept as they are.
+    exact: Table<K, S>,
+    /// Longer keys, kept as fingerprints: a client's key length costs the
+    /// table nothing.
+    fingerprints: Table<Fingerprint, PassThrough>,
+    fingerprinter: Fingerprinter,
     quota: Quota,
     timeline: Timeline<C>,
     bound: KeyBound,
@@ -105,14 +148,6 @@ impl<K, C, S> std::fmt::Debug for KeyedLimiter<K, C, S> {
     }
 }
 
-/// Which bucket served a key's decision.
-enum Bucket<'a, K> {
-    Own(Ref<'a, K, Tat>),
-    /// The shared overflow bucket, decided on while the key's absence is
-    /// held (its shard write-locked).
-    Overflow(VacantEntry<'a, K, Tat>),
-}
-
 impl KeyedLimiter<()> {
     /// Starts configuring a keyed limiter that gives every key `quota`.
     ///
@@ -146,7 +181,9 @@ impl<K: Hash + Eq> KeyedLimiter<K> {
 impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     pub(crate) fn from_parts(quota: Quota, clock: C, hasher: S, bound: KeyBound) -> Self {
         KeyedLimiter {
-            buckets: DashMap::with_hasher(hasher),
+            exact: DashMap::with_hasher(hasher),
+            fingerprints: DashMap::with_hasher(PassThrough),
+            fingerprinter: Fingerprinter::new(),
             timeline: Timeline::new(clock),
             bound,
             keys: AtomicUsize::new(0),
@@ -167,6 +204,19 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     #[inline]
     fn now(&self) -> u64 {
         self.timeline.now(self.quota.gcra())
+    }
+
+    /// Where `key` is kept. `K: Borrow<Q>` promises that `Q` hashes as `K`
+    /// does, so a key is found in the same table whichever form it is
+    /// looked up by. For a fixed-size key the length is a constant and this
+    /// is one predictable branch.
+    #[inline]
+    fn locate<'q, Q: Hash + ?Sized>(&self, key: &'q Q) -> Located<'q, Q> {
+        if hashed_len(key) <= self.bound.max_exact_key_bytes {
+            Located::Exact(key)
+        } else {
+            Located::Fingerprint(self.fingerprinter.of(key))
+        }
     }
 
     /// Takes `cost` tokens from `key`'s bucket now, or refuses without
@@ -335,33 +385,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        // The guard holds the key's shard for reading until the decision is
-        // made; no other map operation may run before it is dropped, or a
-        // writer on that shard deadlocks. The clock is read after the lookup:
-        // measured 8 to 19 ns faster per decision than before it (the read
-        // no longer stalls behind the lock's read-modify-write), and for a
-        // tracked key no sweep can fall between the reading and the decision
-        // (a new key's reading is older; `fresh_tat` covers that).
-        let found = self.buckets.get(key);
-        let now = self.now();
-        let bucket = match found {
-            Some(tat) => Bucket::Own(tat),
-            None => self.insert(key, now)?,
-        };
-        match bucket {
-            Bucket::Own(tat) => admit(&tat, now).map(|admission| (admission, false)),
-            Bucket::Overflow(absent) => {
-                let admission = admit(&self.overflow, now)?;
-                // Recorded before the key's absence is released, so a bucket
-                // of its own created next starts from here or later.
-                if let Some(floor) = self.overflow_floor(key) {
-                    floor.fetch_max(admission.after, Ordering::AcqRel);
-                }
-                drop(absent);
-                self.counters.overflowed();
-                Ok((admission, true))
-            }
-        }
+        in_table!(self, key, |table| self.decide_in(table, key, admit))
     }
 
     /// Gives back `tokens` of what `taken` took from `key`'s bucket (or the
@@ -374,16 +398,16 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         Q: Hash + Eq + ?Sized,
     {
         let gcra = self.quota.gcra();
-        let (ticks, now) = (gcra.token_ticks(tokens), || self.now());
+        let ticks = gcra.token_ticks(tokens);
         if taken.overflow {
-            self.overflow.undo(gcra, &taken.admission, ticks, now);
+            self.overflow
+                .undo(gcra, &taken.admission, ticks, || self.now());
             return;
         }
-        if let Some(tat) = self.buckets.get(key) {
-            tat.undo(gcra, &taken.admission, ticks, now);
-        }
-        // The guard above is dropped: the map may be written now.
-        self.forget_if_full(key);
+        let admission = &taken.admission;
+        in_table!(self, key, |table| {
+            self.undo_in(table, key, admission, ticks);
+        });
     }
 
     /// Gives back `unused` of a store lease of `granted` tokens admitted at
@@ -395,110 +419,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     {
         let gcra = self.quota.gcra();
         let (cost, returned) = (gcra.token_ticks(granted), gcra.token_ticks(unused));
-        if let Some(tat) = self.buckets.get(key) {
+        in_table!(self, key, |table| if let Some(tat) = table.get(key) {
             tat.undo_inexact(gcra, at, cost, returned, || self.now());
-        }
-    }
-
-    #[cold]
-    fn insert<Q>(&self, key: &Q, now: u64) -> Result<Bucket<'_, K>, AcquireError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        // Counted (and perhaps swept) before `entry`: a sweep write-locks
-        // shards, and the failed `get` has already dropped its guard, so no
-        // guard of ours is alive here.
-        let counted = self.count_new_key(now);
-        if !counted && self.bound.at_capacity == AtCapacity::Deny {
-            // Refusing needs no write lock and no owned key; only a bucket
-            // created for this key meanwhile is worth a second look.
-            return match self.buckets.get(key) {
-                Some(raced) => Ok(Bucket::Own(raced)),
-                None => Err(AcquireError::TooManyKeys {
-                    max_keys: self.bound.max_keys,
-                }),
-            };
-        }
-        match self.buckets.entry(key.to_owned()) {
-            Entry::Occupied(raced) => {
-                // Another thread created it between our `get` and `entry`.
-                if counted {
-                    self.keys.fetch_sub(1, Ordering::AcqRel);
-                }
-                Ok(Bucket::Own(raced.into_ref().downgrade()))
-            }
-            Entry::Vacant(vacant) if counted => {
-                self.counters.created();
-                Ok(Bucket::Own(
-                    vacant
-                        .insert(Tat::new(self.fresh_tat(key, now)))
-                        .downgrade(),
-                ))
-            }
-            // Only the overflow policy gets here uncounted. The vacant entry
-            // keeps the key's shard write-locked until the overflow decision
-            // is made and recorded: a bucket of its own created for this key
-            // meanwhile would start from a floor that misses this decision.
-            Entry::Vacant(vacant) => Ok(Bucket::Overflow(vacant)),
-        }
-    }
-
-    /// Counts a new key in, sweeping once first if the table is full.
-    fn count_new_key(&self, now: u64) -> bool {
-        let max = self.bound.max_keys;
-        let count_in = || {
-            self.keys
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < max).then_some(n + 1)
-                })
-                .is_ok()
-        };
-        count_in() || (self.auto_sweep(now) > 0 && count_in())
-    }
-
-    /// Sweeps if automatic sweeps are on and none ran within the interval.
-    /// Only the thread that moves the next slot forward sweeps.
-    fn auto_sweep(&self, now: u64) -> usize {
-        let Some(interval) = self.bound.sweep_interval else {
-            return 0;
-        };
-        let next = self.next_sweep.load(Ordering::Acquire);
-        let later = now.saturating_add(self.quota.gcra().ticks_of(interval));
-        if now < next
-            || self
-                .next_sweep
-                .compare_exchange(next, later, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-        {
-            return 0;
-        }
-        self.sweep_at(now)
-    }
-
-    /// The state `key`'s new bucket starts from at `now`: the quota's initial
-    /// credit, but never fuller than a bucket dropped by a sweep, nor (under
-    /// [`AtCapacity::SharedOverflow`]) than the overflow bucket after the
-    /// key's latest overflow decision. A caller whose `now` is older than the
-    /// last sweep thus sees a debt, as the dropped twin would have shown it.
-    fn fresh_tat<Q: Hash + ?Sized>(&self, key: &Q, now: u64) -> u64 {
-        let gcra = self.quota.gcra();
-        let initial = now.saturating_add(gcra.initial_tat(self.quota.initial_credit()));
-        let overflowed = self
-            .overflow_floor(key)
-            .map_or(0, |floor| floor.load(Ordering::Acquire));
-        initial
-            .max(self.swept_at.load(Ordering::Acquire))
-            .max(overflowed)
-    }
-
-    /// The overflow floor of `key`'s hash slot, under the overflow policy.
-    fn overflow_floor<Q: Hash + ?Sized>(&self, key: &Q) -> Option<&AtomicU64> {
-        let slots = self.overflow_floors.len();
-        (slots > 0).then(|| {
-            let hash = self.buckets.hasher().hash_one(key);
-            &self.overflow_floors[(hash % slots as u64) as usize]
-        })
+        });
     }
 
     /// Returns `cost` tokens to `key`'s bucket, for work that was admitted
@@ -523,9 +446,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if let Some(tat) = self.buckets.get(key) {
+        in_table!(self, key, |table| if let Some(tat) = table.get(key) {
             tat.refund(self.quota.gcra(), cost);
-        }
+        });
     }
 
     /// Whole tokens available to `key` now. A key not tracked reports the
@@ -546,10 +469,10 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     {
         let gcra = self.quota.gcra();
         let now = self.now();
-        match self.buckets.get(key) {
+        in_table!(self, key, |table| match table.get(key) {
             Some(tat) => tat.available(gcra, now),
-            None => gcra.available(self.fresh_tat(key, now), now),
-        }
+            None => gcra.available(self.fresh_tat(self.overflow_floor_in(table, key), now), now),
+        })
     }
 
     /// How long until `key` could take `cost` tokens, zero if it could now.
@@ -575,13 +498,18 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         let gcra = self.quota.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
         let now = self.now();
-        let wait = match self.buckets.get(key) {
+        let wait = in_table!(self, key, |table| match table.get(key) {
             Some(tat) => tat.wait_for(gcra, now, cost_ticks),
             None => gcra
-                .admit(self.fresh_tat(key, now), now, cost_ticks, 0)
+                .admit(
+                    self.fresh_tat(self.overflow_floor_in(table, key), now),
+                    now,
+                    cost_ticks,
+                    0
+                )
                 .err()
                 .unwrap_or(0),
-        };
+        });
         Ok(gcra.duration(wait))
     }
 
@@ -607,49 +535,6 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// ```
     pub fn sweep(&self) -> usize {
         self.sweep_at(self.now())
-    }
-
-    /// Drops `key`'s bucket if it is full, as a sweep would (losslessly,
-    /// with the same watermarks), so that a key created by a request a later
-    /// limit refused leaves no trace in the table: refusals elsewhere must
-    /// not fill this limiter's key cap.
-    fn forget_if_full<Q>(&self, key: &Q)
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let now = self.now();
-        self.swept_at.fetch_max(now, Ordering::AcqRel);
-        self.overflow.raise_to(now);
-        if self
-            .buckets
-            .remove_if(key, |_, tat| tat.is_full(now))
-            .is_some()
-        {
-            self.keys.fetch_sub(1, Ordering::AcqRel);
-            self.counters.evicted_one();
-        }
-    }
-
-    fn sweep_at(&self, now: u64) -> usize {
-        // Published before any bucket goes: whoever recreates a dropped key
-        // reads it under the same shard lock (see `fresh_tat`).
-        self.swept_at.fetch_max(now, Ordering::AcqRel);
-        // A dropped key may come back through the overflow bucket, so that
-        // bucket, too, must be no fuller than one full at `now`: otherwise a
-        // decision on an older reading would credit it the refill the
-        // dropped bucket wasted while full.
-        self.overflow.raise_to(now);
-        let mut dropped = 0;
-        // `retain` write-locks one shard at a time; no guard of ours is alive.
-        self.buckets.retain(|_, tat| {
-            let full = tat.is_full(now);
-            dropped += usize::from(full);
-            !full
-        });
-        self.keys.fetch_sub(dropped, Ordering::AcqRel);
-        self.counters.swept(dropped);
-        dropped
     }
 
     /// What the key table holds and has dropped so far. Always kept: its
@@ -713,6 +598,37 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         self.bound.max_keys
     }
 
+    /// The most bytes a key's `Hash` may write for the key to be kept as a
+    /// copy; longer keys are kept as fingerprints (see
+    /// [`KeyedBuilder::max_exact_key_bytes`]).
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// assert_eq!(KeyedLimiter::builder(Quota::per_second(1)?).build::<u32>().max_exact_key_bytes(), 64);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn max_exact_key_bytes(&self) -> usize {
+        self.bound.max_exact_key_bytes
+    }
+
+    /// The hasher of the table of exact keys. The default is keyed per
+    /// limiter from OS randomness, so how keys spread over shards cannot be
+    /// predicted, and hash flooding cannot be prepared, from outside.
+    ///
+    /// ```
+    /// use std::hash::BuildHasher;
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// let a = KeyedLimiter::<u64>::new(Quota::per_second(1)?);
+    /// let b = KeyedLimiter::<u64>::new(Quota::per_second(1)?);
+    /// assert_ne!(a.hasher().hash_one(7u64), b.hasher().hash_one(7u64));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn hasher(&self) -> &S {
+        self.exact.hasher()
+    }
+
     /// The quota every key gets.
     ///
     /// ```
@@ -740,7 +656,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         self.timeline.clock()
     }
 
-    /// `key`'s limit, as one [`Step`] of a hierarchy.
+    /// `key`'s limit, as one [`Step`](crate::Step) of a hierarchy.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, Quota, TokenBucket, try_acquire_all};
@@ -756,81 +672,5 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         KeyLimit { limiter: self, key }
-    }
-}
-
-/// One key of a [`KeyedLimiter`], usable as a [`Limit`] in a hierarchy.
-///
-/// ```
-/// use tollgate::{KeyedLimiter, Quota, try_acquire_all};
-///
-/// let per_address = KeyedLimiter::builder(Quota::per_second(2)?).build::<u32>();
-/// let limit = per_address.key(&7);
-/// try_acquire_all(&[limit.cost(2)])?;
-/// assert!(try_acquire_all(&[limit.cost(1)]).is_err());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug)]
-pub struct KeyLimit<'a, Q: ?Sized, K, C, S> {
-    limiter: &'a KeyedLimiter<K, C, S>,
-    key: &'a Q,
-}
-
-impl<Q, K, C, S> crate::hierarchy::sealed::Sealed for KeyLimit<'_, Q, K, C, S>
-where
-    K: Hash + Eq + Borrow<Q>,
-    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    C: Clock,
-    S: BuildHasher + Clone,
-{
-    fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        let (admission, overflow) = self.limiter.acquire_within(self.key, cost, 0)?;
-        Ok(Taken {
-            admission,
-            tokens: cost,
-            overflow,
-        })
-    }
-
-    fn undo(&self, taken: &Taken) {
-        self.limiter.undo(self.key, taken, taken.tokens);
-    }
-
-    fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
-        self.limiter.retry_after(self.key, cost)
-    }
-}
-
-impl<'a, Q, K, C, S> Limit for KeyLimit<'a, Q, K, C, S>
-where
-    K: Hash + Eq + Borrow<Q> + Send + Sync,
-    Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
-    C: Clock,
-    S: BuildHasher + Clone + Send + Sync,
-{
-}
-
-impl<'a, Q, K, C, S> KeyLimit<'a, Q, K, C, S>
-where
-    K: Hash + Eq + Borrow<Q> + Send + Sync,
-    Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
-    C: Clock,
-    S: BuildHasher + Clone + Send + Sync,
-{
-    /// This key's limit charged `cost` tokens, as a step of a hierarchy.
-    ///
-    /// The step borrows this `KeyLimit`: build the steps inside the call to
-    /// [`try_acquire_all`](crate::try_acquire_all), or bind the `KeyLimit`
-    /// first (`let account = limiter.key(&id); let steps = [account.cost(1)];`).
-    ///
-    /// ```
-    /// use tollgate::{KeyedLimiter, Quota, try_acquire_all};
-    ///
-    /// let per_tenant = KeyedLimiter::builder(Quota::per_second(100)?).build::<String>();
-    /// try_acquire_all(&[per_tenant.key("north").cost(10)])?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn cost(&self, cost: u64) -> Step<'_> {
-        Step::new(self, cost)
     }
 }
