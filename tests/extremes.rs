@@ -15,7 +15,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 mod common;
-use common::Envelope;
+use common::{Envelope, admitted_at_first_poll};
 use tollgate::concurrency::ConcurrencyLimiter;
 use tollgate::{
     Clock, Counted, InitialCredit, KeyedLimiter, ManualClock, Quota, QuotaError, Receipt,
@@ -80,24 +80,6 @@ fn op() -> impl Strategy<Value = Op> {
         duration().prop_map(Op::Advance),
         duration().prop_map(Op::Set),
     ]
-}
-
-/// Polls an async call once on a paused runtime and drops it: whether it
-/// was admitted at once.
-fn poll_once<T, E>(future: impl std::future::Future<Output = Result<T, E>>) -> bool {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
-        .block_on(async {
-            let mut future = std::pin::pin!(future);
-            std::future::poll_fn(|cx| {
-                let admitted = matches!(future.as_mut().poll(cx), std::task::Poll::Ready(Ok(_)));
-                std::task::Poll::Ready(admitted)
-            })
-            .await
-        })
 }
 
 fn config() -> ProptestConfig {
@@ -178,10 +160,10 @@ proptest! {
                     }
                 }
                 Op::Wait(cost, max_wait) => {
-                    if poll_once(bucket.acquire(cost, max_wait)) {
+                    if admitted_at_first_poll(bucket.acquire(cost, max_wait)) {
                         since.push((now(&clock), cost));
                     }
-                    let _ = poll_once(in_flight.acquire(cost, max_wait));
+                    let _ = admitted_at_first_poll(in_flight.acquire(cost, max_wait));
                 }
                 Op::Refund(cost) => {
                     bucket.refund(cost);
@@ -204,7 +186,7 @@ proptest! {
                 }
                 Op::KeyedReserve(key, cost, max_wait) => {
                     let _ = keyed.reserve(&key, cost, max_wait);
-                    let _ = poll_once(keyed.acquire(&key, cost, max_wait));
+                    let _ = admitted_at_first_poll(keyed.acquire(&key, cost, max_wait));
                 }
                 Op::Sweep => {
                     keyed.sweep();

@@ -23,7 +23,7 @@ use tollgate::{
 };
 
 mod common;
-use common::Envelope;
+use common::{Envelope, admitted_at_first_poll};
 
 /// One operation; `key` picks one of a few keys where the limiter has keys.
 #[derive(Clone, Copy, Debug)]
@@ -166,25 +166,6 @@ fn move_clock(clock: &ManualClock, op: Op, ledgers: &mut [Ledger]) {
     }
 }
 
-/// Drops an async acquire after one poll, inside a paused runtime, so that
-/// its reservation (if it waits) is given back by the cancellation path.
-/// Whether it was admitted without a wait (and so kept).
-fn cancel_after_one_poll<E>(future: impl std::future::Future<Output = Result<(), E>>) -> bool {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let mut future = std::pin::pin!(future);
-        std::future::poll_fn(|cx| {
-            let admitted = matches!(future.as_mut().poll(cx), std::task::Poll::Ready(Ok(())));
-            std::task::Poll::Ready(admitted)
-        })
-        .await
-    })
-}
-
 fn config() -> ProptestConfig {
     ProptestConfig {
         cases: 256,
@@ -228,7 +209,7 @@ proptest! {
                 }
                 Op::Keep(i) if i < held.len() => held.swap_remove(i).0.keep(),
                 Op::Cancel { cost, .. } => {
-                    if cancel_after_one_poll(bucket.acquire(cost, Duration::from_secs(5))) {
+                    if admitted_at_first_poll(bucket.acquire(cost, Duration::from_secs(5))) {
                         ledger[0].admit(now(&clock), cost);
                     }
                 }
@@ -292,7 +273,7 @@ proptest! {
                 }
                 Op::Keep(i) if i < held.len() => held.swap_remove(i).0.keep(),
                 Op::Cancel { key, cost } => {
-                    if cancel_after_one_poll(limiter.acquire(&key, cost, Duration::from_secs(5))) {
+                    if admitted_at_first_poll(limiter.acquire(&key, cost, Duration::from_secs(5))) {
                         ledgers[usize::from(key)].admit(now(&clock), cost);
                     }
                 }

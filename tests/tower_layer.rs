@@ -6,12 +6,11 @@
 #![cfg(feature = "tower")]
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,6 +22,9 @@ use tollgate::http::PolicyName;
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
 use tollgate::{KeyedLimiter, ManualClock, Quota, TokenBucket};
 use tower::{Layer, Service, ServiceExt};
+
+mod common;
+use common::poll_once;
 
 /// An account id an earlier (authentication) middleware would place in the
 /// request's extensions.
@@ -93,12 +95,6 @@ fn hanging(
             std::future::pending().await
         }
     })
-}
-
-/// Polls `future` once: what a client that sends and hangs up at once
-/// leaves the server to do.
-fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
-    Pin::new(future).poll(&mut Context::from_waker(Waker::noop()))
 }
 
 /// A layer with one per-account rule that gives back 401 and 403.

@@ -54,6 +54,19 @@ where
     std::mem::take(&mut *seen.lock().expect("a model panicked"))
 }
 
+/// Asserts the envelope of a bucket of `capacity` refilled at one token per
+/// second over every window between two admissions, given their times in
+/// nanoseconds: at most `B + r·(t - s)` in `[s, t]`.
+pub fn assert_envelope(capacity: u64, admitted_at: &[u64]) {
+    for &s in admitted_at {
+        for &t in admitted_at.iter().filter(|&&t| t >= s) {
+            let inside = admitted_at.iter().filter(|&&a| s <= a && a <= t).count() as u64;
+            let allowed = capacity + (t - s) / 1_000_000_000;
+            assert!(inside <= allowed, "{inside} in [{s}, {t}]: {admitted_at:?}");
+        }
+    }
+}
+
 /// One call a model makes on the shared bucket or on its clock.
 #[derive(Clone, Copy, Debug)]
 pub enum Op {

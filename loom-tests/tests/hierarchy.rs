@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use loom_tests::{gather, model};
+use loom_tests::{assert_envelope, gather, model};
 use tollgate::{ManualClock, Quota, TokenBucket, try_acquire_all};
 
 /// A bucket of `capacity` refilled at one token per second, full at time 0.
@@ -62,18 +62,6 @@ fn opposite_orders_never_admit_twice() {
         assert_eq!(first.available(), 1 - passed);
         assert_eq!(second.available(), 1 - passed);
     });
-}
-
-/// Admissions at nanosecond times, checked against the envelope over every
-/// window between two of them: at most `B + r·(t - s)` in `[s, t]`.
-fn assert_envelope(capacity: u64, admitted_at: &[u64]) {
-    for &s in admitted_at {
-        for &t in admitted_at.iter().filter(|&&t| t >= s) {
-            let inside = admitted_at.iter().filter(|&&a| s <= a && a <= t).count() as u64;
-            let allowed = capacity + (t - s) / 1_000_000_000;
-            assert!(inside <= allowed, "{inside} in [{s}, {t}]: {admitted_at:?}");
-        }
-    }
 }
 
 /// A chain's undo races an admission that a moving clock lets in. Returning

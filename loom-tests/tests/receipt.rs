@@ -11,7 +11,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use loom::thread;
-use loom_tests::{gather, model};
+use loom_tests::{assert_envelope, gather, model};
 use tollgate::{ManualClock, Quota, Receipt, TokenBucket};
 
 /// A bucket of `capacity` refilled at one token per second, full at time 0.
@@ -46,18 +46,6 @@ fn an_undo_racing_admissions_on_a_frozen_clock_is_exact() {
     // Both outcomes are reachable: the undo before the second admission
     // (2 admitted) or after it (1 admitted, then the token returns).
     assert_eq!(admitted.into_iter().collect::<Vec<_>>(), [1, 2]);
-}
-
-/// Admissions at nanosecond times, checked against the envelope over every
-/// window between two of them: at most `B + r·(t - s)` in `[s, t]`.
-fn assert_envelope(capacity: u64, admitted_at: &[u64]) {
-    for &s in admitted_at {
-        for &t in admitted_at.iter().filter(|&&t| t >= s) {
-            let inside = admitted_at.iter().filter(|&&a| s <= a && a <= t).count() as u64;
-            let allowed = capacity + (t - s) / 1_000_000_000;
-            assert!(inside <= allowed, "{inside} in [{s}, {t}]: {admitted_at:?}");
-        }
-    }
 }
 
 /// An undo races a refill and an admission it lets in: the receipt's token

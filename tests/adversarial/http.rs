@@ -8,9 +8,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -24,6 +23,8 @@ use tollgate::http::{PolicyName, Refusal};
 use tollgate::identity::{AddrKey, ForwardedResolver, HeaderSource, TrustedProxies};
 use tollgate::{AcquireError, KeyedLimiter, ManualClock, Quota, TokenBucket};
 use tower::{Layer, Service, ServiceExt};
+
+use crate::common::poll_once;
 
 /// One account's budget: `capacity` at once, one more an hour, so with
 /// the clock frozen exactly `capacity` requests pass.
@@ -70,10 +71,6 @@ async fn answer<B>(request: Request<B>) -> Result<Response<Full<Bytes>>, Infalli
     let mut response = Response::new(Full::new(Bytes::from_static(b"the work, done")));
     *response.status_mut() = StatusCode::from_u16(status).unwrap();
     Ok(response)
-}
-
-fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
-    Pin::new(future).poll(&mut Context::from_waker(Waker::noop()))
 }
 
 /// Sends `request` through `layer` to [`answer`].

@@ -4,8 +4,11 @@
 // Each test crate compiles this module and uses only part of it.
 #![allow(dead_code)]
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::Duration;
 
@@ -102,4 +105,24 @@ impl Envelope {
             }
         }
     }
+}
+
+/// Polls `future` once with a waker that does nothing: what a client that
+/// sends and hangs up at once leaves the server to do.
+pub fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+    Pin::new(future).poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// Polls an async acquire once inside a paused tokio runtime, then drops
+/// it: whether it was admitted at once. A wait that was pending is given
+/// back by its cancellation path as the future drops.
+pub fn admitted_at_first_poll<T, E>(future: impl Future<Output = Result<T, E>>) -> bool {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a tokio runtime");
+    let _inside = runtime.enter();
+    let mut future = std::pin::pin!(future);
+    matches!(poll_once(&mut future), Poll::Ready(Ok(_)))
 }
