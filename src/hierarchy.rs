@@ -214,9 +214,9 @@ pub struct HierarchyError {
 /// are undone in reverse order, so a refusal spends nothing anywhere; then
 /// every step is looked at (never charged) to find the longest wait. A
 /// refused request's cost counts in no limit. Nothing is allocated: the
-/// receipts of a chain live in a fixed array on the stack, so a chain has
-/// at most [`MAX_STEPS`] steps, and a longer one is refused, spending
-/// nothing, with [`AcquireError::TooManySteps`].
+/// receipts of a chain live on the stack, one small frame per step, so a
+/// chain has at most [`MAX_STEPS`] steps, and a longer one is refused,
+/// spending nothing, with [`AcquireError::TooManySteps`].
 ///
 /// Order the steps from the most selective to the most shared (per address,
 /// per account, then global): a request refused early never touches the
@@ -227,10 +227,10 @@ pub struct HierarchyError {
 /// elapsed since it was taken: with other requests in between, returning it
 /// all could hand out refill the bucket would have wasted while full, and
 /// after the clock moved the undo cannot prove none came. Concurrent
-/// hierarchies therefore
-/// never admit more than any one limit's envelope; the price is that a
-/// denied request's undo may return a little less than it took, a few
-/// nanoseconds of refill (`docs/design.md` has the argument).
+/// hierarchies therefore never admit more than any one limit's envelope;
+/// the price is that a denied request's undo may return a little less than
+/// it took, a few nanoseconds of refill (`docs/design.md` has the
+/// argument).
 ///
 /// ```
 /// use tollgate::{KeyedLimiter, ManualClock, Quota, TokenBucket, try_acquire_all};
@@ -246,9 +246,11 @@ pub struct HierarchyError {
 /// assert_eq!(per_address.available(&3), 2);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+// Inlined so that the caller builds the result itself: returned through
+// memory, it measured 4 ns slower per call (`hierarchy/tollgate/1`).
 #[inline]
 pub fn try_acquire_all(steps: &[Step<'_>]) -> Result<(), HierarchyError> {
-    take_all(steps, &mut [None; MAX_STEPS])
+    take_all(steps, |_, _| {})
 }
 
 /// The most steps [`try_acquire_all`] takes in one chain.
@@ -265,13 +267,19 @@ pub fn try_acquire_all(steps: &[Step<'_>]) -> Result<(), HierarchyError> {
 /// ```
 pub const MAX_STEPS: usize = 32;
 
-/// Takes every step in order, leaving each receipt in `taken`; if one
-/// refuses, undoes the taken ones in reverse order and reports the refusal.
-/// A loop, not recursion: a chain costs no stack beyond `taken`.
+/// Takes every step in order, all or nothing; once all are taken, hands
+/// each receipt to `keep` with its step's index (for a caller that may give
+/// them back later, such as the tower layer). If one refuses, the taken
+/// ones are undone latest first and the refusal reported.
+///
+/// Recursion keeps the receipts on the stack, one frame per step; the
+/// chain's length is checked first, so the depth is at most `MAX_STEPS`.
+/// (A loop over a `MAX_STEPS` array of receipts measured 1.8 times slower
+/// at depth 1, 13.6 against 7.4 ns, for initialising the array.)
 #[inline]
 pub(crate) fn take_all(
     steps: &[Step<'_>],
-    taken: &mut [Option<Taken>; MAX_STEPS],
+    mut keep: impl FnMut(usize, &Taken),
 ) -> Result<(), HierarchyError> {
     if steps.len() > MAX_STEPS {
         return Err(HierarchyError {
@@ -279,23 +287,43 @@ pub(crate) fn take_all(
             error: AcquireError::TooManySteps { max: MAX_STEPS },
         });
     }
-    for (index, step) in steps.iter().enumerate() {
-        match step.limit.take(step.cost) {
-            Ok(receipt) => taken[index] = Some(receipt),
-            Err(error) => {
-                undo_all(&steps[..index], &mut taken[..index]);
-                return Err(refusal(steps, index, error));
-            }
-        }
-    }
-    Ok(())
+    let mut refused = None;
+    take_from(steps, 0, &mut refused, &mut keep).map_err(|limit| {
+        let error = refused.expect("a refusing step leaves its error");
+        refusal(steps, limit, error)
+    })
 }
 
-/// Undoes the receipts in `taken` (one per step), latest first.
-pub(crate) fn undo_all(steps: &[Step<'_>], taken: &mut [Option<Taken>]) {
-    for (step, receipt) in steps.iter().zip(taken).rev() {
-        if let Some(receipt) = receipt.take() {
-            step.limit.undo(&receipt);
+/// Takes `steps[0]`, then the rest; undoes `steps[0]` if the rest refuse,
+/// or hands its receipt to `keep` if they pass. Returns the index of the
+/// step that refused, and leaves its error in `refused`: a result that fits
+/// in registers (returned with the error, through memory, it measured 12 ns
+/// slower at depth 1).
+fn take_from(
+    steps: &[Step<'_>],
+    index: usize,
+    refused: &mut Option<AcquireError>,
+    keep: &mut impl FnMut(usize, &Taken),
+) -> Result<(), usize> {
+    let Some((step, rest)) = steps.split_first() else {
+        return Ok(());
+    };
+    // Matched in place and undone by reference: moving the receipt out
+    // measured 5 ns slower at depth 1.
+    match &step.limit.take(step.cost) {
+        Ok(taken) => match take_from(rest, index + 1, refused, keep) {
+            Ok(()) => {
+                keep(index, taken);
+                Ok(())
+            }
+            Err(limit) => {
+                step.limit.undo(taken);
+                Err(limit)
+            }
+        },
+        Err(error) => {
+            *refused = Some(*error);
+            Err(index)
         }
     }
 }

@@ -19,7 +19,7 @@ use tower::{Layer, Service};
 use super::length::Framing;
 use super::rule::{Bound, Rule};
 use super::{CostError, MissingKey};
-use crate::hierarchy::{MAX_STEPS, Taken, take_all};
+use crate::hierarchy::{Taken, take_all};
 use crate::http::fields::{RATELIMIT, RATELIMIT_POLICY, rate_limit_policy_value, rate_limit_value};
 use crate::http::problem::client_error;
 use crate::http::{Jitter, PartitionKeys, RateLimitPolicy, Refusal, ServiceLimit, delay_seconds};
@@ -326,7 +326,7 @@ fn charge(charges: &mut [Charge]) -> Result<(), HierarchyError> {
     let charged: Vec<usize> = (0..charges.len())
         .filter(|&i| charges[i].cost > 0)
         .collect();
-    let mut taken = [None; MAX_STEPS];
+    let mut taken = Vec::with_capacity(charged.len());
     {
         let limits: Vec<_> = charged.iter().map(|&i| charges[i].bound.limit()).collect();
         let steps: Vec<Step<'_>> = charged
@@ -334,15 +334,16 @@ fn charge(charges: &mut [Charge]) -> Result<(), HierarchyError> {
             .zip(&limits)
             .map(|(&i, limit)| Step::new(limit.as_limit(), charges[i].cost))
             .collect();
-        take_all(&steps, &mut taken).map_err(|refused| HierarchyError {
+        take_all(&steps, |index, receipt| {
+            taken.push((charged[index], *receipt))
+        })
+        .map_err(|refused| HierarchyError {
             limit: charged.get(refused.limit).copied().unwrap_or(0),
             error: refused.error,
         })?;
     }
-    // By reference: moving the array of `MAX_STEPS` receipts into the
-    // iterator copied all of it on every request (measured).
-    for (&i, receipt) in charged.iter().zip(&taken) {
-        charges[i].taken = *receipt;
+    for (i, receipt) in taken {
+        charges[i].taken = Some(receipt);
     }
     Ok(())
 }
