@@ -424,8 +424,11 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         });
     }
 
-    /// Returns `cost` tokens to `key`'s bucket, for work that was admitted
-    /// but not done; see [`TokenBucket::refund`](crate::TokenBucket::refund).
+    /// Returns `cost` tokens to `key`'s bucket unconditionally: a trusted
+    /// operation, like [`TokenBucket::refund`](crate::TokenBucket::refund),
+    /// for a caller who knows what it holds. To give back an admission,
+    /// take it as a [`Receipt`](crate::Receipt) of
+    /// [`key`](Self::key) and undo it, the rule that never mints credit.
     /// A key no longer tracked was full when it was dropped, so there is
     /// nothing to return to and this is a no-op (as it is for tokens taken
     /// from the overflow bucket).
