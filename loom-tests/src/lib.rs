@@ -67,6 +67,25 @@ pub fn assert_envelope(capacity: u64, admitted_at: &[u64]) {
     }
 }
 
+/// Drains a bucket of two tokens refilled at one per second at 0.6 s and at
+/// 1 s (after `earlier`, an admission a racing thread may have made), and
+/// asserts the envelope over every window of what was admitted.
+pub fn assert_drained_within_envelope(
+    bucket: &TokenBucket<ManualClock>,
+    clock: &ManualClock,
+    earlier: Option<Duration>,
+) {
+    let mut kept: Vec<Duration> = earlier.into_iter().collect();
+    for at in [Duration::from_millis(600), Duration::from_secs(1)] {
+        clock.set(at);
+        while bucket.try_acquire(1).is_ok() {
+            kept.push(at);
+        }
+    }
+    let nanos: Vec<u64> = kept.iter().map(|d| d.as_nanos() as u64).collect();
+    assert_envelope(2, &nanos);
+}
+
 /// One call a model makes on the shared bucket or on its clock.
 #[derive(Clone, Copy, Debug)]
 pub enum Op {
