@@ -152,4 +152,37 @@ pub trait Store: Send + Sync + 'static {
         lease: Lease,
         unused: u64,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// [`acquire`](Self::acquire) for many keys at once: one outcome per
+    /// request, in order. Each request is decided atomically on its own
+    /// (never all or nothing across keys). A node with many hot keys
+    /// refills them through this, so a store that can batch (Redis:
+    /// pipelined calls) answers in one round trip; the default asks one key
+    /// after the other.
+    ///
+    /// ```
+    /// use tollgate::Quota;
+    /// use tollgate::shared::{LocalStore, Store};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = LocalStore::new(Quota::per_second(10)?);
+    /// let grants = store.acquire_many(&[("a", 4), ("b", 20)]).await;
+    /// assert_eq!(grants[0].as_ref().map(|g| g.tokens), Ok(4));
+    /// assert_eq!(grants[1].as_ref().map(|g| g.tokens), Ok(10));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn acquire_many<'a>(
+        &'a self,
+        requests: &'a [(&'a str, u64)],
+    ) -> impl Future<Output = Vec<Result<Grant, Self::Error>>> + Send + 'a {
+        async move {
+            let mut grants = Vec::with_capacity(requests.len());
+            for &(key, want) in requests {
+                grants.push(self.acquire(key, want).await);
+            }
+            grants
+        }
+    }
 }
