@@ -46,7 +46,6 @@ macro_rules! for_each_clock_class {
             tollgate::MonotonicClock::new(),
             governor::clock::MonotonicClock,
         );
-        #[cfg(feature = "tsc")]
         $class(
             $group,
             "tsc",
