@@ -26,8 +26,9 @@
 //!
 //! Clock classes: `monotonic` (`Instant`; governor's `MonotonicClock`),
 //! `coarse` (a background thread stores the time, a reading is one load;
-//! governor's `QuantaUpkeepClock`) and `tsc` (the
-//! time-stamp counter through `quanta`; governor's `QuantaClock`).
+//! governor's `QuantaUpkeepClock`) and `default` (each crate's default, on
+//! both the time-stamp counter through `quanta`: tollgate's `DefaultClock`,
+//! governor's `QuantaClock`).
 //! `ratelimit` reads tollgate's clock of the class through its own clock
 //! trait (`common::RatelimitClock`).
 //!

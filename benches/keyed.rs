@@ -8,15 +8,23 @@
 //!   cache);
 //! - `keyed_100k`: 100 000 keys, all created before measuring, visited in a
 //!   scattered order, so most decisions miss the caches;
-//! - `keyed_1m` (coarse clock only): 1 000 000 keys, likewise;
-//! - `keyed_zipf` (coarse clock only): 100 000 keys visited with Zipf-like
-//!   skew (exponent 1): a few keys take most decisions, as real traffic
-//!   does;
+//! - `keyed_1m`: 1 000 000 keys, likewise (default and coarse clocks);
+//! - `keyed_zipf`: 100 000 keys visited with Zipf-like skew (exponent 1): a
+//!   few keys take most decisions, as real traffic does (default and coarse
+//!   clocks);
 //! - `keyed_churn` (simulated time): every decision is on a key never
 //!   seen before, in bounded memory (see [`keyed_churn`]).
 //!
 //! In the first four the quota never denies during a run (see `bucket.rs`),
-//! so all measure the admission path. Implementations:
+//! so all measure the admission path. Each of them has a `default_2t` row:
+//! two threads deciding at once on the default clock (spawned outside the
+//! timed region, released by a barrier, a fixed total of decisions split
+//! between them), each walking the same visiting order from a different
+//! point, so on one key they contend for it and on many they mostly do
+//! not; its time is the wall time per decision of both together. Clock
+//! classes are those of `common::for_each_clock_class`; `default` is what
+//! `KeyedLimiter::new` and governor's `RateLimiter::keyed` read (the
+//! time-stamp counter through `quanta` on both). Implementations:
 //!
 //! - `tollgate`: `KeyedLimiter` with its default hasher (`ahash`);
 //! - `governor`: `RateLimiter::dashmap_with_clock`, governor's default keyed
@@ -27,7 +35,11 @@
 //! - `mutex`: one global lock over a std `HashMap` of `FloatBucket`s (a
 //!   floating-point balance), hashed with `ahash` like tollgate, so that the
 //!   design, not the hasher, is what differs. It reads the class's clock
-//!   (tollgate's own instance) before locking.
+//!   (tollgate's own instance) before locking;
+//! - `bucket` (`keyed_hot` only): a `TokenBucket` on the same clock, the
+//!   floor a keyed decision on one hot key is held to (within 1.3x).
+//!
+//! The two-thread rows run tollgate and governor only.
 //!
 //! Keys are `u64`. Run with `cargo bench --bench keyed --all-features`; see
 //! `docs/benchmarks.md`.
@@ -37,6 +49,7 @@ use std::collections::HashMap;
 use std::hint::black_box;
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use criterion::{
@@ -44,10 +57,10 @@ use criterion::{
 };
 use governor::RateLimiter;
 use governor::clock::{Clock as GovernorClock, FakeRelativeClock};
-use tollgate::{Clock, KeyedLimiter, ManualClock};
+use tollgate::{Clock, DefaultClock, KeyedLimiter, ManualClock, TokenBucket};
 
 mod common;
-use common::{FloatBucket, OPEN, SameQuota, for_each_clock_class};
+use common::{FloatBucket, OPEN, SameQuota, for_each_clock_class, timed};
 
 const MANY_KEYS: u64 = 100_000;
 const MILLION_KEYS: u64 = 1_000_000;
@@ -177,7 +190,8 @@ fn zipf_ranks(n: u64, draws: usize) -> Vec<u64> {
         .collect()
 }
 
-/// Benchmarks the four keyed limiters for one clock class.
+/// Benchmarks the keyed limiters for one clock class on one thread, and on
+/// the default class also on two.
 fn keyed_class<C, G>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     class: &str,
@@ -186,7 +200,7 @@ fn keyed_class<C, G>(
     keys: Keys,
 ) where
     C: Clock,
-    G: GovernorClock + Clone,
+    G: GovernorClock + Clone + Sync,
 {
     // The visiting order, computed before measuring: each iteration costs
     // the same index step and load for every implementation.
@@ -229,11 +243,56 @@ fn keyed_class<C, G>(
     group.bench_function(format!("{class}/mutex"), |b| {
         b.iter(|| black_box(&mutex).try_acquire(key(), clock.now_nanos(), 1))
     });
+    if matches!(keys, Keys::Hot) {
+        let bucket = TokenBucket::with_clock(OPEN.tollgate(), clock);
+        group.bench_function(format!("{class}/bucket"), |b| {
+            b.iter(|| black_box(&bucket).try_acquire(1))
+        });
+    }
+    if class == "default" {
+        let row = format!("{class}_2t");
+        two_threads(group, &row, "tollgate", &order, |key| {
+            assert!(black_box(&tollgate).try_acquire(&key, 1).is_ok())
+        });
+        two_threads(group, &row, "governor", &order, |key| {
+            assert!(black_box(&governor).check_key(&key).is_ok())
+        });
+    }
     assert_eq!(tollgate.len(), all.len(), "a key was created");
     assert_eq!(mutex.len(), all.len(), "a key was created");
 }
 
-fn hot_class<C: Clock, G: GovernorClock + Clone>(
+/// Two threads deciding at once, each walking `order` from its own point
+/// (thread `t` from `t / 2` of the way along): a fixed total of decisions
+/// split evenly, timed from their release to the last one's end.
+fn two_threads(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    row: &str,
+    name: &str,
+    order: &[u64],
+    decide: impl Fn(u64) + Sync,
+) {
+    const THREADS: usize = 2;
+    let cursors: Vec<AtomicUsize> = (0..THREADS)
+        .map(|t| AtomicUsize::new(t * order.len() / THREADS))
+        .collect();
+    group.bench_function(format!("{row}/{name}"), |b| {
+        b.iter_custom(|iters| {
+            timed(THREADS, iters, |thread| {
+                // Each cursor is one thread's own: relaxed, uncontended.
+                let cursor = &cursors[thread];
+                let i = cursor.load(Ordering::Relaxed);
+                cursor.store(
+                    if i + 1 == order.len() { 0 } else { i + 1 },
+                    Ordering::Relaxed,
+                );
+                decide(order[i]);
+            })
+        })
+    });
+}
+
+fn hot_class<C: Clock, G: GovernorClock + Clone + Sync>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     class: &str,
     clock: C,
@@ -242,7 +301,7 @@ fn hot_class<C: Clock, G: GovernorClock + Clone>(
     keyed_class(group, class, clock, governor_clock, Keys::Hot);
 }
 
-fn many_class<C: Clock, G: GovernorClock + Clone>(
+fn many_class<C: Clock, G: GovernorClock + Clone + Sync>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     class: &str,
     clock: C,
@@ -269,27 +328,28 @@ fn keyed_100k(c: &mut Criterion) {
     group.finish();
 }
 
-/// The larger and skewed key sets, on the coarse clock class only: the
-/// clock reading is the same for every implementation and the map is what
-/// these groups measure.
-fn keyed_1m(c: &mut Criterion) {
-    let mut group = c.benchmark_group("keyed_1m");
-    let (clock, upkeep) = (common::coarse_clock(), common::quanta_upkeep_clock());
+/// The larger and skewed key sets, on the default and the coarse clock
+/// classes: the map, not the clock, is what these groups are about.
+fn large_group(c: &mut Criterion, name: &str, keys: Keys) {
+    let mut group = c.benchmark_group(name);
     keyed_class(
         &mut group,
-        "coarse",
-        clock,
-        upkeep,
-        Keys::Uniform(MILLION_KEYS),
+        "default",
+        DefaultClock::new(),
+        governor::clock::DefaultClock::default(),
+        keys,
     );
+    let (clock, upkeep) = (common::coarse_clock(), common::quanta_upkeep_clock());
+    keyed_class(&mut group, "coarse", clock, upkeep, keys);
     group.finish();
 }
 
+fn keyed_1m(c: &mut Criterion) {
+    large_group(c, "keyed_1m", Keys::Uniform(MILLION_KEYS));
+}
+
 fn keyed_zipf(c: &mut Criterion) {
-    let mut group = c.benchmark_group("keyed_zipf");
-    let (clock, upkeep) = (common::coarse_clock(), common::quanta_upkeep_clock());
-    keyed_class(&mut group, "coarse", clock, upkeep, Keys::Zipf(MANY_KEYS));
-    group.finish();
+    large_group(c, "keyed_zipf", Keys::Zipf(MANY_KEYS));
 }
 
 /// New keys arriving continuously, in bounded memory: every decision is on

@@ -28,7 +28,7 @@ from pathlib import Path
 
 FLOOR_TARGET = 1.2  # tollgate's allow path within 1.2x of the floor
 KEYED_TARGET = 2.0  # tollgate at least 2x faster than governor's keyed limiter
-CLASSES = ("monotonic", "tsc", "coarse")
+CLASSES = ("default", "default_2t", "monotonic", "coarse")
 
 # Groups whose ids are `<group>/<row>/<implementation>` (a clock class per
 # row); the others are `<group>/<implementation>/<row>` (criterion's
@@ -57,10 +57,10 @@ CLOCK_ROWS = (
     ("std_instant_now", "monotonic"),
     ("tollgate_monotonic", "monotonic"),
     ("governor_monotonic", "monotonic"),
-    ("quanta_raw", "tsc"),
-    ("quanta_now", "tsc"),
-    ("tollgate_tsc", "tsc"),
-    ("governor_quanta", "tsc"),
+    ("quanta_raw", "default"),
+    ("quanta_now", "default"),
+    ("tollgate_tsc", "default"),
+    ("governor_quanta", "default"),
     ("tollgate_coarse", "coarse"),
     ("governor_quanta_upkeep", "coarse"),
 )
