@@ -117,7 +117,7 @@ fn assert_enveloped(what: &str, clock: &Jittered, started: u64, decide: impl Fn(
     let admitted: u64 = race(THREADS, |_| {
         (1..=DECISIONS_PER_THREAD)
             .map(|i| {
-                if i % ADVANCE_EVERY == 0 {
+                if i.is_multiple_of(ADVANCE_EVERY) {
                     clock.time.advance(STEP);
                 }
                 decide()
@@ -173,7 +173,7 @@ fn receipts_given_back_on_a_jittering_clock_stay_in_the_envelope() {
     let turn = AtomicU64::new(0);
     assert_enveloped("receipts", &clock, started, || {
         match Receipt::take(&bucket, 1) {
-            Ok(receipt) if turn.fetch_add(1, Ordering::Relaxed) % 2 == 0 => {
+            Ok(receipt) if turn.fetch_add(1, Ordering::Relaxed).is_multiple_of(2) => {
                 receipt.undo();
                 0
             }
