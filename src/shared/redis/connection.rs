@@ -158,15 +158,14 @@ impl RedisConnection {
     }
 }
 
-/// `future`, failing with [`RedisStoreError::Timeout`] after `timeout`.
-async fn bounded<T, E>(
+/// `future`, failing with [`RedisStoreError::Timeout`] after `timeout`,
+/// also when the client's own timers (set to the same bound) fire first.
+async fn bounded<T>(
     timeout: Duration,
-    future: impl Future<Output = Result<T, E>>,
-) -> Result<T, RedisStoreError>
-where
-    RedisStoreError: From<E>,
-{
+    future: impl Future<Output = Result<T, RedisError>>,
+) -> Result<T, RedisStoreError> {
     match tokio::time::timeout(timeout, future).await {
+        Ok(Err(e)) if e.is_timeout() => Err(RedisStoreError::Timeout(timeout)),
         Ok(result) => result.map_err(RedisStoreError::from),
         Err(_) => Err(RedisStoreError::Timeout(timeout)),
     }
