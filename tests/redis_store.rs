@@ -24,7 +24,7 @@ use fake_redis::{FakeRedis, ScriptAnswer};
 use redis::aio::MultiplexedConnection;
 use redis_server::RedisServer;
 use tollgate::Quota;
-use tollgate::shared::{Lease, RedisStore, RedisStoreError, Store};
+use tollgate::shared::{Lease, RedisConfig, RedisStore, RedisStoreError, Store};
 
 /// Per-call timeout for stores whose server stays up: generous, so that a
 /// loaded CI machine never turns a slow reply into a failure.
@@ -770,5 +770,31 @@ async fn a_server_that_never_answers_times_out_and_never_blocks() {
     assert!(
         matches!(released, Err(RedisStoreError::Timeout(_))),
         "{released:?}"
+    );
+}
+
+/// A configuration is checked before any connection: no node, a zero
+/// timeout and a prefix with braces are typed errors, with no server.
+#[tokio::test]
+async fn bad_configurations_are_refused_before_connecting() {
+    let quota = Quota::new(5, 1, Duration::from_secs(3600)).unwrap();
+    let nowhere = RedisConfig::cluster(Vec::<String>::new());
+    let refused = RedisStore::connect_with(&nowhere, quota, "rl:").await;
+    assert!(
+        matches!(refused, Err(RedisStoreError::NoNodes)),
+        "{refused:?}"
+    );
+    // Port 1 on loopback: nothing listens, but these fail before trying.
+    let unreachable = RedisConfig::node("redis://127.0.0.1:1/");
+    let zero = unreachable.clone().timeout(Duration::ZERO);
+    let refused = RedisStore::connect_with(&zero, quota, "rl:").await;
+    assert!(
+        matches!(refused, Err(RedisStoreError::ZeroTimeout)),
+        "{refused:?}"
+    );
+    let refused = RedisStore::connect_with(&unreachable, quota, "rl:{x}").await;
+    assert!(
+        matches!(refused, Err(RedisStoreError::InvalidPrefix)),
+        "{refused:?}"
     );
 }

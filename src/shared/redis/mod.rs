@@ -300,9 +300,6 @@ impl RedisStore {
         // Checked before connecting, so a bad quota or prefix fails at once.
         let prefix = prefix.into();
         validate(&quota, prefix.clone(), config.timeout)?;
-        if config.nodes.is_empty() {
-            return Err(RedisStoreError::NoNodes);
-        }
         let connection = RedisConnection::open(config).await?;
         RedisStore::new(connection, quota, prefix, config.timeout)
     }
