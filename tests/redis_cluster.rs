@@ -77,8 +77,8 @@ async fn each_bucket_lives_in_its_own_hash_tag_slot_on_its_master() {
     else {
         return;
     };
+    let other_prefix = store(&cluster, "rl:other:").await;
     let store = store(&cluster, "rl:a:").await;
-    let other_prefix = store_with_prefix(&cluster, "rl:other:").await;
     let keys = [
         "alice",
         "",
@@ -122,10 +122,6 @@ async fn each_bucket_lives_in_its_own_hash_tag_slot_on_its_master() {
         masters.len() >= 2,
         "keys spread over the masters: {masters:?}"
     );
-}
-
-async fn store_with_prefix(cluster: &RedisCluster, prefix: &str) -> RedisStore {
-    store(cluster, prefix).await
 }
 
 /// 150 keys over three masters, asked for more than their capacity in one

@@ -101,19 +101,27 @@ impl RedisCluster {
     /// Runs `redis-cli` against node `i` with `args` and returns its
     /// output; panics if it cannot run or the server answers an error.
     pub fn cli(&self, i: usize, args: &[&str]) -> String {
+        let text = self.try_cli(i, args);
+        assert!(
+            text.as_ref()
+                .is_some_and(|t| !t.starts_with("ERR") && !t.starts_with("(error)")),
+            "redis-cli {args:?} on node {i}: {text:?}"
+        );
+        text.unwrap_or_default()
+    }
+
+    /// `redis-cli` against node `i`: its trimmed output, or `None` if it
+    /// could not run or the node is down.
+    fn try_cli(&self, i: usize, args: &[&str]) -> Option<String> {
         let out = Command::new(cli_binary())
             .args(["-h", "127.0.0.1", "-p"])
             .arg(self.nodes[i].port().to_string())
             .args(args)
             .output()
-            .expect("run redis-cli");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success() && !text.starts_with("ERR") && !text.starts_with("(error)"),
-            "redis-cli {args:?} on node {i}: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        text.trim_end().to_string()
+            .ok()
+            .filter(|out| out.status.success())?;
+        let text = String::from_utf8_lossy(&out.stdout).trim_end().to_string();
+        (!text.contains("Connection refused")).then_some(text)
     }
 
     /// Node `i`'s cluster node id.
@@ -121,14 +129,12 @@ impl RedisCluster {
         self.cli(i, &["CLUSTER", "MYID"])
     }
 
-    /// The node that node 0's map (or node 1's, if node 0 is down) says
-    /// serves `slot`.
+    /// The node that the first live node's map says serves `slot`.
     pub fn owner(&self, slot: u16) -> usize {
-        let ids: Vec<String> = (0..MASTERS).map(|i| self.id_if_up(i)).collect();
-        let asker = (0..MASTERS)
-            .find(|&i| !ids[i].is_empty())
+        let nodes = (0..MASTERS)
+            .find_map(|i| self.try_cli(i, &["CLUSTER", "NODES"]))
             .expect("a live node");
-        for line in self.cli(asker, &["CLUSTER", "NODES"]).lines() {
+        for line in nodes.lines() {
             let fields: Vec<&str> = line.split_whitespace().collect();
             let serves = fields.iter().skip(8).any(|range| {
                 let mut bounds = range.split('-').map(|b| b.parse::<u16>());
@@ -150,34 +156,13 @@ impl RedisCluster {
         panic!("no node serves slot {slot}");
     }
 
-    fn id_if_up(&self, i: usize) -> String {
-        Command::new(cli_binary())
-            .args(["-h", "127.0.0.1", "-p"])
-            .arg(self.nodes[i].port().to_string())
-            .args(["CLUSTER", "MYID"])
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
-            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
-            .filter(|id| !id.is_empty() && !id.contains("refused"))
-            .unwrap_or_default()
-    }
-
     /// Waits until every node reports `cluster_state:ok` and knows all
     /// three masters.
     pub fn wait_until_ok(&self) -> Result<(), String> {
         let mut last = String::new();
         for _ in 0..STATE_ATTEMPTS {
             let states: Vec<String> = (0..MASTERS)
-                .map(|i| {
-                    Command::new(cli_binary())
-                        .args(["-h", "127.0.0.1", "-p"])
-                        .arg(self.nodes[i].port().to_string())
-                        .args(["CLUSTER", "INFO"])
-                        .output()
-                        .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
-                        .unwrap_or_default()
-                })
+                .map(|i| self.try_cli(i, &["CLUSTER", "INFO"]).unwrap_or_default())
                 .collect();
             if states.iter().all(|s| {
                 s.contains("cluster_state:ok")
