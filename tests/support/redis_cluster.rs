@@ -36,14 +36,32 @@ const STATE_PAUSE: Duration = Duration::from_millis(50);
 /// A running three-master cluster owned by one test.
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
+    access: Access,
+}
+
+/// How the nodes are reached, for a cluster over TLS or with ACL users.
+#[derive(Clone, Debug, Default)]
+pub struct Access {
+    /// Listen with TLS only, clients and cluster bus (`--tls-cluster yes`).
+    pub tls: bool,
+    /// More server options: the TLS files, ACL users.
+    pub server_args: Vec<String>,
+    /// Options every `redis-cli` call needs: `--tls --cacert <file>`,
+    /// `--user <name> --pass <password>`.
+    pub cli_args: Vec<String>,
 }
 
 impl RedisCluster {
     /// Starts and joins the cluster, or explains why it cannot: `None`
     /// after a skip notice on a developer's machine, a panic with `CI` set.
     pub fn start(test: &str) -> Option<RedisCluster> {
-        let options = Options {
-            tls: false,
+        RedisCluster::start_with(test, Access::default())
+    }
+
+    /// [`start`](Self::start), the nodes reached as `access` says.
+    pub fn start_with(test: &str, access: Access) -> Option<RedisCluster> {
+        let mut options = Options {
+            tls: access.tls,
             args: [
                 "--cluster-enabled",
                 "yes",
@@ -57,12 +75,19 @@ impl RedisCluster {
             .map(String::from)
             .to_vec(),
         };
+        if access.tls {
+            options
+                .args
+                .extend(["--tls-cluster", "yes"].map(String::from));
+        }
+        options.args.extend(access.server_args.iter().cloned());
         let mut nodes = Vec::with_capacity(MASTERS);
         for _ in 0..MASTERS {
             nodes.push(RedisServer::start_with(test, &options)?);
         }
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster { nodes, access };
         let mut create = Command::new(cli_binary());
+        create.args(&cluster.access.cli_args);
         create.args(["--cluster", "create"]);
         for node in &cluster.nodes {
             create.arg(format!("127.0.0.1:{}", node.port()));
@@ -88,9 +113,14 @@ impl RedisCluster {
         Some(cluster)
     }
 
-    /// The nodes' `redis://` URLs, seeds for a cluster client.
+    /// The nodes' `redis://` (or `rediss://`) URLs, seeds for a cluster
+    /// client.
     pub fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(RedisServer::url).collect()
+        let scheme = if self.access.tls { "rediss" } else { "redis" };
+        self.nodes
+            .iter()
+            .map(|node| format!("{scheme}://127.0.0.1:{}/", node.port()))
+            .collect()
     }
 
     /// Node `i` (0, 1 or 2).
@@ -114,6 +144,7 @@ impl RedisCluster {
     /// could not run or the node is down.
     fn try_cli(&self, i: usize, args: &[&str]) -> Option<String> {
         let out = Command::new(cli_binary())
+            .args(&self.access.cli_args)
             .args(["-h", "127.0.0.1", "-p"])
             .arg(self.nodes[i].port().to_string())
             .args(args)

@@ -17,7 +17,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 
 use super::redis_server::{Options, RedisServer, skip};
 
@@ -36,11 +36,21 @@ impl Pki {
     pub fn generate() -> Pki {
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        // Distinct names: OpenSSL (redis-server, redis-cli) takes a
+        // certificate whose subject is its issuer's for self-signed.
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "tollgate test CA");
         let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("CA key"))
             .expect("CA certificate");
         let server_key = KeyPair::generate().expect("server key");
-        let server = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".into()])
-            .expect("server parameters")
+        let mut server_params =
+            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".into()])
+                .expect("server parameters");
+        server_params
+            .distinguished_name
+            .push(DnType::CommonName, "tollgate test redis-server");
+        let server = server_params
             .signed_by(&server_key, &ca)
             .expect("server certificate");
         Pki {
@@ -51,13 +61,74 @@ impl Pki {
     }
 }
 
+/// A fresh [`Pki`] written to files for `redis-server` and `redis-cli`;
+/// removed on drop.
+pub struct TlsFiles {
+    /// The certificates.
+    pub pki: Pki,
+    dir: PathBuf,
+}
+
+impl TlsFiles {
+    /// Generates the PKI and writes it; `None` after a skip notice if the
+    /// files cannot be written (a panic with `CI` set).
+    pub fn generate(test: &str) -> Option<TlsFiles> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let pki = Pki::generate();
+        let dir = std::env::temp_dir().join(format!(
+            "tollgate-tls-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = std::fs::create_dir_all(&dir).and_then(|()| {
+            std::fs::write(dir.join("ca.pem"), &pki.ca_pem)?;
+            std::fs::write(dir.join("server.pem"), &pki.cert_pem)?;
+            std::fs::write(dir.join("server.key"), &pki.key_pem)
+        });
+        if let Err(e) = written {
+            let _ = std::fs::remove_dir_all(&dir);
+            return skip(test, &format!("cannot write the TLS files: {e}"));
+        }
+        Some(TlsFiles { pki, dir })
+    }
+
+    /// The CA's file, for `redis-cli --cacert`.
+    pub fn ca_file(&self) -> String {
+        self.path("ca.pem")
+    }
+
+    /// `redis-server` options presenting the server certificate and not
+    /// asking for client certificates.
+    pub fn server_args(&self) -> Vec<String> {
+        vec![
+            "--tls-cert-file".into(),
+            self.path("server.pem"),
+            "--tls-key-file".into(),
+            self.path("server.key"),
+            "--tls-ca-cert-file".into(),
+            self.ca_file(),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ]
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TlsFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A running TLS-only server, and the PKI it presents.
 pub struct TlsRedis {
-    /// The server (killed on drop).
+    /// The server (killed on drop, before its files go).
     pub server: RedisServer,
     /// Its certificates.
-    pub pki: Pki,
-    files: PathBuf,
+    pub files: TlsFiles,
 }
 
 impl TlsRedis {
@@ -66,51 +137,23 @@ impl TlsRedis {
     /// (ACL users, say). `None` after a skip notice when it cannot start on
     /// a developer's machine; a panic with `CI` set.
     pub fn start(test: &str, args: &[&str]) -> Option<TlsRedis> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let pki = Pki::generate();
-        let files = std::env::temp_dir().join(format!(
-            "tollgate-tls-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let written = std::fs::create_dir_all(&files).and_then(|()| {
-            std::fs::write(files.join("ca.pem"), &pki.ca_pem)?;
-            std::fs::write(files.join("server.pem"), &pki.cert_pem)?;
-            std::fs::write(files.join("server.key"), &pki.key_pem)
-        });
-        if let Err(e) = written {
-            return skip(test, &format!("cannot write the TLS files: {e}"));
-        }
-        let path = |name: &str| files.join(name).to_string_lossy().into_owned();
+        let files = TlsFiles::generate(test)?;
         let mut options = Options {
             tls: true,
-            args: vec![
-                "--tls-cert-file".into(),
-                path("server.pem"),
-                "--tls-key-file".into(),
-                path("server.key"),
-                "--tls-ca-cert-file".into(),
-                path("ca.pem"),
-                "--tls-auth-clients".into(),
-                "no".into(),
-            ],
+            args: files.server_args(),
         };
         options.args.extend(args.iter().map(|a| a.to_string()));
-        let Some(server) = RedisServer::start_with(test, &options) else {
-            let _ = std::fs::remove_dir_all(&files);
-            return None;
-        };
-        Some(TlsRedis { server, pki, files })
+        let server = RedisServer::start_with(test, &options)?;
+        Some(TlsRedis { server, files })
     }
 
     /// A `rediss://` URL for the server.
     pub fn url(&self) -> String {
         format!("rediss://127.0.0.1:{}/", self.server.port())
     }
-}
 
-impl Drop for TlsRedis {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.files);
+    /// Its certificates.
+    pub fn pki(&self) -> &Pki {
+        &self.files.pki
     }
 }
