@@ -129,9 +129,14 @@ pub enum RedisStoreError {
 ///   the processes calling them never matter.
 /// - **Expiry.** A key expires when its bucket is full again; an absent key
 ///   is a full bucket, so idle keys cost no memory and none lives forever.
-/// - **One key, one slot.** Key `k` is stored at `{prefix}{k}` with braces
-///   in `k` escaped ([`redis_key`](Self::redis_key)), so each bucket is one
-///   Redis key in one Redis Cluster slot.
+/// - **One server or a cluster.** [`connect_with`](Self::connect_with)
+///   takes a [`RedisConfig`]: one server or a Redis Cluster, over TCP or
+///   TLS (rustls), with ACL credentials. Key `k` is stored at `{prefix}{k}`
+///   with braces in `k` escaped ([`redis_key`](Self::redis_key)), so each
+///   bucket is one Redis key in one cluster slot, and each script call goes
+///   to that slot's master.
+/// - **Batches.** [`acquire_many`](Store::acquire_many) is one pipeline on
+///   one server, concurrent single calls on a cluster.
 /// - **Timeouts.** Every call is bounded by the store's timeout; a timed-out
 ///   call may still have been applied ([`RedisStoreError::Timeout`]).
 /// - **Runtime.** Calls run on tokio (the connection's tasks and the
