@@ -310,12 +310,6 @@ struct Inner<S: Store> {
     /// lease: the next lease asks for at least that, so a call costing more
     /// than the demand-sized lease is not refused forever.
     shortfall: AtomicU64,
-    /// Tokens callers asked of a pool too short to serve them (saturating).
-    /// Demand counts them with the tokens spent: under an exhausted budget
-    /// what a node spends is only its share of the refill, and leases
-    /// sized by that alone would shrink as the fleet grows, making round
-    /// trips grow with it.
-    refused: AtomicU64,
     /// Woken whenever a refill ends, for callers of `acquire`.
     landed: tokio::sync::Notify,
     runtime: Handle,
@@ -337,9 +331,9 @@ struct Books {
     /// When to ask again after a short grant or a failure.
     pacer: Pacer,
     /// When demand was last sampled (on tokio's clock, which tests can
-    /// pause), and the tokens asked for by then.
+    /// pause), and the tokens spent by then.
     sampled_at: tokio::time::Instant,
-    asked_by_then: u64,
+    spent_by_then: u64,
 }
 
 #[derive(Debug, Default)]
@@ -395,16 +389,15 @@ impl<S: Store> LocalAllowance<S> {
             retry_hint: AtomicU64::new(0),
             fallback,
             shortfall: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
             landed: tokio::sync::Notify::new(),
             runtime,
             books: Mutex::new(Books {
                 last_lease: Lease::NONE,
                 next_refill: tokio::time::Instant::now(),
                 failures: 0,
-                pacer: Pacer::new(),
+                pacer: Pacer::new(config.max_lease),
                 sampled_at: tokio::time::Instant::now(),
-                asked_by_then: 0,
+                spent_by_then: 0,
             }),
             stats: Stats::default(),
         });
@@ -460,7 +453,6 @@ impl<S: Store> LocalAllowance<S> {
             }
             Take::Short { refill } => {
                 inner.shortfall.fetch_max(cost, Ordering::Relaxed);
-                add(&inner.refused, cost);
                 if refill {
                     spawn_refill(inner);
                 }
@@ -785,8 +777,11 @@ impl<S: Store> Inner<S> {
                     .after_short(since_last_call, short, self.config.lease_period / 4);
             let pause = books.pacer.spread(fair);
             books.next_refill = tokio::time::Instant::now() + pause;
-            pause
+            // Callers are told the store's own wait when it is longer: the
+            // node asks again sooner only to notice a change early.
+            pause.max(grant.retry_after)
         } else {
+            books.pacer.after_full();
             started.elapsed()
         };
         self.retry_hint
@@ -810,19 +805,17 @@ impl<S: Store> Inner<S> {
         books.next_refill = tokio::time::Instant::now() + books.pacer.spread(backoff);
     }
 
-    /// The next lease's size from the smoothed demand (tokens spent and
-    /// refused), within the bounds; also moves the low-water mark to half
-    /// of it.
+    /// The next lease's size from the smoothed demand, or what pacing asks
+    /// for while the budget is exhausted, within the bounds; also moves the
+    /// low-water mark to half of it.
     fn lease_size(&self) -> u64 {
-        let asked = self
-            .spent()
-            .saturating_add(self.refused.load(Ordering::Relaxed));
-        let demand = {
+        let spent = self.spent();
+        let (demand, least) = {
             let mut books = self.lock_books();
             let elapsed = books.sampled_at.elapsed().as_secs_f64();
-            let rate = asked.saturating_sub(books.asked_by_then) as f64 / elapsed.max(1e-6);
+            let rate = spent.saturating_sub(books.spent_by_then) as f64 / elapsed.max(1e-6);
             books.sampled_at = tokio::time::Instant::now();
-            books.asked_by_then = asked;
+            books.spent_by_then = spent;
             // Half old, half new: follows a change of demand within a few
             // leases without chasing every burst.
             let old = self.demand.load(Ordering::Relaxed);
@@ -832,7 +825,7 @@ impl<S: Store> Inner<S> {
                 0.5 * old + 0.5 * rate
             };
             self.demand.store(smoothed, Ordering::Relaxed);
-            smoothed
+            (smoothed, books.pacer.least_ask())
         };
         let wanted = (demand * self.config.lease_period.as_secs_f64()).ceil();
         // `as` saturates for floats; the clamp bounds it either way. (Not
@@ -840,6 +833,7 @@ impl<S: Store> Inner<S> {
         // an exhausted budget, and sets the pause before the next request.)
         let size = (wanted as u64)
             .max(self.shortfall.swap(0, Ordering::Relaxed))
+            .max(least)
             .clamp(self.config.min_lease, self.config.max_lease);
         self.low_water.store(size.div_ceil(2), Ordering::Relaxed);
         size

@@ -43,6 +43,15 @@ pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(1);
 /// random), so almost nothing is.
 const BATCHES_PER_CAPACITY: u64 = 8;
 
+/// After a short grant, the next ask is for at least this many batches
+/// (and a batch at most this fraction of `max_lease`): the refill between
+/// two of the fleet's asks exceeds it only about `e^-4` of the time, so a
+/// node rarely gets a full grant that leaves refill behind for it to come
+/// back for at once, a round trip more. A node's demand, measured by what
+/// it spends, is only its share of the refill while the budget is
+/// exhausted: asks sized by it would shrink as the fleet grows.
+const BATCHES_PER_ASK: u64 = 4;
+
 /// The smallest share a node estimates for itself: a share below it (more
 /// than 1024 nodes, or a run of empty grants) waits as long as it would,
 /// bounded by [`MAX_PAUSE`] anyway.
@@ -64,7 +73,7 @@ pub(crate) struct ShortGrant {
 }
 
 /// One allowance's pacing state: its estimated share of the key's refill,
-/// when it last called the store, and its jitter.
+/// when it last called the store, the batch it paces for, and its jitter.
 #[derive(Debug)]
 pub(crate) struct Pacer {
     /// This node's smoothed share of the key's refill, in
@@ -72,17 +81,37 @@ pub(crate) struct Pacer {
     share: f64,
     /// When this node's last store call started.
     last_call: Option<Instant>,
+    /// The allowance's `max_lease`.
+    max_lease: u64,
+    /// The batch of the last short grant; 0 once a grant was full.
+    batch: u64,
     jitter: JitterGenerator,
 }
 
 impl Pacer {
-    /// A pacer that assumes it is alone until a short grant says otherwise.
-    pub(crate) fn new() -> Pacer {
+    /// A pacer for leases of at most `max_lease` tokens, that assumes it is
+    /// alone until a short grant says otherwise.
+    pub(crate) fn new(max_lease: u64) -> Pacer {
         Pacer {
             share: 1.0,
             last_call: None,
+            max_lease,
+            batch: 0,
             jitter: JitterGenerator::from_entropy(),
         }
+    }
+
+    /// The fewest tokens the next lease should ask for: a few batches
+    /// while the budget is exhausted (see `BATCHES_PER_ASK`), nothing
+    /// otherwise.
+    pub(crate) fn least_ask(&self) -> u64 {
+        self.batch.saturating_mul(BATCHES_PER_ASK)
+    }
+
+    /// Notes a grant of everything asked: the budget had enough, and the
+    /// next ask follows demand alone.
+    pub(crate) fn after_full(&mut self) {
+        self.batch = 0;
     }
 
     /// Notes a store call starting at `now`; returns the time since the
@@ -101,7 +130,9 @@ impl Pacer {
 
     /// The pause after `short`, a grant that came back short of its ask
     /// `since` the previous call (`None` for the first call), before
-    /// jitter; at least `floor` (the configured least pause) and the
+    /// jitter: until this node's share of the refill has grown to a batch
+    /// (an eighth of the capacity, a quarter of `max_lease`, at least one
+    /// token); at least `floor` (the configured least pause) and the
     /// store's `retry_after`, and at most [`MAX_PAUSE`].
     ///
     /// Updates the share first: half the old estimate, half what this
@@ -135,10 +166,10 @@ impl Pacer {
             };
             self.share = (0.5 * self.share + 0.5 * sample).max(LEAST_SHARE);
         }
-        let batch = short
-            .asked
-            .min(short.capacity / BATCHES_PER_CAPACITY)
+        let batch = (short.capacity / BATCHES_PER_CAPACITY)
+            .min(self.max_lease / BATCHES_PER_ASK)
             .max(1);
+        self.batch = batch;
         let fair_ns = interval_ns * batch as f64 / self.share;
         // Compared in floats first: an absurd interval gives values no
         // integer holds (`as` would saturate, but say nothing).
@@ -196,9 +227,14 @@ mod tests {
         }
     }
 
+    /// Leases of at most 400: batches of 100 under a capacity of 8000.
+    fn paced() -> Pacer {
+        Pacer::new(400)
+    }
+
     #[test]
     fn the_pause_lets_the_nodes_share_grow_to_a_batch() {
-        let mut pacer = Pacer::new();
+        let mut pacer = paced();
         // Alone so far: a batch of 100 at 1 ms a token is 100 ms.
         assert_eq!(pacer.after_short(None, short(100, 40), MS), 100 * MS);
         assert_eq!(pacer.share(), 1.0);
@@ -226,7 +262,7 @@ mod tests {
         // n nodes, each granted 1/n of the refill: each waits n batches of
         // refill, so the fleet asks once per batch.
         for nodes in [1u32, 2, 4, 8, 16, 64] {
-            let mut pacer = Pacer::new();
+            let mut pacer = paced();
             let since = 100 * MS * nodes;
             let mut pause = Duration::ZERO;
             for _ in 0..60 {
@@ -241,7 +277,7 @@ mod tests {
 
     #[test]
     fn an_empty_grant_halves_the_share_and_waits_at_least_retry_after() {
-        let mut pacer = Pacer::new();
+        let mut pacer = paced();
         let empty = ShortGrant {
             retry_after: 300 * MS,
             ..short(100, 0)
@@ -258,7 +294,7 @@ mod tests {
 
     #[test]
     fn a_batch_is_at_most_an_eighth_of_the_capacity_and_at_least_one() {
-        let mut pacer = Pacer::new();
+        let mut pacer = paced();
         let small = ShortGrant {
             capacity: 80,
             ..short(100, 5)
@@ -274,8 +310,22 @@ mod tests {
     }
 
     #[test]
+    fn an_exhausted_node_asks_for_four_batches_until_a_grant_is_full() {
+        let mut pacer = paced();
+        assert_eq!(pacer.least_ask(), 0);
+        pacer.after_short(None, short(10, 5), MS);
+        assert_eq!(pacer.least_ask(), 400);
+        pacer.after_full();
+        assert_eq!(pacer.least_ask(), 0);
+        // A batch is at most a quarter of max_lease.
+        let mut small = Pacer::new(8);
+        assert_eq!(small.after_short(None, short(8, 5), Duration::ZERO), 2 * MS);
+        assert_eq!(small.least_ask(), 8);
+    }
+
+    #[test]
     fn absurd_replies_stay_within_the_guards() {
-        let mut pacer = Pacer::new();
+        let mut pacer = paced();
         let cases = [
             // retry_after and interval of zero: the floor, then MIN_PAUSE.
             (Duration::ZERO, Duration::ZERO, 0, MIN_PAUSE),
@@ -298,7 +348,7 @@ mod tests {
             assert!((LEAST_SHARE..=1.0).contains(&pacer.share()));
         }
         // A grant above the ask counts as the ask: a share of at most 1.
-        let mut pacer = Pacer::new();
+        let mut pacer = paced();
         pacer.after_short(Some(MS), short(10, u64::MAX), MS);
         assert_eq!(pacer.share(), 1.0);
         // Empty grants in a row floor the share instead of reaching zero.
@@ -321,7 +371,7 @@ mod tests {
         assert_eq!(spread(MS, &mut || f64::NAN), MIN_PAUSE);
         // The pacer's own generator: every draw within the window, and not
         // all the same.
-        let mut pacer = Pacer::new();
+        let mut pacer = paced();
         let draws: Vec<Duration> = (0..100).map(|_| pacer.spread(100 * MS)).collect();
         assert!(draws.iter().all(|d| (50 * MS..=150 * MS).contains(d)));
         assert!(draws.iter().any(|d| *d != draws[0]));
@@ -341,7 +391,7 @@ mod tests {
 
     #[test]
     fn calls_measure_the_time_since_the_previous_one() {
-        let mut pacer = Pacer::new();
+        let mut pacer = paced();
         let start = Instant::now();
         assert_eq!(pacer.calling(start), None);
         assert_eq!(pacer.calling(start + 30 * MS), Some(30 * MS));
