@@ -5,6 +5,8 @@
 #[cfg(feature = "tokio")]
 mod allowance;
 mod local;
+#[cfg(feature = "tokio")]
+mod pacing;
 mod pool;
 mod store;
 

@@ -26,7 +26,7 @@ use ::redis::{Cmd, RedisError, Script, Value};
 pub use self::config::RedisConfig;
 pub use self::connection::RedisConnection;
 use self::scale::{EPOCH_UNIX_SECS, Scale};
-use super::store::{Grant, Lease, Store};
+use super::store::{Grant, Lease, Store, refill_interval};
 use crate::{InitialCredit, Quota};
 
 // Loaded by hash: each call is an EVALSHA and, on a NOSCRIPT reply (a
@@ -434,7 +434,7 @@ impl RedisStore {
 
     async fn acquire_tokens(&self, key: &str, want: u64) -> Result<Grant, RedisStoreError> {
         if want == 0 {
-            return Ok(Grant::nothing(Duration::ZERO, self.scale.capacity));
+            return Ok(self.nothing(Duration::ZERO));
         }
         // No bucket ever holds more than B: asking for more is asking for B.
         let want = want.min(self.scale.capacity);
@@ -461,7 +461,7 @@ impl RedisStore {
             .await;
         let mut grants: Vec<Result<Grant, RedisStoreError>> = requests
             .iter()
-            .map(|_| Ok(Grant::nothing(Duration::ZERO, self.scale.capacity)))
+            .map(|_| Ok(self.nothing(Duration::ZERO)))
             .collect();
         for (&(i, want), reply) in asked.iter().zip(replies) {
             grants[i] = reply
@@ -471,18 +471,25 @@ impl RedisStore {
         grants
     }
 
+    /// A grant of nothing, with the wait until one token exists. Every
+    /// grant, empty or not, tells the capacity — this store's own `B`, the
+    /// one its scripts apply (they receive it as `BT / T`) — and the refill
+    /// interval.
+    fn nothing(&self, retry_after: Duration) -> Grant {
+        Grant {
+            refill_interval: refill_interval(&self.quota),
+            ..Grant::nothing(retry_after, self.scale.capacity)
+        }
+    }
+
     /// The grant an acquire script's decoded reply stands for.
     fn grant(&self, want: u64, [granted, wait, now]: [u64; 3]) -> Result<Grant, RedisStoreError> {
-        // The capacity is this store's own `B`, the one its scripts apply
-        // (they receive it as `BT / T`): every grant tells it, empty or not.
-        let capacity = self.scale.capacity;
         match (granted, wait) {
-            (0, wait) if wait > 0 => Ok(Grant::nothing(self.scale.duration(wait), capacity)),
+            (0, wait) if wait > 0 => Ok(self.nothing(self.scale.duration(wait))),
             (granted, 0) if (1..=want).contains(&granted) => Ok(Grant {
                 tokens: granted,
-                retry_after: Duration::ZERO,
                 lease: Lease { granted, at: now },
-                capacity,
+                ..self.nothing(Duration::ZERO)
             }),
             _ => Err(RedisStoreError::BadReply(format!(
                 "acquire of {want} returned {granted} tokens with a wait of {wait} ticks"
