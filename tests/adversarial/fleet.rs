@@ -267,3 +267,22 @@ async fn a_hot_key_over_an_overgranting_store_admits_within_the_debits() {
     node.shutdown().await;
     store.assert_bound(admitted);
 }
+
+/// A wait with no deadline on a store that says "never" asks again every
+/// second instead of sleeping for ever, and is served once the store
+/// grants.
+#[tokio::test(start_paused = true)]
+async fn a_wait_with_no_deadline_asks_again_every_second() {
+    let (store, _clock) = Rogue::hundred_a_second(Conduct::Refuses(Duration::MAX));
+    let node = keyed(&store, FailurePolicy::Closed);
+    let waiting = tokio::spawn({
+        let node = node.clone();
+        async move { node.acquire("k", 1, Duration::MAX).await }
+    });
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(!waiting.is_finished());
+    store.behave(Conduct::Honest);
+    assert_eq!(waiting.await.unwrap(), Ok(Source::Lease));
+    // Asked at 0, 1, 2 and 3 s (refused), and at 4 s (granted).
+    assert_eq!(store.calls(), 5);
+}

@@ -28,6 +28,12 @@ use table::Table;
 /// refused caller into a spinning one.
 const MIN_RETRY: Duration = Duration::from_millis(1);
 
+/// The longest a cold `acquire` sleeps before asking the store again,
+/// whatever its `retry_after`: tokens given back by other nodes are seen
+/// within this, and a `retry_after` of `Duration::MAX` under a wait with no
+/// deadline cannot park the caller for ever.
+const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
 /// One budget per key, shared by every node through a [`Store`]: "100
 /// requests a minute per API key, across the fleet".
 ///
@@ -246,7 +252,7 @@ impl<S: Store> KeyedAllowance<S> {
                             .is_some_and(|then| then <= at)
                     }) =>
                 {
-                    tokio::time::sleep(retry_after).await;
+                    tokio::time::sleep(retry_after.min(MAX_RETRY_PAUSE)).await;
                 }
                 outcome => return outcome,
             }
