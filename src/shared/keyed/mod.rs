@@ -2,6 +2,7 @@
 //! through a [`Store`], with leases only for the keys whose demand pays for
 //! them.
 
+mod batch;
 mod cold;
 mod config;
 mod demand;
@@ -17,6 +18,7 @@ use tokio::runtime::Handle;
 use crate::shared::allowance::add;
 use crate::shared::{AllowanceError, FailurePolicy, LocalAllowance, Source, Store};
 use crate::{AcquireError, KeyedLimiter};
+use batch::Batched;
 use cold::{ColdCall, ColdKey, Decided};
 pub use config::KeyedAllowanceConfig;
 pub use stats::KeyedAllowanceStats;
@@ -94,6 +96,9 @@ impl<S: Store> Clone for KeyedAllowance<S> {
 #[derive(Debug)]
 struct Inner<S: Store> {
     store: Arc<S>,
+    /// What hot keys' pools lease from: their refills batched into
+    /// `acquire_many` calls.
+    batched: Arc<Batched<S>>,
     config: KeyedAllowanceConfig,
     table: Table<S>,
     /// Cold keys' admissions while the store is down, under
@@ -137,6 +142,7 @@ impl<S: Store> KeyedAllowance<S> {
             FailurePolicy::Closed | FailurePolicy::Open => None,
         };
         let inner = Arc::new(Inner {
+            batched: Arc::new(Batched::new(Arc::clone(&store), &runtime)),
             store,
             table: Table::new(&config),
             config,
@@ -427,7 +433,7 @@ async fn promote<S: Store>(inner: Weak<Inner<S>>, name: String) {
         // The configuration was validated when the allowance was built, so
         // this fails only outside a runtime, which a task is not.
         LocalAllowance::new(
-            Arc::clone(&inner.store),
+            Arc::clone(&inner.batched),
             name.clone(),
             inner.config.allowance,
         )
