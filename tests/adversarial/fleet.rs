@@ -89,7 +89,8 @@ async fn a_failing_store_admits_nothing_when_closed() {
 }
 
 /// A refusal saying "retry now" cannot make `acquire` spin: each retry
-/// waits at least 1 ms. One saying "never" ends the call at once.
+/// waits at least 1 ms. One saying "never" is asked again within a second,
+/// until the caller's deadline.
 #[tokio::test(start_paused = true)]
 async fn refusals_with_zero_or_endless_waits_neither_spin_nor_hang() {
     let (store, _clock) = Rogue::hundred_a_second(Conduct::Refuses(Duration::ZERO));
@@ -106,13 +107,13 @@ async fn refusals_with_zero_or_endless_waits_neither_spin_nor_hang() {
     let calls = store.calls();
     let start = tokio::time::Instant::now();
     assert!(matches!(
-        node.acquire("k", 1, Duration::from_secs(3600)).await,
+        node.acquire("k", 1, Duration::from_secs(3)).await,
         Err(AcquireError::Insufficient { .. })
     ));
-    assert_eq!(
-        (store.calls() - calls, start.elapsed()),
-        (1, Duration::ZERO)
-    );
+    assert!(start.elapsed() <= Duration::from_secs(3));
+    // Pauses of 0.5 to 1 s (1 s spread by jitter, at most 1 s).
+    let asked = store.calls() - calls;
+    assert!((3..=7).contains(&asked), "{asked} calls");
 }
 
 /// A store claiming a capacity of zero: every cost is refused as above
@@ -283,6 +284,6 @@ async fn a_wait_with_no_deadline_asks_again_every_second() {
     assert!(!waiting.is_finished());
     store.behave(Conduct::Honest);
     assert_eq!(waiting.await.unwrap(), Ok(Source::Lease));
-    // Asked at 0, 1, 2 and 3 s (refused), and at 4 s (granted).
-    assert_eq!(store.calls(), 5);
+    // Asked every 0.5 to 1 s: at least four times by 3.5 s, at most eight.
+    assert!((5..=9).contains(&store.calls()), "{} calls", store.calls());
 }
