@@ -576,3 +576,46 @@ async fn many_hot_keys_refill_in_shared_round_trips() {
         stats.hot.leases
     );
 }
+
+/// A cost above the hot pool's `max_lease` is still served: as one store
+/// decision, not refused as if it exceeded the key's capacity.
+#[tokio::test(start_paused = true)]
+async fn a_cost_above_the_lease_size_on_a_hot_key_is_decided_by_the_store() {
+    let store = Ledger::new(Quota::per_second(1000).unwrap());
+    let node = KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed)).unwrap();
+    while !node.is_hot("k") {
+        let _ = node.acquire("k", 1, Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // `max_lease` is 10 in this configuration.
+    assert_eq!(node.try_acquire("k", 11), Err(AcquireError::NotLocal));
+    let calls = node.stats().cold_calls;
+    assert_eq!(
+        node.acquire("k", 11, Duration::ZERO).await,
+        Ok(Source::Lease)
+    );
+    assert_eq!(node.stats().cold_calls, calls + 1);
+    assert!(node.is_hot("k"));
+}
+
+/// The futures a server awaits are `Send`, so a multi-threaded runtime (a
+/// tower service) can move them between workers.
+#[test]
+fn acquire_futures_are_send_and_the_allowance_is_shareable() {
+    fn send<T: Send>(_: &T) {}
+    fn shared<T: Send + Sync + Clone>() {}
+    shared::<KeyedAllowance<Ledger>>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = Ledger::new(Quota::per_second(1).unwrap());
+        let node = KeyedAllowance::new(store, config(FailurePolicy::Closed)).unwrap();
+        let acquire = node.acquire("k", 1, Duration::ZERO);
+        send(&acquire);
+        assert_eq!(acquire.await, Ok(Source::Lease));
+        send(&node.shutdown());
+    });
+}

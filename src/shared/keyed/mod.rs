@@ -188,8 +188,13 @@ impl<S: Store> KeyedAllowance<S> {
     /// one rule and the request refused: never half-used. Cancelling the
     /// future gives back a grant it had not yet admitted.
     ///
-    /// Refusals: [`AcquireError::Insufficient`] (with the store's wait, at
-    /// least 1 ms), [`AcquireError::ExceedsCapacity`] (above the key's
+    /// An admission is [`Source::Lease`] whether it came from the key's
+    /// pool or from a cold decision: either way a grant of the store,
+    /// within the shared bound.
+    ///
+    /// Refusals: [`AcquireError::Insufficient`] (with the store's wait, or
+    /// after a grant of part of the cost the refill of the rest; at least
+    /// 1 ms), [`AcquireError::ExceedsCapacity`] (above the key's
     /// capacity), [`AcquireError::ZeroCost`], and while the store is
     /// unreachable what the [`FailurePolicy`] says.
     ///
