@@ -71,10 +71,11 @@ async fn a_hanging_store_ends_every_call_at_the_timeout() {
     assert_eq!(node.stats().store_errors, 1);
 }
 
-/// A failing store under `Closed`: every cold request refused, one call
-/// each, nothing admitted.
+/// A failing store under `Closed`: every cold request refused, nothing
+/// admitted; after one failed call the node holds cold calls back for a
+/// backoff instead of asking once per request, and asks again after it.
 #[tokio::test(start_paused = true)]
-async fn a_failing_store_admits_nothing_when_closed() {
+async fn a_failing_store_admits_nothing_when_closed_and_is_not_asked_per_request() {
     let (store, _clock) = Rogue::hundred_a_second(Conduct::Fails);
     let node = keyed(&store, FailurePolicy::Closed);
     for i in 0..10 {
@@ -84,8 +85,16 @@ async fn a_failing_store_admits_nothing_when_closed() {
             Err(AcquireError::StoreUnavailable)
         );
     }
-    assert_eq!((store.calls(), node.stats().store_errors), (10, 10));
+    assert_eq!((store.calls(), node.stats().store_errors), (1, 1));
     store.assert_bound(0);
+    // The first backoff is at most 1.5 × 2 × lease_period / 4 = 75 ms.
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    store.behave(Conduct::Honest);
+    assert_eq!(
+        node.acquire("k0", 1, Duration::ZERO).await,
+        Ok(Source::Lease)
+    );
+    assert_eq!(store.calls(), 2);
 }
 
 /// A refusal saying "retry now" cannot make `acquire` spin: each retry

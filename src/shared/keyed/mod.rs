@@ -6,6 +6,7 @@ mod batch;
 mod cold;
 mod config;
 mod demand;
+mod outage;
 mod stats;
 mod store_key;
 mod table;
@@ -23,6 +24,7 @@ use crate::{AcquireError, KeyedLimiter};
 use batch::Batched;
 use cold::{ColdCall, ColdKey, Decided};
 pub use config::KeyedAllowanceConfig;
+use outage::Outage;
 pub use stats::KeyedAllowanceStats;
 pub use store_key::{LITERAL_MAX as STORE_KEY_LITERAL_MAX, store_key};
 use table::Table;
@@ -95,6 +97,8 @@ struct Inner<S: Store> {
     /// Cold keys' admissions while the store is down, under
     /// [`FailurePolicy::Fallback`]; bounded like the table.
     fallback: Option<KeyedLimiter<String>>,
+    /// Holds cold calls back for a while after one failed.
+    outage: Outage,
     counters: Arc<stats::Counters>,
     runtime: Handle,
 }
@@ -138,6 +142,7 @@ impl<S: Store> KeyedAllowance<S> {
             table: Table::new(&config),
             config,
             fallback,
+            outage: Outage::new(),
             counters: Arc::default(),
             runtime,
         });
@@ -364,13 +369,21 @@ impl<S: Store> KeyedAllowance<S> {
 impl<S: Store> Inner<S> {
     /// One store decision for exactly `cost` tokens of the key named `name`.
     async fn decide_cold(&self, name: &str, cost: u64) -> Result<Source, AcquireError> {
+        if self.outage.in_force() {
+            return self.when_down(name, cost);
+        }
         let key = ColdKey {
             store: Arc::clone(&self.store),
             key: name.to_owned(),
             timeout: self.config.allowance.timeout,
             counters: Arc::clone(&self.counters),
         };
-        match ColdCall::start(key, cost, &self.runtime).answer().await {
+        let decided = ColdCall::start(key, cost, &self.runtime).answer().await;
+        match decided {
+            Decided::Failed => self.outage.failed(self.config.allowance.lease_period),
+            Decided::Granted(_) | Decided::Refused { .. } => self.outage.answered(),
+        }
+        match decided {
             Decided::Granted(_) => {
                 add(&self.counters.cold_admitted, cost);
                 Ok(Source::Lease)
