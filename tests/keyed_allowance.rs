@@ -230,15 +230,35 @@ async fn a_grant_short_of_the_cost_is_given_back_and_the_request_refused() {
         })
     );
     assert_eq!(node.try_acquire("k", 6), too_large.map(|_| Source::Lease));
+    // Once told, the node asks the store no more for what cannot fit.
+    let calls = store.calls.load(Ordering::SeqCst);
+    assert_eq!(
+        node.acquire("k", 6, Duration::from_secs(1)).await,
+        too_large.map(|_| Source::Lease)
+    );
+    assert_eq!(store.calls.load(Ordering::SeqCst), calls);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_cold_acquire_waits_for_the_stores_retry_after_within_max_wait() {
     let store = Ledger::new(Quota::per_second(10).unwrap());
-    let node = KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed)).unwrap();
+    // Kept cold: ten tokens in one sample would make it hot, and a hot
+    // key waits on its pool's pacing instead.
+    let config = KeyedAllowanceConfig {
+        hot_at: u32::MAX,
+        ..config(FailurePolicy::Closed)
+    };
+    let node = KeyedAllowance::new(Arc::clone(&store), config).unwrap();
     assert_eq!(
         node.acquire("k", 10, Duration::ZERO).await,
         Ok(Source::Lease)
+    );
+    // Empty: the first token in 100 ms, two more 100 ms apart.
+    assert_eq!(
+        node.acquire("k", 3, Duration::ZERO).await,
+        Err(AcquireError::Insufficient {
+            retry_after: Duration::from_millis(300)
+        })
     );
     let start = tokio::time::Instant::now();
     assert_eq!(
@@ -490,6 +510,24 @@ async fn a_forgotten_key_gets_no_fresh_credit() {
     // A new node on the same store: the same.
     let other = KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed)).unwrap();
     assert!(other.acquire("k", 1, Duration::ZERO).await.is_err());
+}
+
+/// Forgetting needs a sample with no demand: with `forget_after` zero a
+/// key in use keeps its measured demand (and goes hot).
+#[tokio::test(start_paused = true)]
+async fn a_key_in_use_is_not_forgotten_even_at_once() {
+    let store = Ledger::new(Quota::per_second(1000).unwrap());
+    let config = KeyedAllowanceConfig {
+        forget_after: Duration::ZERO,
+        ..config(FailurePolicy::Closed)
+    };
+    let node = KeyedAllowance::new(Arc::clone(&store), config).unwrap();
+    for _ in 0..30 {
+        let _ = node.acquire("k", 1, Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(node.is_hot("k"));
+    assert_eq!(node.stats().forgotten, 0);
 }
 
 #[tokio::test(start_paused = true)]

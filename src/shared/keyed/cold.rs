@@ -26,8 +26,8 @@ pub(crate) enum Decided {
     Granted(Lease),
     /// Fewer tokens than the cost (already given back).
     Refused {
-        /// The wait until the cost could fit: the store's `retry_after`,
-        /// or, after a grant of part of it, the refill of the rest.
+        /// The wait until the cost could fit: the store's wait for one
+        /// token, and the refill of the rest of the cost after it.
         retry_after: Duration,
         capacity: u64,
     },
@@ -124,13 +124,16 @@ async fn decide<S: Store>(key: Arc<ColdKey<S>>, cost: u64, reply: oneshot::Sende
     // the store as it left it.
     give_back(&key, lease, kept).await;
     add(&key.counters.cold_refused, 1);
-    let missing = u32::try_from(cost - kept).unwrap_or(u32::MAX);
-    let refill = grant
+    // The store's `retry_after` is the wait for one token (zero once it
+    // had some); the rest refill one interval each after it.
+    let first = u64::from(kept == 0);
+    let missing = u32::try_from(cost - kept - first).unwrap_or(u32::MAX);
+    let rest = grant
         .refill_interval
         .checked_mul(missing)
         .unwrap_or(Duration::MAX);
     let _ = reply.send(Decided::Refused {
-        retry_after: grant.retry_after.max(refill),
+        retry_after: grant.retry_after.saturating_add(rest),
         capacity: grant.capacity,
     });
 }

@@ -179,7 +179,8 @@ impl<S: Store> KeyedAllowance<S> {
         let inner = &self.inner;
         let name = store_key(key);
         if cost > inner.config.allowance.max_lease {
-            return inner.table.known_too_large(&name, cost);
+            inner.table.within_known_capacity(&name, cost)?;
+            return Err(AcquireError::NotLocal);
         }
         inner.table.try_hot(&name, cost)
     }
@@ -250,6 +251,7 @@ impl<S: Store> KeyedAllowance<S> {
                 }
                 return outcome;
             }
+            inner.table.within_known_capacity(&name, cost)?;
             if !inner.table.track(&name, cost) {
                 add(&inner.counters.untracked, 1);
             }

@@ -114,12 +114,13 @@ impl<S: Store> Table<S> {
         outcome
     }
 
-    /// For a cost no pool serves: above the key's known capacity, or not
-    /// local.
-    pub(crate) fn known_too_large(&self, name: &str, cost: u64) -> Result<Source, AcquireError> {
+    /// `ExceedsCapacity` for a cost above the key's capacity as the store
+    /// last told it, so that no store call is made (and no grant taken and
+    /// given back, emptying the bucket meanwhile) for what can never fit.
+    pub(crate) fn within_known_capacity(&self, name: &str, cost: u64) -> Result<(), AcquireError> {
         match self.keys.get(name) {
-            Some(tracked) => too_large(&tracked, cost).and(Err(AcquireError::NotLocal)),
-            None => Err(AcquireError::NotLocal),
+            Some(tracked) => too_large(&tracked, cost),
+            None => Ok(()),
         }
     }
 
@@ -220,7 +221,8 @@ impl<S: Store> Table<S> {
                 }
                 Switch::ToHot | Switch::Stay => {}
             }
-            let forget = !tracked.holds_hot_slot() && tracked.idle_for >= config.forget_after;
+            let forget =
+                asked == 0 && !tracked.holds_hot_slot() && tracked.idle_for >= config.forget_after;
             if forget {
                 self.release(entry_bytes::<S>(name));
                 add(&counters.forgotten, 1);
