@@ -189,8 +189,8 @@ impl<S: Store> KeyedAllowance<S> {
     /// them. A hot key waits for its refills as
     /// [`LocalAllowance::acquire`]; a cold key is one store decision for
     /// exactly `cost` (bounded by the store timeout, whatever `max_wait`),
-    /// asked again after the store's `retry_after` while that is within
-    /// `max_wait`. A grant short of the cost is given back at once by the
+    /// asked again after the store's wait (spread by jitter, at most 1 s at
+    /// a time) while that wait fits in `max_wait`. A grant short of the cost is given back at once by the
     /// one rule and the request refused: never half-used. Cancelling the
     /// future gives back a grant it had not yet admitted.
     ///
@@ -234,7 +234,7 @@ impl<S: Store> KeyedAllowance<S> {
         // None past the end of tokio's clock: no deadline at all.
         let deadline = tokio::time::Instant::now().checked_add(max_wait);
         // Drawn only once a cold request has to wait.
-        let mut jitter = None;
+        let mut jitter: Option<JitterGenerator> = None;
         loop {
             let leased = if cost <= inner.config.allowance.max_lease {
                 inner.table.hot(&name)
@@ -259,19 +259,11 @@ impl<S: Store> KeyedAllowance<S> {
             let Err(AcquireError::Insufficient { retry_after }) = outcome else {
                 return outcome;
             };
-            // Asked again once the wait the store told (at most 1 s, so an
-            // endless one cannot park a caller under a wait with no
-            // deadline) fits before the deadline; spread, so that callers
-            // refused together do not come back together.
-            let now = tokio::time::Instant::now();
-            let Some(left) = deadline.map_or(Some(Duration::MAX), |at| {
-                let left = at.saturating_duration_since(now);
-                (retry_after.min(pacing::MAX_PAUSE) <= left).then_some(left)
-            }) else {
+            let jitter = jitter.get_or_insert_with(JitterGenerator::from_entropy);
+            let Some(pause) = pause_before_asking_again(retry_after, deadline, jitter) else {
                 return outcome;
             };
-            let jitter = jitter.get_or_insert_with(JitterGenerator::from_entropy);
-            tokio::time::sleep(pacing::spread(retry_after, jitter).min(left)).await;
+            tokio::time::sleep(pause).await;
         }
     }
 
@@ -422,6 +414,24 @@ impl<S: Store> Inner<S> {
             _ => Err(AcquireError::StoreUnavailable),
         }
     }
+}
+
+/// How long a refused cold request sleeps before asking again, if the
+/// store's `retry_after` (at most 1 s of it, so that an endless one cannot
+/// park a caller under a wait with no deadline) fits before `deadline`:
+/// spread by jitter, so that callers refused together do not come back
+/// together, and never past the deadline.
+fn pause_before_asking_again(
+    retry_after: Duration,
+    deadline: Option<tokio::time::Instant>,
+    jitter: &mut JitterGenerator,
+) -> Option<Duration> {
+    let left = match deadline {
+        Some(at) => at.saturating_duration_since(tokio::time::Instant::now()),
+        None => Duration::MAX,
+    };
+    (retry_after.min(pacing::MAX_PAUSE) <= left)
+        .then(|| pacing::spread(retry_after, jitter).min(left))
 }
 
 /// Samples every tracked key's demand each `every`, switching keys
