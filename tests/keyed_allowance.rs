@@ -657,3 +657,108 @@ fn acquire_futures_are_send_and_the_allowance_is_shareable() {
         send(&node.shutdown());
     });
 }
+
+#[cfg(feature = "redis")]
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+/// Three nodes, each with its own connection to a real Redis (started by
+/// the test), hammer eight keys — braces, NUL and a long key among them —
+/// for 400 ms: per key, what they admitted stays within `B + r·t`, `t` on
+/// the server's clock around the run; busy keys went hot.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_over_a_real_redis_hold_each_keys_envelope() {
+    use tollgate::shared::RedisStore;
+
+    let Some(server) = redis_server::RedisServer::start("keyed_allowance_over_redis") else {
+        return;
+    };
+    let (capacity, rate) = (20, 100);
+    let quota = Quota::new(capacity, rate, Duration::from_secs(1)).unwrap();
+    let timeout = Duration::from_millis(200);
+    let long = "L".repeat(300);
+    let keys: Arc<Vec<String>> = Arc::new(
+        ["a", "b", "c", "{tenant}", "}{", "x\0y", "", long.as_str()]
+            .map(String::from)
+            .to_vec(),
+    );
+    let server_micros = || async {
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let (seconds, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        seconds * 1_000_000 + micros
+    };
+    let start = server_micros().await;
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let store = RedisStore::connect(&server.url(), quota, "fleet:", timeout)
+            .await
+            .expect("connect to the test server");
+        let config = KeyedAllowanceConfig {
+            allowance: AllowanceConfig {
+                timeout,
+                ..config(FailurePolicy::Closed).allowance
+            },
+            ..config(FailurePolicy::Closed)
+        };
+        let node = KeyedAllowance::new(Arc::new(store), config).unwrap();
+        let keys = Arc::clone(&keys);
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = vec![0u64; keys.len()];
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(400);
+            let mut turn = 0usize;
+            while tokio::time::Instant::now() < deadline {
+                // Skewed: the first key every other turn.
+                turn += 1;
+                let index = if turn % 2 == 0 {
+                    0
+                } else {
+                    turn / 2 % keys.len()
+                };
+                let key = &keys[index];
+                let outcome = match node.try_acquire(key, 1) {
+                    Err(AcquireError::NotLocal) => node.acquire(key, 1, Duration::ZERO).await,
+                    answered => answered,
+                };
+                if outcome == Ok(Source::Lease) {
+                    admitted[index] += 1;
+                } else {
+                    tokio::task::yield_now().await;
+                }
+            }
+            node.shutdown().await;
+            (admitted, node.stats())
+        }));
+    }
+    let mut admitted = vec![0u64; keys.len()];
+    let mut became_hot = 0;
+    for task in tasks {
+        let (node_admitted, stats) = task.await.unwrap();
+        for (total, one) in admitted.iter_mut().zip(node_admitted) {
+            *total += one;
+        }
+        became_hot += stats.became_hot;
+    }
+    let elapsed_ns = (server_micros().await - start) * 1000;
+    let envelope = Envelope {
+        capacity,
+        tokens: rate,
+        period_ns: 1_000_000_000,
+    };
+    for (key, &spent) in keys.iter().zip(&admitted) {
+        assert!(
+            envelope.admits(u128::from(spent), elapsed_ns),
+            "{:?}: {spent} admitted in {elapsed_ns} ns",
+            &key[..key.len().min(8)]
+        );
+        assert!(spent > 0, "{:?} admitted nothing", &key[..key.len().min(8)]);
+    }
+    assert!(became_hot > 0, "no key went hot");
+    // The busiest key's demand is far above its rate: it got most of it.
+    let allowed = capacity + rate * elapsed_ns / 1_000_000_000;
+    assert!(admitted[0] * 2 >= allowed, "{} of {allowed}", admitted[0]);
+}
