@@ -714,7 +714,7 @@ async fn nodes_over_a_real_redis_hold_each_keys_envelope() {
             while tokio::time::Instant::now() < deadline {
                 // Skewed: the first key every other turn.
                 turn += 1;
-                let index = if turn % 2 == 0 {
+                let index = if turn.is_multiple_of(2) {
                     0
                 } else {
                     turn / 2 % keys.len()
