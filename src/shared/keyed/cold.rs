@@ -26,9 +26,12 @@ pub(crate) enum Decided {
     Granted(Lease),
     /// Fewer tokens than the cost (already given back).
     Refused {
-        /// The wait until the cost could fit: the store's wait for one
-        /// token, and the refill of the rest of the cost after it.
-        retry_after: Duration,
+        /// Tokens the store had (and granted, and got back).
+        had: u64,
+        /// The store's wait until one token exists (zero if it had some).
+        first_token: Duration,
+        /// The store's refill of one token (zero if it cannot tell).
+        refill_interval: Duration,
         capacity: u64,
     },
     /// The call failed or timed out: it may have debited, and whatever it
@@ -124,18 +127,29 @@ async fn decide<S: Store>(key: Arc<ColdKey<S>>, cost: u64, reply: oneshot::Sende
     // the store as it left it.
     give_back(&key, lease, kept).await;
     add(&key.counters.cold_refused, 1);
-    // The store's `retry_after` is the wait for one token (zero once it
-    // had some); the rest refill one interval each after it.
-    let first = u64::from(kept == 0);
-    let missing = u32::try_from(cost - kept - first).unwrap_or(u32::MAX);
-    let rest = grant
-        .refill_interval
-        .checked_mul(missing)
-        .unwrap_or(Duration::MAX);
     let _ = reply.send(Decided::Refused {
-        retry_after: grant.retry_after.saturating_add(rest),
+        had: kept,
+        first_token: grant.retry_after,
+        refill_interval: grant.refill_interval,
         capacity: grant.capacity,
     });
+}
+
+/// The wait until `cost` tokens could fit in a bucket that `had` tokens
+/// and (if it had none) would have its first in `first_token`: the rest
+/// refill one `refill_interval` each after that.
+pub(crate) fn wait_for(
+    cost: u64,
+    had: u64,
+    first_token: Duration,
+    refill_interval: Duration,
+) -> Duration {
+    let counted = had.max(1).min(cost);
+    let missing = u32::try_from(cost - counted).unwrap_or(u32::MAX);
+    let rest = refill_interval
+        .checked_mul(missing)
+        .unwrap_or(Duration::MAX);
+    first_token.saturating_add(rest)
 }
 
 /// Gives back `tokens` nobody will admit against their receipt `lease`,

@@ -136,14 +136,15 @@ impl<S: Store> KeyedAllowance<S> {
             ),
             FailurePolicy::Closed | FailurePolicy::Open => None,
         };
+        let counters = Arc::new(stats::Counters::default());
         let inner = Arc::new(Inner {
             batched: Arc::new(Batched::new(Arc::clone(&store), &runtime)),
             store,
-            table: Table::new(&config),
+            table: Table::new(&config, Arc::clone(&counters)),
             config,
             fallback,
             outage: Outage::new(),
-            counters: Arc::default(),
+            counters,
             runtime,
         });
         inner
@@ -255,7 +256,12 @@ impl<S: Store> KeyedAllowance<S> {
             if !inner.table.track(&name, cost) {
                 add(&inner.counters.untracked, 1);
             }
-            let outcome = inner.decide_cold(&name, cost).await;
+            let outcome = match inner.table.refused_for(&name, cost) {
+                // The store said the key had no token until later: refused
+                // here, no round trip.
+                Some(retry_after) => Err(AcquireError::Insufficient { retry_after }),
+                None => inner.decide_cold(&name, cost).await,
+            };
             let Err(AcquireError::Insufficient { retry_after }) = outcome else {
                 return outcome;
             };
@@ -287,7 +293,7 @@ impl<S: Store> KeyedAllowance<S> {
     /// ```
     pub async fn shutdown(&self) -> u64 {
         let mut returned = 0u64;
-        for pool in self.inner.table.cool_all(&self.inner.counters) {
+        for pool in self.inner.table.cool_all() {
             returned = returned.saturating_add(pool.shutdown().await);
         }
         returned
@@ -383,13 +389,17 @@ impl<S: Store> Inner<S> {
                 Ok(Source::Lease)
             }
             Decided::Refused {
-                retry_after,
+                had,
+                first_token,
+                refill_interval,
                 capacity,
             } => {
-                self.table.learn_capacity(name, capacity);
+                self.table
+                    .learn_refusal(name, capacity, had, first_token, refill_interval);
                 if cost > capacity {
                     Err(AcquireError::ExceedsCapacity { cost, capacity })
                 } else {
+                    let retry_after = cold::wait_for(cost, had, first_token, refill_interval);
                     Err(AcquireError::Insufficient {
                         retry_after: retry_after.max(MIN_PAUSE),
                     })
@@ -443,9 +453,7 @@ async fn sample_demand<S: Store>(inner: Weak<Inner<S>>, every: Duration) {
         tokio::time::sleep(every).await;
         let Some(inner) = inner.upgrade() else { return };
         let now = tokio::time::Instant::now();
-        let promoted = inner
-            .table
-            .sample(now.duration_since(last), &inner.config, &inner.counters);
+        let promoted = inner.table.sample(now.duration_since(last), &inner.config);
         last = now;
         for name in promoted {
             inner.runtime.spawn(promote(Arc::downgrade(&inner), name));
@@ -473,7 +481,7 @@ async fn promote<S: Store>(inner: Weak<Inner<S>>, name: String) {
         let _ = pool.refill().await;
     }
     if let Some(inner) = inner.upgrade() {
-        inner.table.install(&name, pool, &inner.counters);
+        inner.table.install(&name, pool);
     }
     // Otherwise the pool drops here and gives its lease back.
 }

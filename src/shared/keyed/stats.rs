@@ -31,6 +31,9 @@ pub struct KeyedAllowanceStats {
     /// Cold requests the store refused (too few tokens, or a cost above
     /// the key's capacity).
     pub cold_refused: u64,
+    /// Cold requests refused without a store call: the store had said the
+    /// key had no token until later.
+    pub refused_locally: u64,
     /// Tokens of grants short of the cost, or of grants whose caller had
     /// gone, given back to the store.
     pub returned: u64,
@@ -60,6 +63,7 @@ pub(crate) struct Counters {
     pub(crate) cold_calls: AtomicU64,
     pub(crate) cold_admitted: AtomicU64,
     pub(crate) cold_refused: AtomicU64,
+    pub(crate) refused_locally: AtomicU64,
     pub(crate) returned: AtomicU64,
     pub(crate) stranded: AtomicU64,
     pub(crate) store_errors: AtomicU64,
@@ -79,6 +83,7 @@ impl Counters {
             cold_calls: read(&self.cold_calls),
             cold_admitted: read(&self.cold_admitted),
             cold_refused: read(&self.cold_refused),
+            refused_locally: read(&self.refused_locally),
             returned: read(&self.returned),
             stranded: read(&self.stranded),
             store_errors: read(&self.store_errors),

@@ -8,13 +8,24 @@ use std::time::Duration;
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 
+use tokio::time::Instant;
+
 use super::batch::Batched;
+use super::cold::wait_for;
 use super::config::KeyedAllowanceConfig;
 use super::demand::{Demand, Switch};
 use super::stats::{Counters, KeyedAllowanceStats, sum};
 use crate::AcquireError;
+use crate::clock::saturating_nanos;
 use crate::shared::allowance::add;
+use crate::shared::pacing;
 use crate::shared::{AllowanceStats, LocalAllowance, Source, Store};
+
+/// The fewest samples a key keeps its pool once installed (1 s at the
+/// default `sample_every`): a promotion costs a lease and a demotion a
+/// return, so a key whose demand wavers across both thresholds costs at
+/// most two extra store calls per this many samples.
+const MIN_HOT_SAMPLES: u32 = 10;
 
 /// What a table slot costs beyond the entry itself (hash and control bytes,
 /// load-factor slack): part of the byte bound's estimate.
@@ -35,8 +46,16 @@ struct Tracked<S: Store> {
     demand: Demand,
     /// How long the key has asked for nothing.
     idle_for: Duration,
+    /// Samples since the key's pool was installed.
+    hot_samples: u32,
     /// The key's capacity as the store last told it (`u64::MAX`: unknown).
     capacity: AtomicU64,
+    /// After the store had no token for the key: when its next one
+    /// refills, in nanoseconds since the table's epoch (0: no such
+    /// refusal), and the key's refill interval in nanoseconds. Requests
+    /// before then are refused here, without a round trip.
+    empty_until: AtomicU64,
+    refill_interval: AtomicU64,
 }
 
 impl<S: Store> Tracked<S> {
@@ -57,6 +76,9 @@ pub(crate) struct Table<S: Store> {
     max_keys: usize,
     max_bytes: usize,
     max_hot: usize,
+    /// What `empty_until` counts from.
+    epoch: Instant,
+    counters: Arc<Counters>,
 }
 
 /// Tokens a pool has spent: leased, less what is pooled, returned or
@@ -86,7 +108,7 @@ fn reserve(counter: &AtomicUsize, n: usize, max: usize) -> bool {
 }
 
 impl<S: Store> Table<S> {
-    pub(crate) fn new(config: &KeyedAllowanceConfig) -> Self {
+    pub(crate) fn new(config: &KeyedAllowanceConfig, counters: Arc<Counters>) -> Self {
         Table {
             keys: DashMap::with_hasher(ahash::RandomState::new()),
             count: AtomicUsize::new(0),
@@ -95,6 +117,8 @@ impl<S: Store> Table<S> {
             max_keys: config.max_keys,
             max_bytes: config.max_bytes,
             max_hot: config.max_hot_keys,
+            epoch: Instant::now(),
+            counters,
         }
     }
 
@@ -105,7 +129,16 @@ impl<S: Store> Table<S> {
             return Err(AcquireError::NotLocal);
         };
         let Some(pool) = &tracked.pool else {
-            return too_large(&tracked, cost).and(Err(AcquireError::NotLocal));
+            too_large(&tracked, cost)?;
+            return match self.empty_for(&tracked, cost) {
+                // Demand all the same: a key refused here may need a pool.
+                Some(retry_after) => {
+                    add(&tracked.asked, cost);
+                    add(&self.counters.refused_locally, 1);
+                    Err(AcquireError::Insufficient { retry_after })
+                }
+                None => Err(AcquireError::NotLocal),
+            };
         };
         let outcome = pool.try_acquire(cost);
         if outcome.is_err() {
@@ -164,7 +197,10 @@ impl<S: Store> Table<S> {
                     spent_then: 0,
                     demand: Demand::default(),
                     idle_for: Duration::ZERO,
+                    hot_samples: 0,
                     capacity: AtomicU64::new(u64::MAX),
+                    empty_until: AtomicU64::new(0),
+                    refill_interval: AtomicU64::new(0),
                 });
             }
         }
@@ -176,21 +212,58 @@ impl<S: Store> Table<S> {
         self.bytes.fetch_sub(bytes, Ordering::AcqRel);
     }
 
-    /// Remembers the capacity the store told for the key.
-    pub(crate) fn learn_capacity(&self, name: &str, capacity: u64) {
-        if let Some(tracked) = self.keys.get(name) {
-            tracked.capacity.store(capacity, Ordering::Relaxed);
+    /// Remembers what a refusal by the store told about the key: its
+    /// capacity and, if it had no token at all, when the next one refills.
+    pub(crate) fn learn_refusal(
+        &self,
+        name: &str,
+        capacity: u64,
+        had: u64,
+        first_token: Duration,
+        refill_interval: Duration,
+    ) {
+        let Some(tracked) = self.keys.get(name) else {
+            return;
+        };
+        tracked.capacity.store(capacity, Ordering::Relaxed);
+        if had == 0 {
+            let until = (Instant::now() + first_token.min(pacing::MAX_PAUSE)) - self.epoch;
+            tracked
+                .empty_until
+                .store(saturating_nanos(until), Ordering::Relaxed);
+            tracked
+                .refill_interval
+                .store(saturating_nanos(refill_interval), Ordering::Relaxed);
         }
+    }
+
+    /// The wait until `cost` fits for a key the store said was empty, if
+    /// that is still ahead (at least 1 ms).
+    pub(crate) fn refused_for(&self, name: &str, cost: u64) -> Option<Duration> {
+        let wait = self
+            .keys
+            .get(name)
+            .and_then(|tracked| self.empty_for(&tracked, cost));
+        if wait.is_some() {
+            add(&self.counters.refused_locally, 1);
+        }
+        wait
+    }
+
+    fn empty_for(&self, tracked: &Tracked<S>, cost: u64) -> Option<Duration> {
+        let until = Duration::from_nanos(tracked.empty_until.load(Ordering::Relaxed));
+        // Zero (never refused, or the token is due now): nothing to wait.
+        let first_token = until
+            .checked_sub(Instant::now() - self.epoch)
+            .filter(|wait| !wait.is_zero())?;
+        let interval = Duration::from_nanos(tracked.refill_interval.load(Ordering::Relaxed));
+        Some(wait_for(cost, 0, first_token, interval).max(pacing::MIN_PAUSE))
     }
 
     /// One demand sample over `over`: switches keys, forgets idle ones, and
     /// returns the keys to promote (their hot slots reserved).
-    pub(crate) fn sample(
-        &self,
-        over: Duration,
-        config: &KeyedAllowanceConfig,
-        counters: &Counters,
-    ) -> Vec<String> {
+    pub(crate) fn sample(&self, over: Duration, config: &KeyedAllowanceConfig) -> Vec<String> {
+        let counters = &self.counters;
         let mut promote = Vec::new();
         // Inside `retain` the shard is locked: nothing here touches the
         // map, and a pool dropped here gives its tokens back on a task.
@@ -208,18 +281,24 @@ impl<S: Store> Table<S> {
                 Duration::ZERO
             };
             let hot = tracked.holds_hot_slot();
+            if tracked.pool.is_some() {
+                tracked.hot_samples = tracked.hot_samples.saturating_add(1);
+            }
             match tracked.demand.switch(hot, config.hot_at, config.cold_below) {
                 Switch::ToHot if reserve(&self.hot, 1, self.max_hot) => {
                     tracked.promoting = true;
                     promote.push(name.to_string());
                 }
-                Switch::ToCold => {
+                // A pool is kept a while once it has its lease: a demand
+                // that wavers around the thresholds must not cost a lease
+                // and a return every few samples.
+                Switch::ToCold if tracked.promoting || tracked.hot_samples >= MIN_HOT_SAMPLES => {
                     tracked.pool = None;
                     tracked.promoting = false;
                     self.hot.fetch_sub(1, Ordering::AcqRel);
                     add(&counters.became_cold, 1);
                 }
-                Switch::ToHot | Switch::Stay => {}
+                Switch::ToHot | Switch::ToCold | Switch::Stay => {}
             }
             let forget =
                 asked == 0 && !tracked.holds_hot_slot() && tracked.idle_for >= config.forget_after;
@@ -235,12 +314,8 @@ impl<S: Store> Table<S> {
     /// Ends the promotion of the key named `name` with its warmed `pool`
     /// (`None`: none could be built). A key that went cold meanwhile drops
     /// the pool, which gives its lease back.
-    pub(crate) fn install(
-        &self,
-        name: &str,
-        pool: Option<Arc<LocalAllowance<Batched<S>>>>,
-        counters: &Counters,
-    ) {
+    pub(crate) fn install(&self, name: &str, pool: Option<Arc<LocalAllowance<Batched<S>>>>) {
+        let counters = &self.counters;
         let Some(mut tracked) = self.keys.get_mut(name) else {
             return;
         };
@@ -251,6 +326,7 @@ impl<S: Store> Table<S> {
         match pool {
             Some(pool) => {
                 tracked.spent_then = spent(&pool.stats());
+                tracked.hot_samples = 0;
                 tracked.pool = Some(pool);
                 add(&counters.became_hot, 1);
             }
@@ -261,7 +337,8 @@ impl<S: Store> Table<S> {
     }
 
     /// Makes every key cold and hands over their pools.
-    pub(crate) fn cool_all(&self, counters: &Counters) -> Vec<Arc<LocalAllowance<Batched<S>>>> {
+    pub(crate) fn cool_all(&self) -> Vec<Arc<LocalAllowance<Batched<S>>>> {
+        let counters = &self.counters;
         let mut pools = Vec::new();
         for mut tracked in self.keys.iter_mut() {
             if let Some(pool) = tracked.pool.take() {
