@@ -289,6 +289,45 @@ async fn a_cold_acquire_waits_for_the_stores_retry_after_within_max_wait() {
     assert_eq!(store.books("k"), (11, 0));
 }
 
+/// Once the store found a cold key empty, the node refuses it itself until
+/// the next token is due, on both paths, and asks again after.
+#[tokio::test(start_paused = true)]
+async fn an_empty_cold_key_is_refused_locally_until_its_next_token() {
+    let store = Ledger::new(Quota::per_second(10).unwrap());
+    let config = KeyedAllowanceConfig {
+        hot_at: u32::MAX,
+        ..config(FailurePolicy::Closed)
+    };
+    let node = KeyedAllowance::new(Arc::clone(&store), config).unwrap();
+    assert_eq!(
+        node.acquire("k", 10, Duration::ZERO).await,
+        Ok(Source::Lease)
+    );
+    let refused = Err(AcquireError::Insufficient {
+        retry_after: Duration::from_millis(100),
+    });
+    assert_eq!(node.acquire("k", 1, Duration::ZERO).await, refused);
+    let calls = store.calls.load(Ordering::SeqCst);
+    assert_eq!(node.try_acquire("k", 1), refused.map(|_| Source::Lease));
+    assert_eq!(node.acquire("k", 1, Duration::ZERO).await, refused);
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    // Two tokens: the first in 40 ms, the second 100 ms after it.
+    assert_eq!(
+        node.try_acquire("k", 2),
+        Err(AcquireError::Insufficient {
+            retry_after: Duration::from_millis(140)
+        })
+    );
+    assert_eq!(store.calls.load(Ordering::SeqCst), calls);
+    assert_eq!(node.stats().refused_locally, 3);
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    assert_eq!(node.try_acquire("k", 1), Err(AcquireError::NotLocal));
+    assert_eq!(
+        node.acquire("k", 1, Duration::ZERO).await,
+        Ok(Source::Lease)
+    );
+}
+
 /// Demand drives a key hot (served from a pool, no store call per
 /// request) and, once it falls, cold again, its pool given back.
 #[tokio::test(start_paused = true)]

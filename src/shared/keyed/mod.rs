@@ -157,7 +157,9 @@ impl<S: Store> KeyedAllowance<S> {
     /// refuses; never waits, never calls the store. A cold key (or a cost
     /// above `max_lease`) is refused with [`AcquireError::NotLocal`]:
     /// route it to [`acquire`](Self::acquire). A hot key answers as
-    /// [`LocalAllowance::try_acquire`].
+    /// [`LocalAllowance::try_acquire`]. A cold key the store found empty
+    /// on this node's last call is refused here, with the wait for its
+    /// next token (at most 1 s ahead), and one above its capacity too.
     ///
     /// ```
     /// use std::sync::Arc;
