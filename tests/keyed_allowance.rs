@@ -253,11 +253,11 @@ async fn a_grant_short_of_the_cost_is_given_back_and_the_request_refused() {
     assert_eq!(store.calls.load(Ordering::SeqCst), calls);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_cold_acquire_waits_for_the_stores_retry_after_within_max_wait() {
+/// A store of 10 tokens a second and a node whose keys stay cold (ten
+/// tokens in one sample would make a key hot, and a hot key waits on its
+/// pool's pacing instead), after the node spent all of key "k".
+async fn cold_key_spent() -> (Arc<Ledger>, KeyedAllowance<Ledger>) {
     let store = Ledger::new(Quota::per_second(10).unwrap());
-    // Kept cold: ten tokens in one sample would make it hot, and a hot
-    // key waits on its pool's pacing instead.
     let config = KeyedAllowanceConfig {
         hot_at: u32::MAX,
         ..config(FailurePolicy::Closed)
@@ -267,6 +267,12 @@ async fn a_cold_acquire_waits_for_the_stores_retry_after_within_max_wait() {
         node.acquire("k", 10, Duration::ZERO).await,
         Ok(Source::Lease)
     );
+    (store, node)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cold_acquire_waits_for_the_stores_retry_after_within_max_wait() {
+    let (store, node) = cold_key_spent().await;
     // Empty: the first token in 100 ms, two more 100 ms apart.
     assert_eq!(
         node.acquire("k", 3, Duration::ZERO).await,
@@ -293,16 +299,7 @@ async fn a_cold_acquire_waits_for_the_stores_retry_after_within_max_wait() {
 /// the next token is due, on both paths, and asks again after.
 #[tokio::test(start_paused = true)]
 async fn an_empty_cold_key_is_refused_locally_until_its_next_token() {
-    let store = Ledger::new(Quota::per_second(10).unwrap());
-    let config = KeyedAllowanceConfig {
-        hot_at: u32::MAX,
-        ..config(FailurePolicy::Closed)
-    };
-    let node = KeyedAllowance::new(Arc::clone(&store), config).unwrap();
-    assert_eq!(
-        node.acquire("k", 10, Duration::ZERO).await,
-        Ok(Source::Lease)
-    );
+    let (store, node) = cold_key_spent().await;
     let refused = Err(AcquireError::Insufficient {
         retry_after: Duration::from_millis(100),
     });
