@@ -799,6 +799,86 @@ async fn ten_thousand_keys_of_zipf_demand() {
     assert!(hot > 0 && refused_locally > 0);
 }
 
+/// Real threads: four nodes, four tasks each, on a multi-threaded runtime
+/// whose real clock drives the store, race over sixteen keys for 300 ms
+/// (the sampler switching keys on other workers meanwhile). Per key,
+/// admitted stays within `B + r·t` on the store's clock and within what the
+/// store granted less what it was sent back. Only bounds are asserted: a
+/// slow machine can loosen them, never break them.
+#[test]
+fn real_threads_as_nodes_hold_each_keys_bounds() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (capacity, rate) = (20, 400);
+        let store = Ledger::new(Quota::new(capacity, rate, Duration::from_secs(1)).unwrap());
+        let keys: Arc<Vec<String>> = Arc::new((0..16).map(|i| format!("tenant-{i}")).collect());
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let node =
+                KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed)).unwrap();
+            for task in 0..4usize {
+                let (node, keys) = (node.clone(), Arc::clone(&keys));
+                tasks.push(tokio::spawn(async move {
+                    let mut admitted = vec![0u64; keys.len()];
+                    let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
+                    let mut turn = task;
+                    while tokio::time::Instant::now() < deadline {
+                        turn += 1;
+                        // Half the requests on the first four keys.
+                        let index = if turn.is_multiple_of(2) {
+                            turn / 2 % 4
+                        } else {
+                            turn / 2 % 16
+                        };
+                        let key = &keys[index];
+                        let outcome = match node.try_acquire(key, 1) {
+                            Err(AcquireError::NotLocal) => {
+                                node.acquire(key, 1, Duration::from_millis(2)).await
+                            }
+                            answered => answered,
+                        };
+                        if outcome == Ok(Source::Lease) {
+                            admitted[index] += 1;
+                        } else {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                    node.shutdown().await;
+                    admitted
+                }));
+            }
+        }
+        let mut admitted = vec![0u64; keys.len()];
+        for task in tasks {
+            for (total, one) in admitted.iter_mut().zip(task.await.unwrap()) {
+                *total += one;
+            }
+        }
+        let elapsed = store.clock.now_nanos();
+        let envelope = Envelope {
+            capacity,
+            tokens: rate,
+            period_ns: 1_000_000_000,
+        };
+        for (key, &spent) in keys.iter().zip(&admitted) {
+            assert!(
+                envelope.admits(u128::from(spent), elapsed),
+                "{key}: {spent} in {elapsed} ns"
+            );
+            let (granted, sent_back) = store.books(key);
+            assert!(
+                spent + sent_back <= granted,
+                "{key}: {spent} + {sent_back} > {granted}"
+            );
+            assert!(spent > 0, "{key} admitted nothing");
+        }
+    });
+}
+
 #[cfg(feature = "redis")]
 #[path = "support/redis_server.rs"]
 mod redis_server;

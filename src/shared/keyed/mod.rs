@@ -11,6 +11,7 @@ mod stats;
 mod store_key;
 mod table;
 
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -125,13 +126,7 @@ impl<S: Store> KeyedAllowance<S> {
         let fallback = match config.allowance.on_failure {
             FailurePolicy::Fallback(quota) => Some(
                 KeyedLimiter::builder(quota)
-                    .max_keys(
-                        config
-                            .max_keys
-                            .max(1)
-                            .try_into()
-                            .unwrap_or(std::num::NonZeroUsize::MIN),
-                    )
+                    .max_keys(NonZeroUsize::new(config.max_keys).unwrap_or(NonZeroUsize::MIN))
                     .build(),
             ),
             FailurePolicy::Closed | FailurePolicy::Open => None,
