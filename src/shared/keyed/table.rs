@@ -98,7 +98,7 @@ fn entry_bytes<S: Store>(name: &str) -> usize {
     name.len() + size_of::<(Box<str>, Tracked<S>)>() + SLOT_OVERHEAD
 }
 
-/// Adds one to `counter` if it stays within `max`.
+/// Adds `n` to `counter` if it stays within `max`.
 fn reserve(counter: &AtomicUsize, n: usize, max: usize) -> bool {
     counter
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
