@@ -60,7 +60,7 @@ impl<S: Store> Drop for Claim<'_, S> {
 
 /// Adds to a cold-path counter, saturating: a store reporting absurd grants
 /// must not wrap the books.
-fn add(counter: &AtomicU64, n: u64) {
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
     // fetch_update cannot fail here: the closure always returns Some.
     let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
         Some(c.saturating_add(n))
@@ -153,6 +153,17 @@ impl AllowanceConfig {
             timeout: Duration::from_millis(50),
             on_failure,
         }
+    }
+
+    /// The configuration's own errors: lease bounds and a zero timeout.
+    pub(crate) fn validate(&self) -> Result<(), AllowanceError> {
+        if self.min_lease == 0 || self.min_lease > self.max_lease {
+            return Err(AllowanceError::LeaseBounds);
+        }
+        if self.timeout.is_zero() {
+            return Err(AllowanceError::ZeroTimeout);
+        }
+        Ok(())
     }
 }
 
@@ -260,6 +271,15 @@ pub enum AllowanceError {
     /// stranding whatever it debited.
     #[error("the store timeout must be longer than zero")]
     ZeroTimeout,
+    /// A keyed allowance's demand thresholds were not
+    /// `cold_below < hot_at`: with no gap between them a key at the
+    /// threshold would switch between leased and per-request every sample.
+    #[error("demand thresholds must satisfy cold_below < hot_at")]
+    DemandThresholds,
+    /// A keyed allowance's `sample_every` was zero: demand is a rate over
+    /// that interval.
+    #[error("the demand sampling interval must be longer than zero")]
+    ZeroSampleInterval,
 }
 
 /// A node's share of a budget held by a [`Store`]: the hot path takes from
@@ -372,12 +392,7 @@ impl<S: Store> LocalAllowance<S> {
         key: impl Into<String>,
         config: AllowanceConfig,
     ) -> Result<Self, AllowanceError> {
-        if config.min_lease == 0 || config.min_lease > config.max_lease {
-            return Err(AllowanceError::LeaseBounds);
-        }
-        if config.timeout.is_zero() {
-            return Err(AllowanceError::ZeroTimeout);
-        }
+        config.validate()?;
         let runtime = Handle::try_current().map_err(|_| AllowanceError::NoRuntime)?;
         let fallback = match config.on_failure {
             FailurePolicy::Fallback(quota) => Some(TokenBucket::new(quota)),
