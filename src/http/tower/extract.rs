@@ -8,8 +8,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use http::{HeaderName, Method};
 use http::request::Parts;
+use http::{HeaderName, Method};
 
 use super::CostError;
 use super::length;

@@ -30,11 +30,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod charge;
 mod cost;
 pub mod extract;
 mod layer;
 mod length;
 mod rule;
+mod shared;
 
 pub use cost::CostError;
 pub use layer::{
