@@ -163,16 +163,29 @@ pub(super) fn charge_local(charges: &mut [Charge]) -> Result<(), HierarchyError>
 pub(super) enum Progress {
     /// Every shared limit took its cost.
     Admitted,
-    /// The shared limit at this index needs its store: charge it, and the
-    /// ones after it, with [`charge_shared_waiting`].
-    NeedsStore(usize),
+    /// The shared limit at this index is worth waiting for: charge it, and
+    /// the ones after it, with [`charge_shared_waiting`].
+    Waits(usize),
     /// A shared limit refused, and every in-process charge is given back.
     Refused(HierarchyError),
 }
 
+/// Whether a shared limit's answer without awaiting is worth waiting on
+/// instead: only its store can decide (a key this node holds no lease of),
+/// or its lease is short but a refill may land within `max_wait`. A node's
+/// empty pool is not the fleet's empty budget, so it is never a 429 while
+/// the wait could still admit.
+fn worth_waiting(attempt: &Result<Source, AcquireError>, max_wait: Duration) -> bool {
+    match attempt {
+        Err(AcquireError::NotLocal) => true,
+        Err(AcquireError::Insufficient { retry_after }) => *retry_after <= max_wait,
+        _ => false,
+    }
+}
+
 /// Charges the shared limits in order without awaiting, from this node's
-/// leases. Stops at the first that only its store can decide.
-pub(super) fn charge_shared_now(charges: &mut [Charge]) -> Progress {
+/// leases. Stops at the first worth waiting for (`max_wait` in all).
+pub(super) fn charge_shared_now(charges: &mut [Charge], max_wait: Duration) -> Progress {
     for index in 0..charges.len() {
         let attempt = match &charges[index].limit {
             Charged::Shared { bound, .. } if charges[index].cost > 0 => {
@@ -180,8 +193,8 @@ pub(super) fn charge_shared_now(charges: &mut [Charge]) -> Progress {
             }
             _ => continue,
         };
-        if attempt == Err(AcquireError::NotLocal) {
-            return Progress::NeedsStore(index);
+        if worth_waiting(&attempt, max_wait) {
+            return Progress::Waits(index);
         }
         if let Err(refused) = record(charges, index, attempt) {
             return Progress::Refused(refused);
@@ -190,11 +203,11 @@ pub(super) fn charge_shared_now(charges: &mut [Charge]) -> Progress {
     Progress::Admitted
 }
 
-/// Charges the shared limits from `from` on, asking the store for those
-/// this node holds no lease of, all within `max_wait` in all. A refusal
-/// gives every in-process charge back. Cancelling the future leaves every
-/// charge taken so far in place: the request stays charged, as one whose
-/// client hung up.
+/// Charges the shared limits from `from` on, waiting (`max_wait` in all)
+/// for the store or a refill for those worth it. A refusal gives every
+/// in-process charge back. Cancelling the future leaves every charge taken
+/// so far in place: the request stays charged, as one whose client hung
+/// up.
 pub(super) async fn charge_shared_waiting(
     charges: &mut [Charge],
     from: usize,
@@ -209,17 +222,17 @@ pub(super) async fn charge_shared_waiting(
         if cost == 0 {
             continue;
         }
-        // The first one is known to need the store; asking its lease again
-        // would count its demand twice.
+        let left = deadline.map_or(Duration::MAX, |at| {
+            at.saturating_duration_since(tokio::time::Instant::now())
+        });
+        // The first one is known to be worth waiting for; asking its lease
+        // again would count its demand twice.
         let mut attempt = if index == from {
             Err(AcquireError::NotLocal)
         } else {
             bound.try_take(cost)
         };
-        if attempt == Err(AcquireError::NotLocal) {
-            let left = deadline.map_or(Duration::MAX, |at| {
-                at.saturating_duration_since(tokio::time::Instant::now())
-            });
+        if worth_waiting(&attempt, left) {
             attempt = bound.take(cost, left).await;
         }
         record(charges, index, attempt)?;

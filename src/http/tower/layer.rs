@@ -331,7 +331,7 @@ where
         if let Err(refused) = charge_local(&mut charges) {
             return ResponseFuture::refused(self.config.refusal(&charges, refused));
         }
-        let from = match charge_shared_now(&mut charges) {
+        let from = match charge_shared_now(&mut charges, self.config.store_wait) {
             Progress::Admitted => {
                 let future = self.inner.call(Request::from_parts(parts, body));
                 return ResponseFuture::admitted(future, Arc::clone(&self.config), charges);
@@ -339,7 +339,7 @@ where
             Progress::Refused(refused) => {
                 return ResponseFuture::refused(self.config.refusal(&charges, refused));
             }
-            Progress::NeedsStore(from) => from,
+            Progress::Waits(from) => from,
         };
         // The store decides after `call` returns, so the inner service is
         // called later, from the future: it takes the service that
