@@ -42,8 +42,13 @@ pub type RateLimitBody<B> = Either<Full<Bytes>, B>;
 /// the RateLimit fields and a problem+json body; 503 when the limiter
 /// itself is short of capacity). Refusals are responses, not errors: the
 /// service's error type is the inner service's, and `poll_ready` only asks
-/// the inner service, so the limiter never makes a caller wait.
-/// `docs/http.md` has the contract.
+/// the inner service. In-process rules never make a request wait; a shared
+/// rule ([`Rule::shared`]) whose key this node holds no lease of makes it
+/// wait for the store, in the response future, within
+/// [`store_wait`](RateLimitLayerBuilder::store_wait). The inner service is
+/// then called from that future, so it must be `Clone + Send + 'static`
+/// (axum's are): the future takes the service `poll_ready` readied and
+/// leaves a clone in its place. `docs/http.md` has the contract.
 ///
 /// Cheap to clone: the configuration is behind an `Arc`.
 ///
@@ -172,11 +177,12 @@ impl RateLimitLayerBuilder {
     }
 
     /// The longest a request waits, in all, for the tokens of its shared
-    /// rules ([`Rule::shared`]) when this node holds no lease of their keys
-    /// (default: 100 ms): for a hot key's refill to land, or for a cold
-    /// key's budget to refill at the store. A request whose tokens do not
-    /// exist by then is refused (429). Each store call is bounded by its
-    /// allowance's store timeout, and a store that cannot be reached
+    /// rules ([`Rule::shared`]) when this node cannot decide them from a
+    /// lease (default: 100 ms): for a hot key's refill to land, or for a
+    /// cold key's budget to refill at the store. A request whose tokens do
+    /// not exist by then is refused (429); one whose store says they will
+    /// not exist within it is refused at once. Each store call is bounded
+    /// by its allowance's store timeout, and a store that cannot be reached
     /// answers as its failure policy says (503, or through). In-process
     /// rules never wait.
     ///

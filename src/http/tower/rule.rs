@@ -142,9 +142,12 @@ impl Rule {
     ///
     /// A shared rule is charged after every in-process rule, whatever the
     /// order rules were added in. A key this node holds a lease of is
-    /// decided at once (one compare-and-swap); any other goes to the store,
-    /// and the request waits for it, within the layer's
-    /// [`store_wait`](super::RateLimitLayerBuilder::store_wait). A refusal
+    /// decided in `call` (one compare-and-swap); any other key, or a lease
+    /// that ran short while its refill is on the way, is decided by the
+    /// response future, which waits for the store or the refill within the
+    /// layer's [`store_wait`](super::RateLimitLayerBuilder::store_wait):
+    /// a node's empty lease is never taken for the fleet's empty budget. A
+    /// refusal
     /// gives back what the in-process rules took; a store that is down is a
     /// 503 under [`FailurePolicy::Closed`](crate::shared::FailurePolicy),
     /// and lets the request through under `Open`. What the shared budget
@@ -156,6 +159,7 @@ impl Rule {
     ///
     /// ```
     /// use std::sync::Arc;
+    /// use std::time::Duration;
     /// use http::HeaderName;
     /// use tollgate::Quota;
     /// use tollgate::http::PolicyName;
@@ -164,7 +168,7 @@ impl Rule {
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
     /// // 100 a minute per API key, across the fleet (here one in-process store).
-    /// let quota = Quota::per_minute(100)?;
+    /// let quota = Quota::new(100, 100, Duration::from_secs(60))?;
     /// let store = Arc::new(LocalStore::new(quota));
     /// let per_key = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
     /// let api_key = extract::header(HeaderName::from_static("x-api-key"));
