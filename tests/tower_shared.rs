@@ -66,6 +66,40 @@ fn per_key<S: Store>(quota: Quota, allowance: KeyedAllowance<S>) -> Rule {
     )
 }
 
+/// The per-API-key rule of a node over `store`, whose keys hold
+/// `capacity`, failing closed.
+fn closed_per_key(store: &Arc<Shared>, capacity: u64) -> Rule {
+    per_key(
+        hourly(capacity),
+        node(Arc::clone(store), FailurePolicy::Closed),
+    )
+}
+
+/// Sends `n` requests with `key` through `layer`, each of which must be
+/// admitted.
+async fn admit(layer: &RateLimitLayer, key: &str, n: usize) {
+    for _ in 0..n {
+        assert_eq!(send(layer, with_key(key)).await.status(), StatusCode::OK);
+    }
+}
+
+/// A layer with an in-process global limit of 10 on `clock`, then
+/// `shared`; and the global limit, to count its tokens.
+fn after_a_global_limit(
+    clock: &ManualClock,
+    shared: Rule,
+) -> (Arc<TokenBucket<ManualClock>>, RateLimitLayer) {
+    let local = Arc::new(TokenBucket::with_clock(hourly(10), clock.clone()));
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::global(
+            PolicyName::new("global").unwrap(),
+            Arc::clone(&local),
+        ))
+        .rule(shared)
+        .build();
+    (local, layer)
+}
+
 /// The tokens `store` holds for `key`.
 fn left(store: &Shared, key: &str) -> u64 {
     store.limiter().available(key)
@@ -121,19 +155,11 @@ async fn a_cold_key_goes_to_the_store_and_its_refusal_carries_the_shared_state()
     let clock = ManualClock::new();
     let store = store(hourly(3), &clock);
     let layer = RateLimitLayer::builder()
-        .rule(per_key(
-            hourly(3),
-            node(Arc::clone(&store), FailurePolicy::Closed),
-        ))
+        .rule(closed_per_key(&store, 3))
         .build();
     // A cold key is never refused as "not local": the store decides, and
     // admits all three tokens.
-    for _ in 0..3 {
-        assert_eq!(
-            send(&layer, with_key("alice")).await.status(),
-            StatusCode::OK
-        );
-    }
+    admit(&layer, "alice", 3).await;
     assert_eq!(left(&store, "alice"), 0);
     let refused = send(&layer, with_key("alice")).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -171,14 +197,7 @@ async fn a_cold_key_goes_to_the_store_and_its_refusal_carries_the_shared_state()
 async fn a_cost_above_the_shared_capacity_is_413_and_spends_nothing() {
     let clock = ManualClock::new();
     let store = store(hourly(3), &clock);
-    let local = Arc::new(TokenBucket::with_clock(hourly(10), clock.clone()));
-    let layer = RateLimitLayer::builder()
-        .rule(Rule::global(
-            PolicyName::new("global").unwrap(),
-            Arc::clone(&local),
-        ))
-        .rule(per_key(hourly(3), node(Arc::clone(&store), FailurePolicy::Closed)).cost(|_| 4))
-        .build();
+    let (local, layer) = after_a_global_limit(&clock, closed_per_key(&store, 3).cost(|_| 4));
     let response = send(&layer, with_key("alice")).await;
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
     assert!(response.headers().get("retry-after").is_none());
@@ -204,17 +223,10 @@ impl Store for Down {
 #[tokio::test(start_paused = true)]
 async fn a_store_that_is_down_is_503_when_closed_and_spends_nothing_here() {
     let clock = ManualClock::new();
-    let local = Arc::new(TokenBucket::with_clock(hourly(10), clock.clone()));
-    let layer = RateLimitLayer::builder()
-        .rule(Rule::global(
-            PolicyName::new("global").unwrap(),
-            Arc::clone(&local),
-        ))
-        .rule(per_key(
-            hourly(3),
-            node(Arc::new(Down), FailurePolicy::Closed),
-        ))
-        .build();
+    let (local, layer) = after_a_global_limit(
+        &clock,
+        per_key(hourly(3), node(Arc::new(Down), FailurePolicy::Closed)),
+    );
     for _ in 0..5 {
         let response = send(&layer, with_key("alice")).await;
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -239,12 +251,7 @@ async fn a_store_that_is_down_lets_requests_through_when_open() {
             node(Arc::new(Down), FailurePolicy::Open),
         ))
         .build();
-    for _ in 0..5 {
-        assert_eq!(
-            send(&layer, with_key("alice")).await.status(),
-            StatusCode::OK
-        );
-    }
+    admit(&layer, "alice", 5).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -261,10 +268,7 @@ async fn a_shared_refusal_gives_back_everything_the_local_rules_took() {
     let global = Arc::new(TokenBucket::with_clock(hourly(5), clock.clone()));
     // Added shared first: the layer still charges it after the local ones.
     let layer = RateLimitLayer::builder()
-        .rule(per_key(
-            hourly(2),
-            node(Arc::clone(&store), FailurePolicy::Closed),
-        ))
+        .rule(closed_per_key(&store, 2))
         .rule(Rule::keyed(
             PolicyName::new("per-account").unwrap(),
             Arc::clone(&per_account),
@@ -299,10 +303,7 @@ async fn a_later_shared_refusal_leaves_the_earlier_shared_charge_spent() {
     let keys = store(hourly(10), &clock);
     let tenants = store(hourly(1), &clock);
     let layer = RateLimitLayer::builder()
-        .rule(per_key(
-            hourly(10),
-            node(Arc::clone(&keys), FailurePolicy::Closed),
-        ))
+        .rule(closed_per_key(&keys, 10))
         .rule(Rule::shared(
             PolicyName::new("per-tenant").unwrap(),
             &hourly(1),
@@ -334,17 +335,7 @@ async fn a_later_shared_refusal_leaves_the_earlier_shared_charge_spent() {
 async fn a_client_that_hangs_up_while_the_store_decides_stays_charged_here() {
     let clock = ManualClock::new();
     let store = store(hourly(3), &clock);
-    let local = Arc::new(TokenBucket::with_clock(hourly(10), clock.clone()));
-    let layer = RateLimitLayer::builder()
-        .rule(Rule::global(
-            PolicyName::new("global").unwrap(),
-            Arc::clone(&local),
-        ))
-        .rule(per_key(
-            hourly(3),
-            node(Arc::clone(&store), FailurePolicy::Closed),
-        ))
-        .build();
+    let (local, layer) = after_a_global_limit(&clock, closed_per_key(&store, 3));
     let reached = Arc::new(AtomicUsize::new(0));
     let mut service = layer.layer(inner(&reached));
     for _ in 0..4 {
@@ -380,10 +371,7 @@ async fn a_client_that_hangs_up_once_admitted_stays_charged_everywhere() {
     let clock = ManualClock::new();
     let store = store(hourly(2), &clock);
     let layer = RateLimitLayer::builder()
-        .rule(
-            per_key(hourly(2), node(Arc::clone(&store), FailurePolicy::Closed))
-                .give_back_on([StatusCode::UNAUTHORIZED]),
-        )
+        .rule(closed_per_key(&store, 2).give_back_on([StatusCode::UNAUTHORIZED]))
         .build();
     let handler = tower::service_fn(|_: Request<Full<Bytes>>| async {
         std::future::pending::<Result<Response<Full<Bytes>>, Infallible>>().await
@@ -408,17 +396,7 @@ async fn a_client_that_hangs_up_once_admitted_stays_charged_everywhere() {
 async fn duplicated_or_folded_api_keys_are_400_and_charge_no_one() {
     let clock = ManualClock::new();
     let store = store(hourly(3), &clock);
-    let local = Arc::new(TokenBucket::with_clock(hourly(10), clock.clone()));
-    let layer = RateLimitLayer::builder()
-        .rule(Rule::global(
-            PolicyName::new("global").unwrap(),
-            Arc::clone(&local),
-        ))
-        .rule(per_key(
-            hourly(3),
-            node(Arc::clone(&store), FailurePolicy::Closed),
-        ))
-        .build();
+    let (local, layer) = after_a_global_limit(&clock, closed_per_key(&store, 3));
     let twice = Request::get("/")
         .header(API_KEY, "alice")
         .header(API_KEY, "bob")
@@ -444,26 +422,24 @@ async fn a_forged_api_key_spends_the_budget_of_the_key_it_claims() {
     let clock = ManualClock::new();
     let store = store(hourly(3), &clock);
     let layer = RateLimitLayer::builder()
-        .rule(per_key(
-            hourly(3),
-            node(Arc::clone(&store), FailurePolicy::Closed),
-        ))
+        .rule(closed_per_key(&store, 3))
         .build();
     // The layer charges the key a request claims: whoever sends alice's
     // key spends alice's budget (docs/http.md, "Shared rules").
-    for _ in 0..3 {
-        assert_eq!(
-            send(&layer, with_key("alice")).await.status(),
-            StatusCode::OK
-        );
+    admit(&layer, "alice", 1).await;
+    // Lookalikes are other keys, each with its own budget: no
+    // normalisation merges them into alice's.
+    for lookalike in ["Alice", "alice_", "ALICE"] {
+        admit(&layer, lookalike, 1).await;
+        assert_eq!(left(&store, lookalike), 2);
     }
-    assert_eq!(left(&store, "alice"), 0);
-    // Lookalikes are other keys: no normalisation merges or splits them.
-    for lookalike in ["Alice", "alice ", "alice\t"] {
-        let _ = send(&layer, with_key(lookalike)).await;
+    // Whitespace and non-ASCII lookalikes are no key at all.
+    for unkeyed in ["alice ", "alice\t", "\u{430}lice"] {
+        let response = send(&layer, with_key(unkeyed)).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     }
-    assert_eq!(left(&store, "Alice"), 2);
-    assert_eq!(left(&store, "alice"), 0);
+    assert_eq!(left(&store, "alice"), 2);
+    assert_eq!(store.limiter().len(), 4);
 }
 
 #[tokio::test(start_paused = true)]
