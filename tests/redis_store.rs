@@ -155,6 +155,8 @@ async fn released_tokens_come_back_only_while_their_cost_has_not_refilled() {
     let before = server_time(&mut admin).await;
     let grant = store.acquire("now", 5).await.unwrap();
     assert_eq!(grant.tokens, 5);
+    // Every grant tells the refill interval, for the nodes' pacing.
+    assert_eq!(grant.refill_interval, token);
     store.release("now", grant.lease, 3).await.unwrap();
     let again = store.acquire("now", 10).await.unwrap();
     let elapsed = server_time(&mut admin).await - before;

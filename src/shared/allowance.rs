@@ -9,21 +9,10 @@ use atomic_float::AtomicF64;
 use tokio::runtime::Handle;
 
 use crate::clock::saturating_nanos;
+use crate::shared::pacing::{MIN_PAUSE, Pacer, ShortGrant, failure_backoff};
 use crate::shared::pool::{LeasePool, Take};
 use crate::shared::{Grant, Lease, Store};
 use crate::{AcquireError, Quota, TokenBucket};
-
-/// The shortest pause between two store calls of one allowance, the least
-/// `retry_after` it reports and the shortest idle check, whatever the
-/// configuration or the store says: a zero would turn every refused caller
-/// into a store call, or the idle watcher into a spinning task.
-const MIN_PAUSE: Duration = Duration::from_millis(1);
-
-/// The longest pause between two lease requests, whatever the store's
-/// `retry_after` or the failures in a row: a node sees tokens given back by
-/// others, or a store back up, within this, and a `retry_after` of
-/// `Duration::MAX` cannot stall it for ever.
-const MAX_PAUSE: Duration = Duration::from_secs(1);
 
 /// The most tokens a pool can hold (`LeasePool` counts in 63 bits): a lease
 /// asks for at most what still fits.
@@ -117,10 +106,12 @@ pub struct AllowanceConfig {
     /// A lease asks for the smoothed local demand over this long: longer
     /// means fewer round trips and more tokens held idle per node. After a
     /// grant smaller than asked for (the shared budget is exhausted), the
-    /// next request waits a quarter of this (or the store's `retry_after`,
-    /// if longer), but never less than 1 ms nor more than 1 s; keep that
-    /// below the shared bucket's fill time `B / r`, or refill is wasted
-    /// while every node waits. Any value, zero and `Duration::MAX` included.
+    /// next request waits until this node's share of the refill is worth
+    /// a lease (`docs/distributed.md`, "Pacing"), and at least a quarter
+    /// of this, but never less than 1 ms nor more than 1 s; keep a quarter
+    /// of it below the shared bucket's fill time `B / r`, or refill is
+    /// wasted while every node waits. Any value, zero and `Duration::MAX`
+    /// included.
     pub lease_period: Duration,
     /// Unused tokens go back to the store after the pool has been idle this
     /// long (`None`: only on shutdown or drop); checked at most once a
@@ -357,8 +348,11 @@ struct Books {
     next_refill: tokio::time::Instant,
     /// Failed refills in a row.
     failures: u32,
-    /// When demand was last sampled, and the tokens spent by then.
-    sampled_at: Instant,
+    /// When to ask again after a short grant or a failure.
+    pacer: Pacer,
+    /// When demand was last sampled (on tokio's clock, which tests can
+    /// pause), and the tokens spent by then.
+    sampled_at: tokio::time::Instant,
     spent_by_then: u64,
 }
 
@@ -416,7 +410,8 @@ impl<S: Store> LocalAllowance<S> {
                 last_lease: Lease::NONE,
                 next_refill: tokio::time::Instant::now(),
                 failures: 0,
-                sampled_at: Instant::now(),
+                pacer: Pacer::new(config.max_lease),
+                sampled_at: tokio::time::Instant::now(),
                 spent_by_then: 0,
             }),
             stats: Stats::default(),
@@ -728,12 +723,13 @@ impl<S: Store> Inner<S> {
             return Ok(0);
         }
         let started = Instant::now();
+        let since_last_call = self.lock_books().pacer.calling(tokio::time::Instant::now());
         let call = tokio::time::timeout(self.config.timeout, self.store.acquire(&self.key, want));
         claim.store_called = true;
         add(&self.stats.leases, 1);
         match call.await {
             Ok(Ok(grant)) => {
-                let granted = self.accept(grant, want, started);
+                let granted = self.accept(grant, want, started, since_last_call);
                 claim.land(granted);
                 Ok(granted)
             }
@@ -755,10 +751,16 @@ impl<S: Store> Inner<S> {
     /// returns the tokens for the pool. Nothing the store says is trusted
     /// beyond what was asked: at most `want` tokens enter the pool (any
     /// excess is stranded), the receipt kept for returns covers at most
-    /// those, and the pause a short grant sets is at least 1 ms and at most
-    /// 1 s, whatever its `retry_after`. The store's capacity bounds every
-    /// later cost.
-    fn accept(&self, grant: Grant, want: u64, started: Instant) -> u64 {
+    /// those, and the pause a short grant sets (`pacing`) is at least 1 ms
+    /// and at most 1 s, whatever its `retry_after` or refill interval. The
+    /// store's capacity bounds every later cost.
+    fn accept(
+        &self,
+        grant: Grant,
+        want: u64,
+        started: Instant,
+        since_last_call: Option<Duration>,
+    ) -> u64 {
         self.degraded.store(false, Ordering::Release);
         let largest = self.config.max_lease.min(grant.capacity).min(POOL_LIMIT);
         self.largest_cost.store(largest, Ordering::Relaxed);
@@ -777,10 +779,24 @@ impl<S: Store> Inner<S> {
             };
         }
         let hint = if tokens < want {
-            let pause = grant.retry_after.max(self.config.lease_period / 4);
-            books.next_refill = tokio::time::Instant::now() + pause.clamp(MIN_PAUSE, MAX_PAUSE);
-            pause
+            let short = ShortGrant {
+                asked: want,
+                granted: tokens,
+                retry_after: grant.retry_after,
+                refill_interval: grant.refill_interval,
+                capacity: grant.capacity,
+            };
+            let fair =
+                books
+                    .pacer
+                    .after_short(since_last_call, short, self.config.lease_period / 4);
+            let pause = books.pacer.spread(fair);
+            books.next_refill = tokio::time::Instant::now() + pause;
+            // Callers are told the store's own wait when it is longer: the
+            // node asks again sooner only to notice a change early.
+            pause.max(grant.retry_after)
         } else {
+            books.pacer.after_full();
             started.elapsed()
         };
         self.retry_hint
@@ -791,7 +807,8 @@ impl<S: Store> Inner<S> {
     /// Records a failed refill: the failure policy comes into force, and
     /// the next attempt waits a backoff that doubles with each failure in a
     /// row, from a quarter lease period up to 1 s, so a store that fails
-    /// fast is not asked once per request.
+    /// fast is not asked once per request; jittered, so a fleet that lost
+    /// its store at once does not come back at once.
     fn record_failure(&self) {
         // Degraded first, so that whoever sees the error counted also sees
         // the failure policy in force.
@@ -799,22 +816,20 @@ impl<S: Store> Inner<S> {
         self.stats.store_errors.fetch_add(1, Ordering::Release);
         let mut books = self.lock_books();
         books.failures = books.failures.saturating_add(1);
-        let first = (self.config.lease_period / 4).max(MIN_PAUSE);
-        let backoff = first
-            .saturating_mul(1 << books.failures.min(16))
-            .min(MAX_PAUSE);
-        books.next_refill = tokio::time::Instant::now() + backoff;
+        let backoff = failure_backoff(self.config.lease_period, books.failures);
+        books.next_refill = tokio::time::Instant::now() + books.pacer.spread(backoff);
     }
 
-    /// The next lease's size from the smoothed demand, within the bounds;
-    /// also moves the low-water mark to half of it.
+    /// The next lease's size from the smoothed demand, or what pacing asks
+    /// for while the budget is exhausted, within the bounds; also moves the
+    /// low-water mark to half of it.
     fn lease_size(&self) -> u64 {
         let spent = self.spent();
-        let demand = {
+        let (demand, least) = {
             let mut books = self.lock_books();
             let elapsed = books.sampled_at.elapsed().as_secs_f64();
             let rate = spent.saturating_sub(books.spent_by_then) as f64 / elapsed.max(1e-6);
-            books.sampled_at = Instant::now();
+            books.sampled_at = tokio::time::Instant::now();
             books.spent_by_then = spent;
             // Half old, half new: follows a change of demand within a few
             // leases without chasing every burst.
@@ -825,7 +840,7 @@ impl<S: Store> Inner<S> {
                 0.5 * old + 0.5 * rate
             };
             self.demand.store(smoothed, Ordering::Relaxed);
-            smoothed
+            (smoothed, books.pacer.least_ask())
         };
         let wanted = (demand * self.config.lease_period.as_secs_f64()).ceil();
         // `as` saturates for floats; the clamp bounds it either way. (Not
@@ -833,6 +848,7 @@ impl<S: Store> Inner<S> {
         // an exhausted budget, and sets the pause before the next request.)
         let size = (wanted as u64)
             .max(self.shortfall.swap(0, Ordering::Relaxed))
+            .max(least)
             .clamp(self.config.min_lease, self.config.max_lease);
         self.low_water.store(size.div_ceil(2), Ordering::Relaxed);
         size

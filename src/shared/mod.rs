@@ -8,6 +8,8 @@ mod allowance;
 #[cfg(feature = "tokio")]
 mod keyed;
 mod local;
+#[cfg(feature = "tokio")]
+mod pacing;
 mod pool;
 mod store;
 

@@ -26,6 +26,8 @@ pub(crate) enum Decided {
     Granted(Lease),
     /// Fewer tokens than the cost (already given back).
     Refused {
+        /// The wait until the cost could fit: the store's `retry_after`,
+        /// or, after a grant of part of it, the refill of the rest.
         retry_after: Duration,
         capacity: u64,
     },
@@ -122,8 +124,13 @@ async fn decide<S: Store>(key: Arc<ColdKey<S>>, cost: u64, reply: oneshot::Sende
     // the store as it left it.
     give_back(&key, lease, kept).await;
     add(&key.counters.cold_refused, 1);
+    let missing = u32::try_from(cost - kept).unwrap_or(u32::MAX);
+    let refill = grant
+        .refill_interval
+        .checked_mul(missing)
+        .unwrap_or(Duration::MAX);
     let _ = reply.send(Decided::Refused {
-        retry_after: grant.retry_after,
+        retry_after: grant.retry_after.max(refill),
         capacity: grant.capacity,
     });
 }

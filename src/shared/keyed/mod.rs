@@ -2,6 +2,7 @@
 //! through a [`Store`], with leases only for the keys whose demand pays for
 //! them.
 
+mod batch;
 mod cold;
 mod config;
 mod demand;
@@ -14,19 +15,17 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
+use crate::retry::JitterGenerator;
 use crate::shared::allowance::add;
+use crate::shared::pacing::{self, MIN_PAUSE};
 use crate::shared::{AllowanceError, FailurePolicy, LocalAllowance, Source, Store};
 use crate::{AcquireError, KeyedLimiter};
+use batch::Batched;
 use cold::{ColdCall, ColdKey, Decided};
 pub use config::KeyedAllowanceConfig;
 pub use stats::KeyedAllowanceStats;
 pub use store_key::{LITERAL_MAX as STORE_KEY_LITERAL_MAX, store_key};
 use table::Table;
-
-/// The least `retry_after` a refusal reports: a store saying "now" (or a
-/// grant short of the cost, which has no wait of its own) must not turn a
-/// refused caller into a spinning one.
-const MIN_RETRY: Duration = Duration::from_millis(1);
 
 /// One budget per key, shared by every node through a [`Store`]: "100
 /// requests a minute per API key, across the fleet".
@@ -88,6 +87,9 @@ impl<S: Store> Clone for KeyedAllowance<S> {
 #[derive(Debug)]
 struct Inner<S: Store> {
     store: Arc<S>,
+    /// What hot keys' pools lease from: their refills batched into
+    /// `acquire_many` calls.
+    batched: Arc<Batched<S>>,
     config: KeyedAllowanceConfig,
     table: Table<S>,
     /// Cold keys' admissions while the store is down, under
@@ -131,6 +133,7 @@ impl<S: Store> KeyedAllowance<S> {
             FailurePolicy::Closed | FailurePolicy::Open => None,
         };
         let inner = Arc::new(Inner {
+            batched: Arc::new(Batched::new(Arc::clone(&store), &runtime)),
             store,
             table: Table::new(&config),
             config,
@@ -219,6 +222,8 @@ impl<S: Store> KeyedAllowance<S> {
         let name = store_key(key).into_owned();
         // None past the end of tokio's clock: no deadline at all.
         let deadline = tokio::time::Instant::now().checked_add(max_wait);
+        // Drawn only once a cold request has to wait.
+        let mut jitter = None;
         loop {
             let leased = if cost <= inner.config.allowance.max_lease {
                 inner.table.hot(&name)
@@ -238,18 +243,23 @@ impl<S: Store> KeyedAllowance<S> {
             if !inner.table.track(&name, cost) {
                 add(&inner.counters.untracked, 1);
             }
-            match inner.decide_cold(&name, cost).await {
-                Err(AcquireError::Insufficient { retry_after })
-                    if deadline.is_none_or(|at| {
-                        tokio::time::Instant::now()
-                            .checked_add(retry_after)
-                            .is_some_and(|then| then <= at)
-                    }) =>
-                {
-                    tokio::time::sleep(retry_after).await;
-                }
-                outcome => return outcome,
-            }
+            let outcome = inner.decide_cold(&name, cost).await;
+            let Err(AcquireError::Insufficient { retry_after }) = outcome else {
+                return outcome;
+            };
+            // Asked again once the wait the store told (at most 1 s, so an
+            // endless one cannot park a caller under a wait with no
+            // deadline) fits before the deadline; spread, so that callers
+            // refused together do not come back together.
+            let now = tokio::time::Instant::now();
+            let Some(left) = deadline.map_or(Some(Duration::MAX), |at| {
+                let left = at.saturating_duration_since(now);
+                (retry_after.min(pacing::MAX_PAUSE) <= left).then_some(left)
+            }) else {
+                return outcome;
+            };
+            let jitter = jitter.get_or_insert_with(JitterGenerator::from_entropy);
+            tokio::time::sleep(pacing::spread(retry_after, jitter).min(left)).await;
         }
     }
 
@@ -369,7 +379,7 @@ impl<S: Store> Inner<S> {
                     Err(AcquireError::ExceedsCapacity { cost, capacity })
                 } else {
                     Err(AcquireError::Insufficient {
-                        retry_after: retry_after.max(MIN_RETRY),
+                        retry_after: retry_after.max(MIN_PAUSE),
                     })
                 }
             }
@@ -421,7 +431,7 @@ async fn promote<S: Store>(inner: Weak<Inner<S>>, name: String) {
         // The configuration was validated when the allowance was built, so
         // this fails only outside a runtime, which a task is not.
         LocalAllowance::new(
-            Arc::clone(&inner.store),
+            Arc::clone(&inner.batched),
             name.clone(),
             inner.config.allowance,
         )

@@ -8,6 +8,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 
+use super::batch::Batched;
 use super::config::KeyedAllowanceConfig;
 use super::demand::{Demand, Switch};
 use super::stats::{Counters, KeyedAllowanceStats, sum};
@@ -23,7 +24,7 @@ const SLOT_OVERHEAD: usize = 16;
 #[derive(Debug)]
 struct Tracked<S: Store> {
     /// The key's lease pool while it is hot.
-    pool: Option<Arc<LocalAllowance<S>>>,
+    pool: Option<Arc<LocalAllowance<Batched<S>>>>,
     /// A pool is being warmed for it; the hot reservation is held.
     promoting: bool,
     /// Tokens asked for since the last sample that the pool's books do not
@@ -123,7 +124,7 @@ impl<S: Store> Table<S> {
     }
 
     /// The key's pool, if it is hot.
-    pub(crate) fn hot(&self, name: &str) -> Option<Arc<LocalAllowance<S>>> {
+    pub(crate) fn hot(&self, name: &str) -> Option<Arc<LocalAllowance<Batched<S>>>> {
         self.keys.get(name).and_then(|tracked| tracked.pool.clone())
     }
 
@@ -235,7 +236,7 @@ impl<S: Store> Table<S> {
     pub(crate) fn install(
         &self,
         name: &str,
-        pool: Option<Arc<LocalAllowance<S>>>,
+        pool: Option<Arc<LocalAllowance<Batched<S>>>>,
         counters: &Counters,
     ) {
         let Some(mut tracked) = self.keys.get_mut(name) else {
@@ -258,7 +259,7 @@ impl<S: Store> Table<S> {
     }
 
     /// Makes every key cold and hands over their pools.
-    pub(crate) fn cool_all(&self, counters: &Counters) -> Vec<Arc<LocalAllowance<S>>> {
+    pub(crate) fn cool_all(&self, counters: &Counters) -> Vec<Arc<LocalAllowance<Batched<S>>>> {
         let mut pools = Vec::new();
         for mut tracked in self.keys.iter_mut() {
             if let Some(pool) = tracked.pool.take() {

@@ -23,7 +23,7 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, RedisError, Script, ScriptInvocation, Value};
 
 use self::scale::{EPOCH_UNIX_SECS, Scale};
-use super::store::{Grant, Lease, Store};
+use super::store::{Grant, Lease, Store, refill_interval};
 use crate::{InitialCredit, Quota};
 
 // Loaded by hash: `Script::invoke_async` sends EVALSHA and, on a NOSCRIPT
@@ -379,13 +379,16 @@ impl RedisStore {
         // No bucket ever holds more than B: asking for more is asking for B.
         let want = want.min(capacity);
         let [granted, wait, now] = self.run(&ACQUIRE, key, &[want]).await?;
+        let nothing = |retry_after| Grant {
+            refill_interval: refill_interval(&self.quota),
+            ..Grant::nothing(retry_after, capacity)
+        };
         match (granted, wait) {
-            (0, wait) if wait > 0 => Ok(Grant::nothing(self.scale.duration(wait), capacity)),
+            (0, wait) if wait > 0 => Ok(nothing(self.scale.duration(wait))),
             (granted, 0) if (1..=want).contains(&granted) => Ok(Grant {
                 tokens: granted,
-                retry_after: Duration::ZERO,
                 lease: Lease { granted, at: now },
-                capacity,
+                ..nothing(Duration::ZERO)
             }),
             _ => Err(RedisStoreError::BadReply(format!(
                 "acquire of {want} returned {granted} tokens with a wait of {wait} ticks"
