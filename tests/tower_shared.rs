@@ -535,3 +535,82 @@ async fn a_hot_key_is_decided_without_awaiting_and_an_empty_lease_waits_for_its_
         1000 - admitted - allowance.pooled("alice")
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_request_refused_in_process_never_reaches_the_store() {
+    let clock = ManualClock::new();
+    let store = store(hourly(5), &clock);
+    let local = Arc::new(TokenBucket::with_clock(hourly(1), clock.clone()));
+    // The shared rule is added first; the in-process one still goes first.
+    let layer = RateLimitLayer::builder()
+        .rule(closed_per_key(&store, 5))
+        .rule(Rule::global(
+            PolicyName::new("global").unwrap(),
+            Arc::clone(&local),
+        ))
+        .build();
+    admit(&layer, "alice", 1).await;
+    for _ in 0..3 {
+        let refused = send(&layer, with_key("alice")).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        let doc = problem(refused).await;
+        assert_eq!(doc["violated-policies"], serde_json::json!(["global"]));
+    }
+    assert_eq!(left(&store, "alice"), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_response_given_back_returns_the_local_charge_and_keeps_the_shared_one() {
+    let clock = ManualClock::new();
+    let store = store(hourly(5), &clock);
+    let local = Arc::new(TokenBucket::with_clock(hourly(5), clock.clone()));
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::global(PolicyName::new("global").unwrap(), Arc::clone(&local))
+                .give_back_on([StatusCode::UNAUTHORIZED]),
+        )
+        .rule(closed_per_key(&store, 5).give_back_on([StatusCode::UNAUTHORIZED]))
+        .build();
+    let mut unauthorized = with_key("alice");
+    unauthorized
+        .headers_mut()
+        .insert("x-status", "401".parse().unwrap());
+    assert_eq!(
+        send(&layer, unauthorized).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(local.available(), 5);
+    // No receipt from the allowance: the shared token stays spent.
+    assert_eq!(left(&store, "alice"), 4);
+}
+
+/// A store that never answers.
+struct Hung;
+
+impl Store for Hung {
+    type Error = std::io::Error;
+
+    async fn acquire(&self, _: &str, _: u64) -> Result<Grant, Self::Error> {
+        std::future::pending().await
+    }
+
+    async fn release(&self, _: &str, _: Lease, _: u64) -> Result<(), Self::Error> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_hangs_is_a_503_within_its_timeout_not_a_request_held_for_ever() {
+    let clock = ManualClock::new();
+    let (local, layer) = after_a_global_limit(
+        &clock,
+        per_key(hourly(3), node(Arc::new(Hung), FailurePolicy::Closed)),
+    );
+    let started = tokio::time::Instant::now();
+    let response = send(&layer, with_key("alice")).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // The allowance's store timeout (50 ms by default) ended the call, on
+    // tokio's paused clock: no real time passed.
+    assert!(started.elapsed() <= Duration::from_secs(1));
+    assert_eq!(local.available(), 10);
+}
