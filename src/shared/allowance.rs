@@ -9,7 +9,7 @@ use atomic_float::AtomicF64;
 use tokio::runtime::Handle;
 
 use crate::clock::saturating_nanos;
-use crate::shared::pacing::{MIN_PAUSE, Pacer, ShortGrant, failure_backoff};
+use crate::shared::pacing::{MIN_PAUSE, Pacer, ShortGrant};
 use crate::shared::pool::{LeasePool, Take};
 use crate::shared::{Grant, Lease, Store};
 use crate::{AcquireError, Quota, TokenBucket};
@@ -108,10 +108,9 @@ pub struct AllowanceConfig {
     /// grant smaller than asked for (the shared budget is exhausted), the
     /// next request waits until this node's share of the refill is worth
     /// a lease (`docs/distributed.md`, "Pacing"), and at least a quarter
-    /// of this, but never less than 1 ms nor more than 1 s; keep a quarter
-    /// of it below the shared bucket's fill time `B / r`, or refill is
-    /// wasted while every node waits. Any value, zero and `Duration::MAX`
-    /// included.
+    /// of this (taken between 1 ms and 1 s); keep a quarter of it below the
+    /// shared bucket's fill time `B / r`, or refill is wasted while a lone
+    /// node waits. Any value, zero and `Duration::MAX` included.
     pub lease_period: Duration,
     /// Unused tokens go back to the store after the pool has been idle this
     /// long (`None`: only on shutdown or drop); checked at most once a
@@ -737,7 +736,7 @@ impl<S: Store> Inner<S> {
     /// beyond what was asked: at most `want` tokens enter the pool (any
     /// excess is stranded), the receipt kept for returns covers at most
     /// those, and the pause a short grant sets (`pacing`) is at least 1 ms
-    /// and at most 1 s, whatever its `retry_after` or refill interval. The
+    /// and at most 10 s, whatever its `retry_after` or refill interval. The
     /// store's capacity bounds every later cost.
     fn accept(
         &self,
@@ -771,11 +770,10 @@ impl<S: Store> Inner<S> {
                 refill_interval: grant.refill_interval,
                 capacity: grant.capacity,
             };
-            let fair =
+            let pause =
                 books
                     .pacer
                     .after_short(since_last_call, short, self.config.lease_period / 4);
-            let pause = books.pacer.spread(fair);
             books.next_refill = tokio::time::Instant::now() + pause;
             // Callers are told the store's own wait when it is longer: the
             // node asks again sooner only to notice a change early.
@@ -801,8 +799,11 @@ impl<S: Store> Inner<S> {
         self.stats.store_errors.fetch_add(1, Ordering::Release);
         let mut books = self.lock_books();
         books.failures = books.failures.saturating_add(1);
-        let backoff = failure_backoff(self.config.lease_period, books.failures);
-        books.next_refill = tokio::time::Instant::now() + books.pacer.spread(backoff);
+        let failures = books.failures;
+        let backoff = books
+            .pacer
+            .after_failure(self.config.lease_period, failures);
+        books.next_refill = tokio::time::Instant::now() + backoff;
     }
 
     /// The next lease's size from the smoothed demand, or what pacing asks
