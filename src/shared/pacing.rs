@@ -59,6 +59,12 @@ const BATCHES_PER_CAPACITY: u64 = 8;
 /// exhausted: asks sized by it would shrink as the fleet grows.
 const BATCHES_PER_ASK: u64 = 4;
 
+/// The most a node's share estimate falls at one grant: a single empty
+/// grant (two nodes asking within one token's refill of each other) does
+/// not send a node to the longest pause, and a fleet of 64 is still found
+/// within two grants.
+const MOST_FALL: f64 = 8.0;
+
 /// The smallest share a node estimates for itself: a share below it (more
 /// than 1024 nodes, or a run of empty grants) waits as long as it would,
 /// bounded by [`MAX_PAUSE`] anyway.
@@ -84,9 +90,16 @@ pub(crate) struct ShortGrant {
 /// (the crate's generator; fixed fractions in tests).
 #[derive(Debug)]
 pub(crate) struct Pacer<J = JitterGenerator> {
-    /// This node's smoothed share of the key's refill, in
-    /// `LEAST_SHARE..=1`; 1 until a short grant tells otherwise.
+    /// This node's share of the key's refill, in `LEAST_SHARE..=1`; 1
+    /// until a short grant tells otherwise.
     share: f64,
+    /// Tokens granted to this node, and tokens the store refilled over
+    /// the same intervals (each the time since this node's previous call),
+    /// both halved at every short grant: their ratio is the share,
+    /// weighted by time, so a grant after a long wait counts for more than
+    /// one right after another node's.
+    received: f64,
+    refilled: f64,
     /// When this node's last store call started.
     last_call: Option<Instant>,
     /// The allowance's `max_lease`.
@@ -109,6 +122,8 @@ impl<J: JitterSource> Pacer<J> {
     pub(crate) fn with_jitter(max_lease: u64, jitter: J) -> Pacer<J> {
         Pacer {
             share: 1.0,
+            received: 0.0,
+            refilled: 0.0,
             last_call: None,
             max_lease,
             batch: 0,
@@ -173,10 +188,12 @@ impl<J: JitterSource> Pacer<J> {
     /// configured least pause) and the store's `retry_after`, each taken
     /// up to [`MAX_PAUSE`].
     ///
-    /// Updates the share first: half the old estimate, half what this
-    /// grant says (`granted · refill_interval / since`, at most 1). An
-    /// empty grant says 0 (another node took the refill first), which
-    /// halves the share: a node crowded out waits longer next time.
+    /// Updates the share first: the tokens granted over the tokens
+    /// refilled (`since / refill_interval`), both summed over this node's
+    /// recent short grants (halved at each), at most 1, and at least an
+    /// eighth of the previous estimate. An empty grant adds refill and no
+    /// tokens (other nodes took them): a node crowded out waits longer next
+    /// time.
     fn fair_pause(
         &mut self,
         since: Option<Duration>,
@@ -197,15 +214,16 @@ impl<J: JitterSource> Pacer<J> {
         let interval_ns = interval.as_nanos() as f64;
         if let Some(since) = since {
             let granted = short.granted.min(short.asked);
-            let refilled = since.as_nanos() as f64 / interval_ns;
-            // Zero granted is a share of 0 however short `since` was; a
-            // `since` of zero with a grant reads as inf, then 1.
-            let sample = if granted == 0 {
-                0.0
+            self.received = 0.5 * self.received + granted as f64;
+            self.refilled = 0.5 * self.refilled + since.as_nanos() as f64 / interval_ns;
+            // Nothing refilled yet (calls at one instant) says nothing;
+            // tokens over a tiny refill read as inf, then 1.
+            let measured = if self.refilled > 0.0 {
+                self.received / self.refilled
             } else {
-                (granted as f64 / refilled).min(1.0)
+                self.share
             };
-            self.share = (0.5 * self.share + 0.5 * sample).max(LEAST_SHARE);
+            self.share = measured.clamp(self.share / MOST_FALL, 1.0).max(LEAST_SHARE);
         }
         let batch = (short.capacity / BATCHES_PER_CAPACITY)
             .min(self.max_lease / BATCHES_PER_ASK)
@@ -275,23 +293,22 @@ mod tests {
         // Alone so far: a batch of 100 at 1 ms a token is 100 ms.
         assert_eq!(pacer.after_short(None, short(100, 40), MS), 100 * MS);
         assert_eq!(pacer.share(), 1.0);
-        // 25 of the 100 tokens refilled in 100 ms: a share of 1/4, averaged
-        // with the old 1 into 5/8, so 100 ms / (5/8) = 160 ms.
+        // 25 of the 100 tokens refilled in 100 ms: a share of 1/4, so
+        // four nodes' worth, 100 ms / (1/4) = 400 ms.
         assert_eq!(
             pacer.after_short(Some(100 * MS), short(100, 25), MS),
-            160 * MS
+            400 * MS
         );
-        assert_eq!(pacer.share(), 0.625);
-        // The same share again and again (50 of 200): the estimate
-        // converges on 1/4, and the pause on four nodes' worth, 400 ms.
-        for _ in 0..60 {
-            pacer.after_short(Some(200 * MS), short(100, 50), MS);
-        }
         assert_eq!(pacer.share(), 0.25);
+        // 50 of 200 next: (25/2 + 50) / (100/2 + 200), still 1/4.
         assert_eq!(
             pacer.after_short(Some(200 * MS), short(100, 50), MS),
             400 * MS
         );
+        // Then 75 of 100: the sums weigh it by its 100 ms, against the
+        // 250 ms behind it halved: (62.5/2 + 75) / (250/2 + 100) = 0.4722..
+        pacer.after_short(Some(100 * MS), short(100, 75), MS);
+        assert_eq!(pacer.share(), 106.25 / 225.0);
     }
 
     #[test]
@@ -313,20 +330,25 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_grant_halves_the_share_and_waits_at_least_retry_after() {
+    fn an_empty_grant_lowers_the_share_at_most_eightfold() {
         let mut pacer = paced();
         let empty = ShortGrant {
-            retry_after: 300 * MS,
+            retry_after: 900 * MS,
             ..short(100, 0)
         };
-        assert_eq!(pacer.after_short(Some(10 * MS), empty, MS), 300 * MS);
-        assert_eq!(pacer.share(), 0.5);
-        // 100 ms / (1/2) = 200 ms, longer than a 30 ms retry_after.
+        // Nothing of 10 tokens: a share of 0, taken as 1/8; the store's
+        // longer retry_after wins over 100 ms / (1/8).
+        assert_eq!(pacer.after_short(Some(10 * MS), empty, MS), 900 * MS);
+        assert_eq!(pacer.share(), 0.125);
         let soon = ShortGrant {
             retry_after: 30 * MS,
             ..empty
         };
-        assert_eq!(pacer.after_short(None, soon, MS), 200 * MS);
+        assert_eq!(pacer.after_short(None, soon, MS), 800 * MS);
+        // A full share over the next second outweighs the empty 10 ms:
+        // (0 + 1000) / (10/2 + 1000).
+        pacer.after_short(Some(1000 * MS), short(2000, 1000), MS);
+        assert_eq!(pacer.share(), 1000.0 / 1005.0);
     }
 
     #[test]
