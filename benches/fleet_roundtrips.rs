@@ -39,7 +39,8 @@
 //!   them (the keyed shared limiter's cold path).
 //!
 //! `cargo bench --bench fleet_roundtrips --features redis` runs 10 s per
-//! row (`-- zipf` or `-- "one key"` runs only those rows). Without
+//! one-key row and 30 s per Zipf row (`-- zipf` or `-- "one key"` runs
+//! only those rows). Without
 //! `--bench` (`cargo test --benches`) or with `--test` (`cargo bench --
 //! --test`), each scenario runs once at 2 nodes for
 //! 300 ms with 100 Zipf keys and only the bound is checked: nothing that
@@ -124,24 +125,32 @@ fn main() {
     let Some(server) = RedisServer::start("fleet_roundtrips") else {
         return;
     };
-    let (run, fleets, zipf_keys): (Duration, &[usize], usize) = if full {
-        (Duration::from_secs(10), &[4, 8, 16], 10_000)
+    // The Zipf rows run longer: a slow key's nodes pause seconds apart, and
+    // their share estimates need a few pauses to settle.
+    let (one_key_run, zipf_run, fleets, zipf_keys): (u64, u64, &[usize], usize) = if full {
+        (10_000, 30_000, &[4, 8, 16], 10_000)
     } else {
-        (Duration::from_millis(300), &[2], 100)
+        (300, 300, &[2], 100)
     };
     let scenarios = [
-        Scenario {
-            keys: 1,
-            capacity: 2_000,
-            rate: 20_000,
-            offered: None,
-        },
-        Scenario {
-            keys: zipf_keys,
-            capacity: 1_000,
-            rate: 500,
-            offered: Some(40_000),
-        },
+        (
+            Scenario {
+                keys: 1,
+                capacity: 2_000,
+                rate: 20_000,
+                offered: None,
+            },
+            Duration::from_millis(one_key_run),
+        ),
+        (
+            Scenario {
+                keys: zipf_keys,
+                capacity: 1_000,
+                rate: 500,
+                offered: Some(40_000),
+            },
+            Duration::from_millis(zipf_run),
+        ),
     ];
     println!(
         "{:<10} {:>5} {:>10} {:>12} {:>9} {:>9} {:>9} {:>11} {:>5} {:>7}",
@@ -160,12 +169,12 @@ fn main() {
     let filter = args[1..].iter().find(|a| !a.starts_with("--"));
     let chosen = scenarios
         .iter()
-        .filter(|s| filter.is_none_or(|f| s.label().contains(f.as_str())));
-    for (round, scenario) in chosen.enumerate() {
+        .filter(|(s, _)| filter.is_none_or(|f| s.label().contains(f.as_str())));
+    for (round, (scenario, run)) in chosen.enumerate() {
         for &nodes in fleets {
             // A fresh prefix per row: no row inherits another's debts.
             let prefix = format!("fleet:{round}:{nodes}:");
-            let totals = run_fleet(&server, scenario, nodes, run, &prefix);
+            let totals = run_fleet(&server, scenario, nodes, *run, &prefix);
             totals.print(scenario, nodes);
             assert_eq!(totals.over_admitted, 0, "{scenario:?}: over-admission");
         }
