@@ -16,6 +16,9 @@
 //!   admissions on those keys alone;
 //! - **utilisation**: admitted / (`B + r·t`) over the hot keys, `t` the
 //!   run (from the shared start to the shared deadline);
+//! - **held**: tokens in the nodes' pools at the deadline, over the same
+//!   `B + r·t`: leased within the run, not yet spent (a node with modest
+//!   demand spends a batch over seconds), given back at shutdown;
 //! - **over-admission**: tokens admitted beyond `B + r·t'` per key, `t'` an
 //!   upper bound of the time the store could have granted in (from the
 //!   start to the last child's exit). Must be 0.
@@ -27,8 +30,8 @@
 //!   waits for the next lease). A batch is `B/8 = 250` tokens, so paced
 //!   nodes should make about 4 round trips per 1000 admissions at any
 //!   fleet size.
-//! - `zipf 10000`: 10 000 keys of `B = 1000`, `r = 500/s` each (a batch of
-//!   125), the fleet offering 40 000 requests a second in all (split evenly
+//! - `zipf 10000`: 10 000 keys of `B = 1000`, `r = 250/s` each (a batch of
+//!   125), the fleet offering 20 000 requests a second in all (split evenly
 //!   over its nodes, so every fleet size sees the same demand), each for
 //!   one token of a key drawn from a Zipf law (exponent 1), answered at
 //!   once or refused: the top three keys are exhausted, the long tail is
@@ -146,14 +149,14 @@ fn main() {
             Scenario {
                 keys: zipf_keys,
                 capacity: 1_000,
-                rate: 500,
-                offered: Some(40_000),
+                rate: 250,
+                offered: Some(20_000),
             },
             Duration::from_millis(zipf_run),
         ),
     ];
     println!(
-        "{:<10} {:>5} {:>10} {:>12} {:>9} {:>9} {:>9} {:>11} {:>5} {:>7}",
+        "{:<10} {:>5} {:>10} {:>12} {:>9} {:>9} {:>9} {:>11} {:>7} {:>5} {:>7}",
         "scenario",
         "nodes",
         "admitted",
@@ -162,6 +165,7 @@ fn main() {
         "hot keys",
         "hot/1000",
         "utilisation",
+        "held",
         "over",
         "errors"
     );
@@ -191,6 +195,9 @@ struct Totals {
     /// at least twice the budget).
     hot_round_trips: u64,
     hot_admitted: u64,
+    /// Tokens in the nodes' pools at the deadline, on the hot keys: leased
+    /// within the run, not yet spent (given back at shutdown).
+    hot_held: u64,
     hot_allowed: u64,
     hot_keys: usize,
     over_admitted: u64,
@@ -200,9 +207,11 @@ impl Totals {
     fn print(&self, scenario: &Scenario, nodes: usize) {
         let per_1000 =
             |round_trips: u64, admitted: u64| 1000.0 * round_trips as f64 / admitted.max(1) as f64;
-        let utilisation = self.hot_admitted as f64 / self.hot_allowed.max(1) as f64;
+        let allowed = self.hot_allowed.max(1) as f64;
+        let utilisation = self.hot_admitted as f64 / allowed;
+        let held = self.hot_held as f64 / allowed;
         println!(
-            "{:<10} {:>5} {:>10} {:>12} {:>9.2} {:>9} {:>9.2} {:>10.2}% {:>5} {:>7}",
+            "{:<10} {:>5} {:>10} {:>12} {:>9.2} {:>9} {:>9.2} {:>10.2}% {:>6.2}% {:>5} {:>7}",
             scenario.label(),
             nodes,
             self.admitted,
@@ -211,6 +220,7 @@ impl Totals {
             self.hot_keys,
             per_1000(self.hot_round_trips, self.hot_admitted),
             100.0 * utilisation,
+            100.0 * held,
             self.over_admitted,
             self.errors
         );
@@ -254,6 +264,7 @@ fn run_fleet(
     let keys = scenario.keys;
     let (mut requested, mut admitted) = (vec![0u64; keys], vec![0u64; keys]);
     let mut round_trips = vec![0u64; keys];
+    let mut held = vec![0u64; keys];
     let mut errors = 0;
     for mut child in children {
         let stdout = child.stdout.take().expect("piped");
@@ -268,6 +279,7 @@ fn run_fleet(
         errors += report.errors;
         for key in 0..keys {
             round_trips[key] += report.round_trips[key];
+            held[key] += report.held[key];
             requested[key] += report.requested[key];
             admitted[key] += report.admitted[key];
         }
@@ -284,6 +296,7 @@ fn run_fleet(
         errors,
         hot_round_trips: 0,
         hot_admitted: 0,
+        hot_held: 0,
         hot_allowed: 0,
         hot_keys: 0,
         over_admitted: 0,
@@ -294,6 +307,7 @@ fn run_fleet(
         if requested[key] / 2 >= allowed {
             totals.hot_keys += 1;
             totals.hot_round_trips += round_trips[key];
+            totals.hot_held += held[key];
             totals.hot_admitted += admitted[key];
             totals.hot_allowed += allowed;
         }
@@ -301,20 +315,27 @@ fn run_fleet(
     totals
 }
 
-/// One node's counts: failed store calls, and round trips, requests and
-/// admissions per key.
+/// One node's counts: failed store calls, and round trips, requests,
+/// admissions and tokens held in its pool at the deadline, per key.
 struct NodeReport {
     errors: u64,
     round_trips: Vec<u64>,
     requested: Vec<u64>,
     admitted: Vec<u64>,
+    held: Vec<u64>,
 }
 
 impl NodeReport {
-    /// `errors round_trips... requested... admitted...`, space-separated.
+    /// `errors round_trips... requested... admitted... held...`,
+    /// space-separated.
     fn encode(&self) -> String {
         let mut line = self.errors.to_string();
-        let per_key = [&self.round_trips, &self.requested, &self.admitted];
+        let per_key = [
+            &self.round_trips,
+            &self.requested,
+            &self.admitted,
+            &self.held,
+        ];
         for n in per_key.into_iter().flatten() {
             line.push(' ');
             line.push_str(&n.to_string());
@@ -327,13 +348,14 @@ impl NodeReport {
             .split(' ')
             .map(|n| n.parse().expect("a count"))
             .collect();
-        assert_eq!(numbers.len(), 1 + 3 * keys, "a report of {keys} keys");
+        assert_eq!(numbers.len(), 1 + 4 * keys, "a report of {keys} keys");
         let column = |i: usize| numbers[1 + i * keys..1 + (i + 1) * keys].to_vec();
         NodeReport {
             errors: numbers[0],
             round_trips: column(0),
             requested: column(1),
             admitted: column(2),
+            held: column(3),
         }
     }
 }
@@ -416,6 +438,7 @@ fn node(args: &[String]) {
             Some(rate) => offer_zipf(&allowances, rate, deadline).await,
         };
         let errors = allowances.iter().map(|a| a.stats().store_errors).sum();
+        let held = allowances.iter().map(LocalAllowance::pooled).collect();
         for allowance in &allowances {
             allowance.shutdown().await;
         }
@@ -428,6 +451,7 @@ fn node(args: &[String]) {
                 .collect(),
             requested: counts.iter().map(|c| c.0).collect(),
             admitted: counts.iter().map(|c| c.1).collect(),
+            held,
         }
     });
     println!("{}", report.encode());

@@ -808,7 +808,10 @@ impl<S: Store> Inner<S> {
 
     /// The next lease's size from the smoothed demand, or what pacing asks
     /// for while the budget is exhausted, within the bounds; also moves the
-    /// low-water mark to half of it.
+    /// low-water mark to half the demand-sized lease (not the paced ask: a
+    /// node whose demand is below its share of an exhausted budget refills
+    /// when its pool runs low, instead of piling up batches it cannot
+    /// spend while other nodes refuse).
     fn lease_size(&self) -> u64 {
         let spent = self.spent();
         let (demand, least) = {
@@ -832,12 +835,13 @@ impl<S: Store> Inner<S> {
         // `as` saturates for floats; the clamp bounds it either way. (Not
         // by the store's capacity: a grant of less than asked is what tells
         // an exhausted budget, and sets the pause before the next request.)
-        let size = (wanted as u64)
+        let (min, max) = (self.config.min_lease, self.config.max_lease);
+        let by_demand = (wanted as u64)
             .max(self.shortfall.swap(0, Ordering::Relaxed))
-            .max(least)
-            .clamp(self.config.min_lease, self.config.max_lease);
-        self.low_water.store(size.div_ceil(2), Ordering::Relaxed);
-        size
+            .clamp(min, max);
+        self.low_water
+            .store(by_demand.div_ceil(2), Ordering::Relaxed);
+        by_demand.max(least).clamp(min, max)
     }
 
     /// Tokens spent from leases so far (granted, less pooled and returned
