@@ -9,7 +9,7 @@ use atomic_float::AtomicF64;
 use tokio::runtime::Handle;
 
 use crate::clock::saturating_nanos;
-use crate::shared::pacing::{MIN_PAUSE, Pacer, ShortGrant};
+use crate::shared::pacing::{MIN_PAUSE, Pacer, ShortGrant, failure_backoff};
 use crate::shared::pool::{LeasePool, Take};
 use crate::shared::{Grant, Lease, Store};
 use crate::{AcquireError, Quota, TokenBucket};
@@ -790,8 +790,7 @@ impl<S: Store> Inner<S> {
     /// Records a failed refill: the failure policy comes into force, and
     /// the next attempt waits a backoff that doubles with each failure in a
     /// row, from a quarter lease period up to 1 s, so a store that fails
-    /// fast is not asked once per request; jittered, so a fleet that lost
-    /// its store at once does not come back at once.
+    /// fast is not asked once per request.
     fn record_failure(&self) {
         // Degraded first, so that whoever sees the error counted also sees
         // the failure policy in force.
@@ -799,10 +798,7 @@ impl<S: Store> Inner<S> {
         self.stats.store_errors.fetch_add(1, Ordering::Release);
         let mut books = self.lock_books();
         books.failures = books.failures.saturating_add(1);
-        let failures = books.failures;
-        let backoff = books
-            .pacer
-            .after_failure(self.config.lease_period, failures);
+        let backoff = failure_backoff(self.config.lease_period, books.failures);
         books.next_refill = tokio::time::Instant::now() + backoff;
     }
 

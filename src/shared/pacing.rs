@@ -171,16 +171,6 @@ impl<J: JitterSource> Pacer<J> {
         spread(pause, longest, &mut self.jitter)
     }
 
-    /// The pause after `failures` failed calls in a row, spread by jitter
-    /// (see [`failure_backoff`]), at most [`MAX_PAUSE`].
-    pub(crate) fn after_failure(&mut self, lease_period: Duration, failures: u32) -> Duration {
-        spread(
-            failure_backoff(lease_period, failures),
-            MAX_PAUSE,
-            &mut self.jitter,
-        )
-    }
-
     /// The pause after `short` before jitter, and the longest it may be
     /// once jittered: until this node's share of the refill has grown to a
     /// batch (an eighth of the capacity, a quarter of `max_lease`, at least
@@ -255,11 +245,12 @@ fn spread(pause: Duration, longest: Duration, source: &mut impl JitterSource) ->
     Duration::from_nanos(u64::try_from(spread).unwrap_or(u64::MAX)).clamp(MIN_PAUSE, longest)
 }
 
-/// The pause after `failures` failed calls in a row (at least one), before
-/// jitter: it doubles with each failure, from twice `lease_period / 4`, up
-/// to [`MAX_PAUSE`], so a store that fails fast is not asked once per
-/// request.
-fn failure_backoff(lease_period: Duration, failures: u32) -> Duration {
+/// The pause after `failures` failed calls in a row (at least one): it
+/// doubles with each failure, from twice `lease_period / 4`, up to
+/// [`MAX_PAUSE`], so a store that fails fast is not asked once per request.
+/// Not jittered: "at most once a second" while a store is down is a
+/// promise callers rely on, and a window around it would break it.
+pub(crate) fn failure_backoff(lease_period: Duration, failures: u32) -> Duration {
     let first = (lease_period / 4).max(MIN_PAUSE);
     first.saturating_mul(1 << failures.min(16)).min(MAX_PAUSE)
 }
@@ -453,11 +444,6 @@ mod tests {
         assert_eq!(failure_backoff(period, u32::MAX), MAX_PAUSE);
         assert_eq!(failure_backoff(Duration::ZERO, 1), 2 * MIN_PAUSE);
         assert_eq!(failure_backoff(Duration::MAX, 1), MAX_PAUSE);
-        // Jittered, never beyond MAX_PAUSE.
-        assert_eq!(paced().after_failure(period, 1), 50 * MS);
-        let mut late = Pacer::with_jitter(400, || 1.0);
-        assert_eq!(late.after_failure(period, 1), 75 * MS);
-        assert_eq!(late.after_failure(period, 9), MAX_PAUSE);
     }
 
     #[test]
