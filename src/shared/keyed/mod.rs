@@ -438,7 +438,7 @@ fn pause_before_asking_again(
         None => Duration::MAX,
     };
     (retry_after.min(pacing::MAX_PAUSE) <= left)
-        .then(|| pacing::spread(retry_after, jitter).min(left))
+        .then(|| pacing::spread(retry_after, pacing::MAX_PAUSE, jitter).min(left))
 }
 
 /// Samples every tracked key's demand each `every`, switching keys

@@ -53,7 +53,7 @@ impl Outage {
         let mut state = crate::sync::lock(&self.state);
         state.failures = state.failures.saturating_add(1);
         let backoff = pacing::failure_backoff(lease_period, state.failures);
-        let pause = pacing::spread(backoff, &mut state.jitter);
+        let pause = pacing::spread(backoff, pacing::MAX_PAUSE, &mut state.jitter);
         state.until = Instant::now() + pause;
         self.down.store(true, Ordering::Release);
     }
