@@ -441,7 +441,7 @@ fn real_threads_as_nodes_stay_within_the_envelope() {
 
 /// With the shared budget exhausted, callers spinning on an empty pool do
 /// not turn into a round trip each: after a short grant the next lease
-/// request waits a quarter of the lease period.
+/// request waits at least a quarter of the lease period (jittered).
 #[tokio::test(start_paused = true)]
 async fn an_exhausted_store_is_asked_at_most_once_per_pause() {
     let clock = ManualClock::new();
@@ -450,8 +450,8 @@ async fn an_exhausted_store_is_asked_at_most_once_per_pause() {
         &clock,
     );
     let node = LocalAllowance::new(Arc::clone(&store), KEY, config(FailurePolicy::Closed)).unwrap();
-    // 100 ms lease period: a pause of 25 ms after each short grant, longer
-    // than the store's own retry_after (1 ms a token).
+    // 100 ms lease period: a pause of 25 ms on average after each short
+    // grant (a batch of B/8 < 1 token is 1 ms, the floor is longer).
     for _ in 0..1_000 {
         while node.try_acquire(1).is_ok() {}
         clock.advance(Duration::from_millis(1));

@@ -9,21 +9,10 @@ use atomic_float::AtomicF64;
 use tokio::runtime::Handle;
 
 use crate::clock::saturating_nanos;
+use crate::shared::pacing::{MIN_PAUSE, Pacer, ShortGrant, failure_backoff};
 use crate::shared::pool::{LeasePool, Take};
 use crate::shared::{Grant, Lease, Store};
 use crate::{AcquireError, Quota, TokenBucket};
-
-/// The shortest pause between two store calls of one allowance, the least
-/// `retry_after` it reports and the shortest idle check, whatever the
-/// configuration or the store says: a zero would turn every refused caller
-/// into a store call, or the idle watcher into a spinning task.
-const MIN_PAUSE: Duration = Duration::from_millis(1);
-
-/// The longest pause between two lease requests, whatever the store's
-/// `retry_after` or the failures in a row: a node sees tokens given back by
-/// others, or a store back up, within this, and a `retry_after` of
-/// `Duration::MAX` cannot stall it for ever.
-const MAX_PAUSE: Duration = Duration::from_secs(1);
 
 /// The most tokens a pool can hold (`LeasePool` counts in 63 bits): a lease
 /// asks for at most what still fits.
@@ -60,7 +49,7 @@ impl<S: Store> Drop for Claim<'_, S> {
 
 /// Adds to a cold-path counter, saturating: a store reporting absurd grants
 /// must not wrap the books.
-fn add(counter: &AtomicU64, n: u64) {
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
     // fetch_update cannot fail here: the closure always returns Some.
     let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
         Some(c.saturating_add(n))
@@ -117,10 +106,11 @@ pub struct AllowanceConfig {
     /// A lease asks for the smoothed local demand over this long: longer
     /// means fewer round trips and more tokens held idle per node. After a
     /// grant smaller than asked for (the shared budget is exhausted), the
-    /// next request waits a quarter of this (or the store's `retry_after`,
-    /// if longer), but never less than 1 ms nor more than 1 s; keep that
-    /// below the shared bucket's fill time `B / r`, or refill is wasted
-    /// while every node waits. Any value, zero and `Duration::MAX` included.
+    /// next request waits until this node's share of the refill is worth
+    /// a lease (`docs/distributed.md`, "Pacing"), and at least a quarter
+    /// of this (taken between 1 ms and 1 s); keep a quarter of it below the
+    /// shared bucket's fill time `B / r`, or refill is wasted while a lone
+    /// node waits. Any value, zero and `Duration::MAX` included.
     pub lease_period: Duration,
     /// Unused tokens go back to the store after the pool has been idle this
     /// long (`None`: only on shutdown or drop); checked at most once a
@@ -153,6 +143,17 @@ impl AllowanceConfig {
             timeout: Duration::from_millis(50),
             on_failure,
         }
+    }
+
+    /// The configuration's own errors: lease bounds and a zero timeout.
+    pub(crate) fn validate(&self) -> Result<(), AllowanceError> {
+        if self.min_lease == 0 || self.min_lease > self.max_lease {
+            return Err(AllowanceError::LeaseBounds);
+        }
+        if self.timeout.is_zero() {
+            return Err(AllowanceError::ZeroTimeout);
+        }
+        Ok(())
     }
 }
 
@@ -260,6 +261,15 @@ pub enum AllowanceError {
     /// stranding whatever it debited.
     #[error("the store timeout must be longer than zero")]
     ZeroTimeout,
+    /// A keyed allowance's demand thresholds were not
+    /// `cold_below < hot_at`: with no gap between them a key at the
+    /// threshold would switch between leased and per-request every sample.
+    #[error("demand thresholds must satisfy cold_below < hot_at")]
+    DemandThresholds,
+    /// A keyed allowance's `sample_every` was zero: demand is a rate over
+    /// that interval.
+    #[error("the demand sampling interval must be longer than zero")]
+    ZeroSampleInterval,
 }
 
 /// A node's share of a budget held by a [`Store`]: the hot path takes from
@@ -337,8 +347,11 @@ struct Books {
     next_refill: tokio::time::Instant,
     /// Failed refills in a row.
     failures: u32,
-    /// When demand was last sampled, and the tokens spent by then.
-    sampled_at: Instant,
+    /// When to ask again after a short grant or a failure.
+    pacer: Pacer,
+    /// When demand was last sampled (on tokio's clock, which tests can
+    /// pause), and the tokens spent by then.
+    sampled_at: tokio::time::Instant,
     spent_by_then: u64,
 }
 
@@ -372,12 +385,7 @@ impl<S: Store> LocalAllowance<S> {
         key: impl Into<String>,
         config: AllowanceConfig,
     ) -> Result<Self, AllowanceError> {
-        if config.min_lease == 0 || config.min_lease > config.max_lease {
-            return Err(AllowanceError::LeaseBounds);
-        }
-        if config.timeout.is_zero() {
-            return Err(AllowanceError::ZeroTimeout);
-        }
+        config.validate()?;
         let runtime = Handle::try_current().map_err(|_| AllowanceError::NoRuntime)?;
         let fallback = match config.on_failure {
             FailurePolicy::Fallback(quota) => Some(TokenBucket::new(quota)),
@@ -401,7 +409,8 @@ impl<S: Store> LocalAllowance<S> {
                 last_lease: Lease::NONE,
                 next_refill: tokio::time::Instant::now(),
                 failures: 0,
-                sampled_at: Instant::now(),
+                pacer: Pacer::new(config.max_lease),
+                sampled_at: tokio::time::Instant::now(),
                 spent_by_then: 0,
             }),
             stats: Stats::default(),
@@ -713,12 +722,13 @@ impl<S: Store> Inner<S> {
             return Ok(0);
         }
         let started = Instant::now();
+        let since_last_call = self.lock_books().pacer.calling(tokio::time::Instant::now());
         let call = tokio::time::timeout(self.config.timeout, self.store.acquire(&self.key, want));
         claim.store_called = true;
         add(&self.stats.leases, 1);
         match call.await {
             Ok(Ok(grant)) => {
-                let granted = self.accept(grant, want, started);
+                let granted = self.accept(grant, want, started, since_last_call);
                 claim.land(granted);
                 Ok(granted)
             }
@@ -740,10 +750,16 @@ impl<S: Store> Inner<S> {
     /// returns the tokens for the pool. Nothing the store says is trusted
     /// beyond what was asked: at most `want` tokens enter the pool (any
     /// excess is stranded), the receipt kept for returns covers at most
-    /// those, and the pause a short grant sets is at least 1 ms and at most
-    /// 1 s, whatever its `retry_after`. The store's capacity bounds every
-    /// later cost.
-    fn accept(&self, grant: Grant, want: u64, started: Instant) -> u64 {
+    /// those, and the pause a short grant sets (`pacing`) is at least 1 ms
+    /// and at most 10 s, whatever its `retry_after` or refill interval. The
+    /// store's capacity bounds every later cost.
+    fn accept(
+        &self,
+        grant: Grant,
+        want: u64,
+        started: Instant,
+        since_last_call: Option<Duration>,
+    ) -> u64 {
         self.degraded.store(false, Ordering::Release);
         let largest = self.config.max_lease.min(grant.capacity).min(POOL_LIMIT);
         self.largest_cost.store(largest, Ordering::Relaxed);
@@ -762,10 +778,23 @@ impl<S: Store> Inner<S> {
             };
         }
         let hint = if tokens < want {
-            let pause = grant.retry_after.max(self.config.lease_period / 4);
-            books.next_refill = tokio::time::Instant::now() + pause.clamp(MIN_PAUSE, MAX_PAUSE);
-            pause
+            let short = ShortGrant {
+                asked: want,
+                granted: tokens,
+                retry_after: grant.retry_after,
+                refill_interval: grant.refill_interval,
+                capacity: grant.capacity,
+            };
+            let pause =
+                books
+                    .pacer
+                    .after_short(since_last_call, short, self.config.lease_period / 4);
+            books.next_refill = tokio::time::Instant::now() + pause;
+            // Callers are told the store's own wait when it is longer: the
+            // node asks again sooner only to notice a change early.
+            pause.max(grant.retry_after)
         } else {
+            books.pacer.after_full();
             started.elapsed()
         };
         self.retry_hint
@@ -784,22 +813,23 @@ impl<S: Store> Inner<S> {
         self.stats.store_errors.fetch_add(1, Ordering::Release);
         let mut books = self.lock_books();
         books.failures = books.failures.saturating_add(1);
-        let first = (self.config.lease_period / 4).max(MIN_PAUSE);
-        let backoff = first
-            .saturating_mul(1 << books.failures.min(16))
-            .min(MAX_PAUSE);
+        let backoff = failure_backoff(self.config.lease_period, books.failures);
         books.next_refill = tokio::time::Instant::now() + backoff;
     }
 
-    /// The next lease's size from the smoothed demand, within the bounds;
-    /// also moves the low-water mark to half of it.
+    /// The next lease's size from the smoothed demand, or what pacing asks
+    /// for while the budget is exhausted, within the bounds; also moves the
+    /// low-water mark to half the demand-sized lease (not the paced ask: a
+    /// node whose demand is below its share of an exhausted budget refills
+    /// when its pool runs low, instead of piling up batches it cannot
+    /// spend while other nodes refuse).
     fn lease_size(&self) -> u64 {
         let spent = self.spent();
-        let demand = {
+        let (demand, least) = {
             let mut books = self.lock_books();
             let elapsed = books.sampled_at.elapsed().as_secs_f64();
             let rate = spent.saturating_sub(books.spent_by_then) as f64 / elapsed.max(1e-6);
-            books.sampled_at = Instant::now();
+            books.sampled_at = tokio::time::Instant::now();
             books.spent_by_then = spent;
             // Half old, half new: follows a change of demand within a few
             // leases without chasing every burst.
@@ -810,17 +840,19 @@ impl<S: Store> Inner<S> {
                 0.5 * old + 0.5 * rate
             };
             self.demand.store(smoothed, Ordering::Relaxed);
-            smoothed
+            (smoothed, books.pacer.least_ask())
         };
         let wanted = (demand * self.config.lease_period.as_secs_f64()).ceil();
         // `as` saturates for floats; the clamp bounds it either way. (Not
         // by the store's capacity: a grant of less than asked is what tells
         // an exhausted budget, and sets the pause before the next request.)
-        let size = (wanted as u64)
+        let (min, max) = (self.config.min_lease, self.config.max_lease);
+        let by_demand = (wanted as u64)
             .max(self.shortfall.swap(0, Ordering::Relaxed))
-            .clamp(self.config.min_lease, self.config.max_lease);
-        self.low_water.store(size.div_ceil(2), Ordering::Relaxed);
-        size
+            .clamp(min, max);
+        self.low_water
+            .store(by_demand.div_ceil(2), Ordering::Relaxed);
+        by_demand.max(least).clamp(min, max)
     }
 
     /// Tokens spent from leases so far (granted, less pooled and returned

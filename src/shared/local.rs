@@ -4,6 +4,7 @@
 use std::hash::BuildHasher;
 use std::time::Duration;
 
+use crate::shared::store::refill_interval;
 use crate::shared::{Grant, Lease, Store};
 use crate::{AcquireError, Clock, DefaultClock, KeyedLimiter, Quota};
 
@@ -79,10 +80,14 @@ impl<C: Clock, S: BuildHasher + Clone> LocalStore<C, S> {
 
     /// The grant of [`Store::acquire`], without the future.
     fn grant(&self, key: &str, want: u64) -> Result<Grant, AcquireError> {
-        // Every key of the limiter has its quota's capacity.
+        // Every key of the limiter has its quota's capacity and refill.
         let capacity = self.buckets.quota().capacity();
+        let nothing = |retry_after| Grant {
+            refill_interval: refill_interval(self.buckets.quota()),
+            ..Grant::nothing(retry_after, capacity)
+        };
         if want == 0 {
-            return Ok(Grant::nothing(Duration::ZERO, capacity));
+            return Ok(nothing(Duration::ZERO));
         }
         match self.buckets.grant_up_to(key, want) {
             Ok((tokens, admission, _overflow)) => Ok(Grant {
@@ -92,11 +97,9 @@ impl<C: Clock, S: BuildHasher + Clone> LocalStore<C, S> {
                     granted: tokens,
                     at: admission.at,
                 },
-                capacity,
+                ..nothing(Duration::ZERO)
             }),
-            Err(AcquireError::Insufficient { retry_after }) => {
-                Ok(Grant::nothing(retry_after, capacity))
-            }
+            Err(AcquireError::Insufficient { retry_after }) => Ok(nothing(retry_after)),
             Err(other) => Err(other),
         }
     }

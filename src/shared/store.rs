@@ -3,6 +3,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::Quota;
+
 /// What a [`Store`] granted for one lease request.
 ///
 /// ```
@@ -29,11 +31,18 @@ pub struct Grant {
     /// instead of waiting for a grant that cannot come. Every grant carries
     /// it, empty ones included; `u64::MAX` from a store that cannot tell.
     pub capacity: u64,
+    /// How long the store takes to refill one token of this key (the
+    /// quota's `1/r`). A node whose grant came back short uses it to wait
+    /// until its share of the refill is worth a round trip, instead of
+    /// asking again on a fixed beat (`docs/distributed.md`, "Pacing");
+    /// `Duration::ZERO` from a store that cannot tell.
+    pub refill_interval: Duration,
 }
 
 impl Grant {
     /// A grant of nothing, with the wait until one token could be granted
-    /// and the key's capacity.
+    /// and the key's capacity, from a store that cannot tell its refill
+    /// interval (set [`refill_interval`](Self::refill_interval) if it can).
     ///
     /// ```
     /// use std::time::Duration;
@@ -47,6 +56,7 @@ impl Grant {
             retry_after,
             lease: Lease::NONE,
             capacity,
+            refill_interval: Duration::ZERO,
         }
     }
 
@@ -56,12 +66,27 @@ impl Grant {
     /// use std::time::Duration;
     /// use tollgate::shared::{Grant, Lease};
     ///
-    /// let grant = Grant { tokens: 3, retry_after: Duration::ZERO, lease: Lease { granted: 3, at: 0 }, capacity: 10 };
+    /// let grant = Grant {
+    ///     tokens: 3,
+    ///     retry_after: Duration::ZERO,
+    ///     lease: Lease { granted: 3, at: 0 },
+    ///     capacity: 10,
+    ///     refill_interval: Duration::from_millis(100),
+    /// };
     /// assert!(!grant.is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
         self.tokens == 0
     }
+}
+
+/// The refill interval a store reports for `quota` ([`Grant::refill_interval`]):
+/// `period / tokens`, rounded up to the nanosecond, since pacing on a
+/// slightly slower refill only waits a little longer.
+pub(crate) fn refill_interval(quota: &Quota) -> Duration {
+    let (tokens, period) = quota.refill();
+    let nanos = period.as_nanos().div_ceil(u128::from(tokens.max(1)));
+    u64::try_from(nanos).map_or(Duration::MAX, Duration::from_nanos)
 }
 
 /// A store's receipt for a grant: how many tokens it debited and when, in

@@ -1,0 +1,458 @@
+//! When a local allowance asks its store again: after a grant short of its
+//! ask (the shared budget is exhausted), and after a failed call.
+//!
+//! The rule (`docs/distributed.md`, "Pacing"): a node whose grant came back
+//! short waits until its *share* of the key's refill has grown to a batch
+//! worth a round trip. It does not know how many nodes share the key, so it
+//! measures its share: of the `interval / refill_interval` tokens the store
+//! refilled since this node's previous call, it was granted `granted`. With
+//! `n` nodes asking at the same pace, that share is about `1/n`, and a
+//! node waiting `batch · refill_interval / share` makes the whole fleet ask
+//! once per `batch` tokens of refill, however many nodes there are: round
+//! trips per admission stay flat as the fleet grows. Each pause is spread
+//! by jitter, so nodes refused at the same moment drift apart instead of
+//! coming back together.
+//!
+//! Nothing here can break the shared bound: pacing only decides *when* a
+//! node asks. A store's absurd reply (a `retry_after` or interval of zero or
+//! `Duration::MAX`, a grant above the ask) moves the pause within
+//! [`MIN_PAUSE`]..=[`LONGEST_PACE`], never outside.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::retry::{JitterGenerator, JitterSource};
+
+/// The shortest pause between two store calls of one allowance, the least
+/// `retry_after` it reports and the shortest idle check, whatever the
+/// configuration or the store says: a zero would turn every refused caller
+/// into a store call, or the idle watcher into a spinning task.
+pub(crate) const MIN_PAUSE: Duration = Duration::from_millis(1);
+
+/// The longest pause after a failure, for a store's `retry_after`, or
+/// from the configured floor: a node sees a store back up within this, and
+/// a `retry_after` of `Duration::MAX` cannot stall it for ever.
+pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(1);
+
+/// The longest paced pause, whatever share a node estimates or refill
+/// interval its store reports. Longer than [`MAX_PAUSE`]: a key refilling
+/// 1000 tokens a second in batches of 125, shared by 16 nodes, has each
+/// node wait 2 s, while the fleet still asks every 125 ms; a cap of 1 s
+/// there would double the fleet's round trips. Bounded all the same, so a
+/// node notices within this that the others have gone.
+pub(crate) const LONGEST_PACE: Duration = Duration::from_secs(10);
+
+/// A batch is at most this fraction of the key's capacity `B`. Paced
+/// nodes ask the store about once per batch of refill, at random moments:
+/// refill beyond `B` between two asks is lost, and a gap between two asks
+/// of eight times the mean is rare (about `e^-8` of the time for asks at
+/// random), so almost nothing is.
+const BATCHES_PER_CAPACITY: u64 = 8;
+
+/// After a short grant, the next ask is for at least this many batches
+/// (and a batch at most this fraction of `max_lease`): the refill between
+/// two of the fleet's asks exceeds it only about `e^-4` of the time, so a
+/// node rarely gets a full grant that leaves refill behind for it to come
+/// back for at once, a round trip more. A node's demand, measured by what
+/// it spends, is only its share of the refill while the budget is
+/// exhausted: asks sized by it would shrink as the fleet grows.
+const BATCHES_PER_ASK: u64 = 4;
+
+/// The most a node's share estimate falls at one grant: a single empty
+/// grant (two nodes asking within one token's refill of each other) does
+/// not send a node to the longest pause, and a fleet of 64 is still found
+/// within two grants.
+const MOST_FALL: f64 = 8.0;
+
+/// The smallest share a node estimates for itself: a share below it (more
+/// than 1024 nodes, or a run of empty grants) waits as long as it would,
+/// bounded by [`MAX_PAUSE`] anyway.
+const LEAST_SHARE: f64 = 1.0 / 1024.0;
+
+/// What a store answered to one short lease request, as pacing needs it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ShortGrant {
+    /// Tokens asked for.
+    pub(crate) asked: u64,
+    /// Tokens granted (fewer than asked; more is read as `asked`).
+    pub(crate) granted: u64,
+    /// The store's wait until one token exists (for an empty grant).
+    pub(crate) retry_after: Duration,
+    /// The store's time to refill one token; zero when it cannot tell.
+    pub(crate) refill_interval: Duration,
+    /// The key's capacity `B`.
+    pub(crate) capacity: u64,
+}
+
+/// One allowance's pacing state: its estimated share of the key's refill,
+/// when it last called the store, the batch it paces for, and its jitter
+/// (the crate's generator; fixed fractions in tests).
+#[derive(Debug)]
+pub(crate) struct Pacer<J = JitterGenerator> {
+    /// This node's share of the key's refill, in `LEAST_SHARE..=1`; 1
+    /// until a short grant tells otherwise.
+    share: f64,
+    /// Tokens granted to this node, and tokens the store refilled over
+    /// the same intervals (each the time since this node's previous call),
+    /// both halved at every short grant: their ratio is the share,
+    /// weighted by time, so a grant after a long wait counts for more than
+    /// one right after another node's.
+    received: f64,
+    refilled: f64,
+    /// When this node's last store call started.
+    last_call: Option<Instant>,
+    /// The allowance's `max_lease`.
+    max_lease: u64,
+    /// The batch of the last short grant; 0 once a grant was full.
+    batch: u64,
+    jitter: J,
+}
+
+impl Pacer {
+    /// A pacer for leases of at most `max_lease` tokens, that assumes it is
+    /// alone until a short grant says otherwise.
+    pub(crate) fn new(max_lease: u64) -> Pacer {
+        Pacer::with_jitter(max_lease, JitterGenerator::from_entropy())
+    }
+}
+
+impl<J: JitterSource> Pacer<J> {
+    /// [`Pacer::new`] with its jitter drawn from `jitter`.
+    pub(crate) fn with_jitter(max_lease: u64, jitter: J) -> Pacer<J> {
+        Pacer {
+            share: 1.0,
+            received: 0.0,
+            refilled: 0.0,
+            last_call: None,
+            max_lease,
+            batch: 0,
+            jitter,
+        }
+    }
+
+    /// The fewest tokens the next lease should ask for: a few batches
+    /// while the budget is exhausted (see `BATCHES_PER_ASK`), nothing
+    /// otherwise.
+    pub(crate) fn least_ask(&self) -> u64 {
+        self.batch.saturating_mul(BATCHES_PER_ASK)
+    }
+
+    /// Notes a grant of everything asked: the budget had enough, and the
+    /// next ask follows demand alone.
+    pub(crate) fn after_full(&mut self) {
+        self.batch = 0;
+    }
+
+    /// Notes a store call starting at `now`; returns the time since the
+    /// previous one, over which the store refilled what this call can get.
+    pub(crate) fn calling(&mut self, now: Instant) -> Option<Duration> {
+        let since = self.last_call.map(|at| now.saturating_duration_since(at));
+        self.last_call = Some(now);
+        since
+    }
+
+    /// This node's share of the key's refill, as estimated so far.
+    #[cfg(test)]
+    fn share(&self) -> f64 {
+        self.share
+    }
+
+    /// The pause after `short`, a grant that came back short of its ask
+    /// `since` the previous call (`None` for the first call): the fair
+    /// pause of [`fair_pause`](Self::fair_pause), spread by jitter.
+    pub(crate) fn after_short(
+        &mut self,
+        since: Option<Duration>,
+        short: ShortGrant,
+        floor: Duration,
+    ) -> Duration {
+        let (pause, longest) = self.fair_pause(since, short, floor);
+        spread(pause, longest, &mut self.jitter)
+    }
+
+    /// The pause after `short` before jitter, and the longest it may be
+    /// once jittered: until this node's share of the refill has grown to a
+    /// batch (an eighth of the capacity, a quarter of `max_lease`, at least
+    /// one token), at most [`LONGEST_PACE`]; at least `floor` (the
+    /// configured least pause) and the store's `retry_after`, each taken
+    /// up to [`MAX_PAUSE`].
+    ///
+    /// Updates the share first: the tokens granted over the tokens
+    /// refilled (`since / refill_interval`), both summed over this node's
+    /// recent short grants (halved at each), at most 1, and at least an
+    /// eighth of the previous estimate. An empty grant adds refill and no
+    /// tokens (other nodes took them): a node crowded out waits longer next
+    /// time.
+    fn fair_pause(
+        &mut self,
+        since: Option<Duration>,
+        short: ShortGrant,
+        floor: Duration,
+    ) -> (Duration, Duration) {
+        // Guards against an absurd store or configuration: neither can
+        // hold a node more than MAX_PAUSE, nor make it spin.
+        let least = short.retry_after.max(floor).clamp(MIN_PAUSE, MAX_PAUSE);
+        let interval = short.refill_interval;
+        // A store that cannot tell its interval is paced by the floor and
+        // its retry_after alone.
+        if interval.is_zero() {
+            return (least, MAX_PAUSE);
+        }
+        // Nanoseconds as floats: exact for every whole number of them
+        // below 2^53 (104 days), close enough beyond.
+        let interval_ns = interval.as_nanos() as f64;
+        if let Some(since) = since {
+            let granted = short.granted.min(short.asked);
+            self.received = 0.5 * self.received + granted as f64;
+            self.refilled = 0.5 * self.refilled + since.as_nanos() as f64 / interval_ns;
+            // Nothing refilled yet (calls at one instant) says nothing;
+            // tokens over a tiny refill read as inf, then 1.
+            let measured = if self.refilled > 0.0 {
+                self.received / self.refilled
+            } else {
+                self.share
+            };
+            self.share = measured.clamp(self.share / MOST_FALL, 1.0).max(LEAST_SHARE);
+        }
+        let batch = (short.capacity / BATCHES_PER_CAPACITY)
+            .min(self.max_lease / BATCHES_PER_ASK)
+            .max(1);
+        self.batch = batch;
+        let fair_ns = interval_ns * batch as f64 / self.share;
+        // Compared in floats first: an absurd interval gives values no
+        // integer holds (`as` would saturate, but say nothing).
+        let fair = if fair_ns < LONGEST_PACE.as_nanos() as f64 {
+            Duration::from_nanos(fair_ns as u64)
+        } else {
+            LONGEST_PACE
+        };
+        (fair.max(least), LONGEST_PACE)
+    }
+}
+
+/// `pause` spread uniformly over `pause/2 ..= 3·pause/2` (so the mean stays
+/// `pause`), then bounded to [`MIN_PAUSE`]..=`longest`: nodes refused at
+/// the same moment come back at different ones, and the fleet's asks stay
+/// spread over time rather than in waves.
+pub(crate) fn spread(pause: Duration, longest: Duration, source: &mut impl JitterSource) -> Duration {
+    let nanos = pause.min(longest).as_nanos();
+    // A source may answer above its bound: the min keeps the draw in range.
+    let drawn = source.draw_up_to(nanos).min(nanos);
+    let spread = nanos / 2 + drawn;
+    // At most 3/2 of `longest` in nanoseconds: fits in a u64 for every
+    // `longest` used here.
+    Duration::from_nanos(u64::try_from(spread).unwrap_or(u64::MAX)).clamp(MIN_PAUSE, longest)
+}
+
+/// The pause after `failures` failed calls in a row (at least one): it
+/// doubles with each failure, from twice `lease_period / 4`, up to
+/// [`MAX_PAUSE`], so a store that fails fast is not asked once per request.
+/// Not jittered: "at most once a second" while a store is down is a
+/// promise callers rely on, and a window around it would break it.
+pub(crate) fn failure_backoff(lease_period: Duration, failures: u32) -> Duration {
+    let first = (lease_period / 4).max(MIN_PAUSE);
+    first.saturating_mul(1 << failures.min(16)).min(MAX_PAUSE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn short(asked: u64, granted: u64) -> ShortGrant {
+        ShortGrant {
+            asked,
+            granted,
+            retry_after: Duration::ZERO,
+            refill_interval: MS,
+            capacity: 8_000,
+        }
+    }
+
+    /// Leases of at most 400 (batches of 100 under a capacity of 8000),
+    /// jitter fixed at the middle of its window: exactly the fair pause
+    /// for every even number of nanoseconds.
+    fn paced() -> Pacer<impl JitterSource> {
+        Pacer::with_jitter(400, || 0.5)
+    }
+
+    #[test]
+    fn the_pause_lets_the_nodes_share_grow_to_a_batch() {
+        let mut pacer = paced();
+        // Alone so far: a batch of 100 at 1 ms a token is 100 ms.
+        assert_eq!(pacer.after_short(None, short(100, 40), MS), 100 * MS);
+        assert_eq!(pacer.share(), 1.0);
+        // 25 of the 100 tokens refilled in 100 ms: a share of 1/4, so
+        // four nodes' worth, 100 ms / (1/4) = 400 ms.
+        assert_eq!(
+            pacer.after_short(Some(100 * MS), short(100, 25), MS),
+            400 * MS
+        );
+        assert_eq!(pacer.share(), 0.25);
+        // 50 of 200 next: (25/2 + 50) / (100/2 + 200), still 1/4.
+        assert_eq!(
+            pacer.after_short(Some(200 * MS), short(100, 50), MS),
+            400 * MS
+        );
+        // Then 75 of 100: the sums weigh it by its 100 ms, against the
+        // 250 ms behind it halved: (62.5/2 + 75) / (250/2 + 100) = 0.4722..
+        pacer.after_short(Some(100 * MS), short(100, 75), MS);
+        assert_eq!(pacer.share(), 106.25 / 225.0);
+    }
+
+    #[test]
+    fn fleet_round_trips_are_one_per_batch_whatever_the_fleet() {
+        // n nodes, each granted 1/n of the refill: each waits n batches of
+        // refill, so the fleet asks once per batch.
+        for nodes in [1u32, 2, 4, 8, 16, 64] {
+            let mut pacer = paced();
+            let since = 100 * MS * nodes;
+            let mut pause = Duration::ZERO;
+            for _ in 0..60 {
+                pause = pacer.after_short(Some(since), short(100, 99), Duration::ZERO);
+            }
+            // 99 of 100·n tokens: the pause is 100 ms · n · 100/99.
+            let expected = (100 * MS * nodes).mul_f64(100.0 / 99.0);
+            let error = pause.abs_diff(expected);
+            assert!(error < Duration::from_micros(1), "{nodes}: {pause:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_grant_lowers_the_share_at_most_eightfold() {
+        let mut pacer = paced();
+        let empty = ShortGrant {
+            retry_after: 900 * MS,
+            ..short(100, 0)
+        };
+        // Nothing of 10 tokens: a share of 0, taken as 1/8; the store's
+        // longer retry_after wins over 100 ms / (1/8).
+        assert_eq!(pacer.after_short(Some(10 * MS), empty, MS), 900 * MS);
+        assert_eq!(pacer.share(), 0.125);
+        let soon = ShortGrant {
+            retry_after: 30 * MS,
+            ..empty
+        };
+        assert_eq!(pacer.after_short(None, soon, MS), 800 * MS);
+        // A full share over the next second outweighs the empty 10 ms:
+        // (0 + 1000) / (10/2 + 1000).
+        pacer.after_short(Some(1000 * MS), short(2000, 1000), MS);
+        assert_eq!(pacer.share(), 1000.0 / 1005.0);
+    }
+
+    #[test]
+    fn a_batch_is_at_most_an_eighth_of_the_capacity_and_at_least_one() {
+        let mut pacer = paced();
+        let small = ShortGrant {
+            capacity: 80,
+            ..short(100, 5)
+        };
+        assert_eq!(pacer.after_short(None, small, Duration::ZERO), 10 * MS);
+        let tiny = ShortGrant {
+            capacity: 3,
+            ..short(100, 1)
+        };
+        assert_eq!(pacer.after_short(None, tiny, Duration::ZERO), MS);
+        // The configured floor wins over a shorter fair pause.
+        assert_eq!(pacer.after_short(None, tiny, 25 * MS), 25 * MS);
+    }
+
+    #[test]
+    fn an_exhausted_node_asks_for_four_batches_until_a_grant_is_full() {
+        let mut pacer = paced();
+        assert_eq!(pacer.least_ask(), 0);
+        pacer.after_short(None, short(10, 5), MS);
+        assert_eq!(pacer.least_ask(), 400);
+        pacer.after_full();
+        assert_eq!(pacer.least_ask(), 0);
+        // A batch is at most a quarter of max_lease.
+        let mut small = Pacer::with_jitter(8, || 0.5);
+        assert_eq!(small.after_short(None, short(8, 5), Duration::ZERO), 2 * MS);
+        assert_eq!(small.least_ask(), 8);
+    }
+
+    #[test]
+    fn absurd_replies_stay_within_the_guards() {
+        let mut pacer = paced();
+        let cases = [
+            // retry_after and interval of zero: the floor, then MIN_PAUSE.
+            (Duration::ZERO, Duration::ZERO, 0, MIN_PAUSE),
+            (Duration::ZERO, Duration::from_nanos(1), 1, MIN_PAUSE),
+            // Duration::MAX anywhere: a bounded pause, never a stall or a
+            // panic; MAX_PAUSE from retry_after, LONGEST_PACE from pacing.
+            (Duration::MAX, MS, 0, MAX_PAUSE),
+            (Duration::ZERO, Duration::MAX, 5, LONGEST_PACE),
+            (Duration::MAX, Duration::MAX, u64::MAX, LONGEST_PACE),
+        ];
+        for (retry_after, refill_interval, granted, expected) in cases {
+            let reply = ShortGrant {
+                asked: 10,
+                granted,
+                retry_after,
+                refill_interval,
+                capacity: u64::MAX,
+            };
+            let pause = pacer.after_short(Some(Duration::ZERO), reply, Duration::ZERO);
+            assert_eq!(pause, expected, "{reply:?}");
+            assert!((LEAST_SHARE..=1.0).contains(&pacer.share()));
+        }
+        // A grant above the ask counts as the ask: a share of at most 1.
+        let mut pacer = paced();
+        pacer.after_short(Some(MS), short(10, u64::MAX), MS);
+        assert_eq!(pacer.share(), 1.0);
+        // Empty grants in a row floor the share instead of reaching zero.
+        for _ in 0..100 {
+            pacer.after_short(Some(MS), short(10, 0), MS);
+        }
+        assert_eq!(pacer.share(), LEAST_SHARE);
+    }
+
+    #[test]
+    fn the_spread_keeps_the_mean_and_the_bounds() {
+        let at = |fraction: f64| spread(100 * MS, LONGEST_PACE, &mut || fraction);
+        assert_eq!(at(0.0), 50 * MS);
+        assert_eq!(at(0.5), 100 * MS);
+        assert_eq!(at(1.0), 150 * MS);
+        // Bounded whatever the pause or the source.
+        assert_eq!(spread(Duration::ZERO, MAX_PAUSE, &mut || 0.0), MIN_PAUSE);
+        assert_eq!(spread(Duration::MAX, MAX_PAUSE, &mut || 1.0), MAX_PAUSE);
+        assert_eq!(spread(Duration::MAX, MAX_PAUSE, &mut || 0.0), MAX_PAUSE / 2);
+        assert_eq!(
+            spread(Duration::MAX, LONGEST_PACE, &mut || 1.0),
+            LONGEST_PACE
+        );
+        assert_eq!(spread(MS, MAX_PAUSE, &mut || f64::NAN), MIN_PAUSE);
+        // The crate's generator: every draw within the window, and not all
+        // the same.
+        let mut generator = JitterGenerator::new(7);
+        let draws: Vec<Duration> = (0..100)
+            .map(|_| spread(100 * MS, LONGEST_PACE, &mut generator))
+            .collect();
+        assert!(draws.iter().all(|d| (50 * MS..=150 * MS).contains(d)));
+        assert!(draws.iter().any(|d| *d != draws[0]));
+    }
+
+    #[test]
+    fn failures_back_off_doubling_up_to_the_longest_pause() {
+        let period = 100 * MS;
+        assert_eq!(failure_backoff(period, 1), 50 * MS);
+        assert_eq!(failure_backoff(period, 2), 100 * MS);
+        assert_eq!(failure_backoff(period, 5), 800 * MS);
+        assert_eq!(failure_backoff(period, 6), MAX_PAUSE);
+        assert_eq!(failure_backoff(period, u32::MAX), MAX_PAUSE);
+        assert_eq!(failure_backoff(Duration::ZERO, 1), 2 * MIN_PAUSE);
+        assert_eq!(failure_backoff(Duration::MAX, 1), MAX_PAUSE);
+    }
+
+    #[test]
+    fn calls_measure_the_time_since_the_previous_one() {
+        let mut pacer = paced();
+        let start = Instant::now();
+        assert_eq!(pacer.calling(start), None);
+        assert_eq!(pacer.calling(start + 30 * MS), Some(30 * MS));
+        // A clock read out of order gives zero, not a panic.
+        assert_eq!(pacer.calling(start), Some(Duration::ZERO));
+    }
+}
