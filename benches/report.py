@@ -23,6 +23,11 @@ sample) cross-checks the verdicts on a shared, noisy machine.
 
 `--json FILE` also writes `{"allow/monotonic/floor": {"median": ns,
 "fastest": ns}, ...}`.
+
+`--svg DIR` also draws, from the same figures as the tables (needs
+matplotlib): `keyed.svg`, governor / tollgate on every keyed row beside the
+2x target, and `scaling.svg`, decisions per second against threads for each
+implementation of every thread group.
 """
 
 import json
@@ -214,14 +219,71 @@ def group_table(data, group):
     return "\n".join(out)
 
 
+def plot_keyed(data, path, plt):
+    """governor / tollgate on every keyed row and clock class, as bars."""
+    labels, ratios = [], []
+    for group in KEYED_GROUPS:
+        table = cells(data, group)
+        for row in ordered(r for r, _ in table):
+            if (row, "tollgate") in table and (row, "governor") in table:
+                labels.append(f"{group.removeprefix('keyed_')}\n{row}")
+                ratios.append(table[(row, "governor")][0] / table[(row, "tollgate")][0])
+    if not ratios:
+        return False
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(ratios)), 3.6))
+    ax.bar(range(len(ratios)), ratios, color=["tab:green" if r >= KEYED_TARGET else "tab:orange" for r in ratios])
+    ax.axhline(KEYED_TARGET, color="black", linestyle="--", linewidth=1, label=f"target {KEYED_TARGET}x")
+    ax.axhline(1, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(ratios)), labels, fontsize=7)
+    ax.set_ylabel("governor / tollgate (higher: tollgate faster)")
+    ax.set_title("Keyed decision, each crate's clock class (medians)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def plot_scaling(data, path, plt):
+    """Decisions per second against threads, one panel per thread group."""
+    groups = [g for g in THREAD_GROUPS if cells(data, g)]
+    if not groups:
+        return False
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.6), squeeze=False)
+    for ax, group in zip(axes[0], groups):
+        table = cells(data, group)
+        threads = [t for t in ordered(r for r, _ in table) if t.isdigit()]
+        for who in dict.fromkeys(w for _, w in table):
+            xs = [int(t) for t in threads if (t, who) in table]
+            ys = [1e3 / table[(t, who)][0] for t in threads if (t, who) in table]
+            ax.plot(xs, ys, marker="o", label=who)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([int(t) for t in threads], threads)
+        ax.set_xlabel("threads (2 cores: 4 and 8 over-subscribed)")
+        ax.set_ylabel("million decisions / s")
+        ax.set_title(group)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def option(argv, flag):
+    """The value after `flag` in argv (removing both), or None."""
+    if flag not in argv:
+        return None
+    i = argv.index(flag)
+    if i + 1 == len(argv):
+        sys.exit(f"{flag} needs a value")
+    value = argv[i + 1]
+    del argv[i : i + 2]
+    return value
+
+
 def main(argv):
-    json_out = None
-    if "--json" in argv:
-        i = argv.index("--json")
-        if i + 1 == len(argv):
-            sys.exit("--json needs a file name")
-        json_out = argv[i + 1]
-        del argv[i : i + 2]
+    json_out = option(argv, "--json")
+    svg_dir = option(argv, "--svg")
     roots = [Path(a) for a in argv] or [Path(os.environ.get("CARGO_TARGET_DIR", "target")) / "criterion"]
     rounds = [load(root) for root in roots]
     for root, data in zip(roots, rounds):
@@ -232,6 +294,15 @@ def main(argv):
         table = group_table(data, group)
         if table:
             print(f"### {group}\n\n{table}\n")
+    if svg_dir:
+        import matplotlib
+        matplotlib.use("svg")
+        import matplotlib.pyplot as plt
+        matplotlib.rcParams["svg.hashsalt"] = "tollgate"  # stable ids: diffs show data changes only
+        Path(svg_dir).mkdir(parents=True, exist_ok=True)
+        for name, plot in (("keyed.svg", plot_keyed), ("scaling.svg", plot_scaling)):
+            if plot(data, Path(svg_dir) / name, plt):
+                print(f"wrote {Path(svg_dir) / name}", file=sys.stderr)
     if json_out:
         Path(json_out).write_text(json.dumps({k: {"median": v[0], "fastest": v[3]} for k, v in data.items()}, indent=1) + "\n")
 
