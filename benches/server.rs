@@ -45,6 +45,7 @@ use tollgate::http::PolicyName;
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
 use tollgate::identity::{AddrKey, PrefixPolicy};
 use tollgate::{KeyedLimiter, Quota, TokenBucket};
+use tower::{Service, ServiceExt};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::{GlobalKeyExtractor, PeerIpKeyExtractor};
@@ -103,6 +104,8 @@ impl Setup {
 struct Server {
     setup: Setup,
     addr: SocketAddr,
+    /// The same app, for calls without a network.
+    router: Router,
     keys_seen: Option<Box<dyn Fn() -> usize>>,
 }
 
@@ -190,11 +193,12 @@ fn start(runtime: &tokio::runtime::Runtime, setups: &[Setup]) -> Result<Vec<Serv
         .iter()
         .map(|&setup| {
             let (router, keys_seen) = app(setup)?;
+            let served = router.clone();
             let addr = runtime.block_on(async {
                 let listener = TcpListener::bind((IpAddr::from([127, 0, 0, 1]), 0)).await?;
                 let addr = listener.local_addr()?;
                 tokio::spawn(async move {
-                    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+                    let service = served.into_make_service_with_connect_info::<SocketAddr>();
                     if let Err(error) = axum::serve(listener, service).await {
                         eprintln!("server: {error}");
                     }
@@ -204,6 +208,7 @@ fn start(runtime: &tokio::runtime::Runtime, setups: &[Setup]) -> Result<Vec<Serv
             Ok(Server {
                 setup,
                 addr,
+                router,
                 keys_seen,
             })
         })
@@ -249,12 +254,61 @@ struct Run {
     elapsed: Duration,
     /// Sorted, in ns.
     latencies: Vec<u64>,
+    /// CPU time the server's worker thread spent meanwhile, where the OS
+    /// tells it.
+    server_cpu: Option<Duration>,
 }
 
 impl Run {
     fn per_second(&self) -> f64 {
         self.latencies.len() as f64 / self.elapsed.as_secs_f64()
     }
+
+    /// The server's CPU time per request, in µs.
+    fn cpu_per_request(&self) -> Option<f64> {
+        self.server_cpu
+            .map(|cpu| cpu.as_secs_f64() * 1e6 / self.latencies.len() as f64)
+    }
+}
+
+/// The CPU time of the calling thread so far, from Linux's schedstat (its
+/// first field is the time on a CPU, in ns); `None` elsewhere.
+fn thread_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    Some(Duration::from_nanos(
+        stat.split_whitespace().next()?.parse().ok()?,
+    ))
+}
+
+/// The CPU time of the server runtime's one worker thread, read on it.
+/// Unlike a wall-clock rate it does not count the time the worker waited
+/// for the client or for other programs on a shared machine.
+fn server_cpu(server: &tokio::runtime::Runtime) -> Option<Duration> {
+    server.block_on(server.spawn(async { thread_cpu() })).ok()?
+}
+
+/// `calls` requests handed straight to `router`, one after another, as a
+/// server hands them over after parsing, with the peer address a server
+/// would attach: what the router and its layers cost, without a network
+/// or a client sharing the cores.
+async fn call_directly(router: &Router, calls: usize) -> Result<Duration, BoxError> {
+    let peer = ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000)));
+    let mut service = router.clone();
+    let start = Instant::now();
+    for _ in 0..calls {
+        let mut request = Request::get("/").body(axum::body::Body::empty())?;
+        request.extensions_mut().insert(peer);
+        let response = ServiceExt::<Request<axum::body::Body>>::ready(&mut service)
+            .await?
+            .call(request)
+            .await?;
+        let status = response.status();
+        let body = response.into_body().collect().await?.to_bytes();
+        if status != StatusCode::OK || body != HELLO {
+            return Err(format!("unexpected answer: {status} {body:?}").into());
+        }
+    }
+    Ok(start.elapsed())
 }
 
 /// `requests` over `connections` keep-alive connections, all opened
@@ -279,7 +333,11 @@ async fn drive(addr: SocketAddr, requests: usize, connections: usize) -> Result<
     }
     let elapsed = start.elapsed();
     latencies.sort_unstable();
-    Ok(Run { elapsed, latencies })
+    Ok(Run {
+        elapsed,
+        latencies,
+        server_cpu: None,
+    })
 }
 
 /// The `q` quantile of sorted values (nearest rank).
@@ -288,13 +346,15 @@ fn quantile(sorted: &[u64], q: f64) -> u64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn median(values: &mut [f64]) -> f64 {
+/// The median, or null for no values (no CPU times off Linux).
+fn median_or_null(values: &[f64]) -> Value {
+    let mut values = values.to_vec();
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[mid]
-    } else {
-        (values[mid - 1] + values[mid]) / 2.0
+    match values.len() {
+        0 => Value::Null,
+        n if n % 2 == 1 => json!(values[mid]),
+        _ => json!((values[mid - 1] + values[mid]) / 2.0),
     }
 }
 
@@ -304,6 +364,8 @@ struct Plan {
     requests: usize,
     connections: usize,
     rounds: usize,
+    /// Requests per round handed to each router without a network.
+    calls: usize,
     out: PathBuf,
 }
 
@@ -320,6 +382,7 @@ impl Plan {
             requests: 20_000,
             connections: 8,
             rounds: 15,
+            calls: 100_000,
             out: target.join("serverbench").join("server.json"),
         };
         let mut filters = Vec::new();
@@ -332,6 +395,7 @@ impl Plan {
                 "--requests" => plan.requests = value()?.parse()?,
                 "--connections" => plan.connections = value()?.parse()?,
                 "--rounds" => plan.rounds = value()?.parse()?,
+                "--calls" => plan.calls = value()?.parse()?,
                 "--out" => plan.out = value()?.into(),
                 flag if flag.starts_with("--") => eprintln!("server bench: ignoring {flag}"),
                 filter => filters.push(filter.to_owned()),
@@ -344,9 +408,10 @@ impl Plan {
             plan.requests = 64;
             plan.connections = 2;
             plan.rounds = 1;
+            plan.calls = 64;
         }
-        if plan.requests == 0 || plan.connections == 0 || plan.rounds == 0 {
-            return Err("--requests, --connections and --rounds must be positive".into());
+        if [plan.requests, plan.connections, plan.rounds, plan.calls].contains(&0) {
+            return Err("--requests, --connections, --rounds and --calls must be positive".into());
         }
         Ok(Some(plan))
     }
@@ -399,11 +464,22 @@ fn main() -> Result<(), BoxError> {
     for round in 0..plan.rounds {
         for turn in 0..servers.len() {
             let index = (round + turn) % servers.len();
-            let run =
+            let before = server_cpu(&server_runtime);
+            let mut run =
                 client.block_on(drive(servers[index].addr, plan.requests, plan.connections))?;
+            run.server_cpu = before
+                .zip(server_cpu(&server_runtime))
+                .map(|(before, after)| after.saturating_sub(before));
             runs[index].push(run);
         }
         eprintln!("server bench: round {} of {} done", round + 1, plan.rounds);
+    }
+    let mut direct: Vec<Vec<Duration>> = servers.iter().map(|_| Vec::new()).collect();
+    for round in 0..plan.rounds {
+        for turn in 0..servers.len() {
+            let index = (round + turn) % servers.len();
+            direct[index].push(client.block_on(call_directly(&servers[index].router, plan.calls))?);
+        }
     }
     for server in &servers {
         if let Some(keys_seen) = &server.keys_seen {
@@ -419,14 +495,16 @@ fn main() -> Result<(), BoxError> {
     }
     if plan.test {
         eprintln!(
-            "server bench: {} servers answered {} requests each with 200",
+            "server bench: {} servers answered {} requests and {} direct calls each with 200",
             servers.len(),
-            plan.requests
+            plan.requests,
+            plan.calls,
         );
         return Ok(());
     }
 
-    let report = report(&plan, machine, &servers, &runs);
+    let mut report = report(&plan, machine, &servers, &runs);
+    report["in_process"] = in_process(&plan, &servers, &direct);
     print_table(&report);
     std::fs::create_dir_all(plan.out.parent().ok_or("--out has no directory")?)?;
     std::fs::write(&plan.out, serde_json::to_string_pretty(&report)?)?;
@@ -447,8 +525,14 @@ fn report(plan: &Plan, machine: Value, servers: &[Server], runs: &[Vec<Run>]) ->
         .zip(runs)
         .map(|(server, runs)| {
             let rps: Vec<f64> = runs.iter().map(Run::per_second).collect();
-            let p50: Vec<f64> = runs.iter().map(|r| quantile(&r.latencies, 0.5) as f64 / 1e3).collect();
-            let p99: Vec<f64> = runs.iter().map(|r| quantile(&r.latencies, 0.99) as f64 / 1e3).collect();
+            let p50: Vec<f64> = runs
+                .iter()
+                .map(|r| quantile(&r.latencies, 0.5) as f64 / 1e3)
+                .collect();
+            let p99: Vec<f64> = runs
+                .iter()
+                .map(|r| quantile(&r.latencies, 0.99) as f64 / 1e3)
+                .collect();
             // Each round's throughput against the unlimited server's in the
             // same round: neighbours in time, so load that comes and goes
             // between rounds cancels.
@@ -458,7 +542,19 @@ fn report(plan: &Plan, machine: Value, servers: &[Server], runs: &[Vec<Run>]) ->
                     .map(|(run, base)| run.per_second() / base.per_second())
                     .collect()
             });
-            let mut pooled: Vec<u64> = runs.iter().flat_map(|r| r.latencies.iter().copied()).collect();
+            let cpu: Vec<f64> = runs.iter().filter_map(Run::cpu_per_request).collect();
+            let cpu_paired: Vec<f64> = unlimited.map_or_else(Vec::new, |base| {
+                runs.iter()
+                    .zip(base)
+                    .filter_map(|(run, base)| {
+                        Some(run.cpu_per_request()? / base.cpu_per_request()?)
+                    })
+                    .collect()
+            });
+            let mut pooled: Vec<u64> = runs
+                .iter()
+                .flat_map(|r| r.latencies.iter().copied())
+                .collect();
             pooled.sort_unstable();
             let cdf: Vec<[f64; 2]> = (1..=CDF_POINTS)
                 .map(|i| {
@@ -468,12 +564,21 @@ fn report(plan: &Plan, machine: Value, servers: &[Server], runs: &[Vec<Run>]) ->
                 .collect();
             json!({
                 "server": server.setup.name(),
-                "rounds": { "rps": rps, "p50_us": p50, "p99_us": p99, "rps_over_unlimited": paired },
+                "rounds": {
+                    "rps": rps,
+                    "p50_us": p50,
+                    "p99_us": p99,
+                    "rps_over_unlimited": paired,
+                    "server_cpu_us_per_request": cpu,
+                    "cpu_over_unlimited": cpu_paired,
+                },
                 "median": {
-                    "rps": median(&mut rps.clone()),
-                    "p50_us": median(&mut p50.clone()),
-                    "p99_us": median(&mut p99.clone()),
-                    "rps_over_unlimited": if paired.is_empty() { Value::Null } else { json!(median(&mut paired.clone())) },
+                    "rps": median_or_null(&rps),
+                    "p50_us": median_or_null(&p50),
+                    "p99_us": median_or_null(&p99),
+                    "rps_over_unlimited": median_or_null(&paired),
+                    "server_cpu_us_per_request": median_or_null(&cpu),
+                    "cpu_over_unlimited": median_or_null(&cpu_paired),
                 },
                 "cdf_us": cdf,
             })
@@ -492,21 +597,80 @@ fn report(plan: &Plan, machine: Value, servers: &[Server], runs: &[Vec<Run>]) ->
     })
 }
 
-/// The Markdown table of the medians.
+/// Each router's time per direct call, its median, and the median of each
+/// round's difference from the unlimited router's: the layer's own cost.
+fn in_process(plan: &Plan, servers: &[Server], direct: &[Vec<Duration>]) -> Value {
+    let per_call = |times: &[Duration]| -> Vec<f64> {
+        times
+            .iter()
+            .map(|t| t.as_nanos() as f64 / plan.calls as f64)
+            .collect()
+    };
+    let unlimited = servers
+        .iter()
+        .position(|s| s.setup == Setup::Unlimited)
+        .map(|i| per_call(&direct[i]));
+    let rows: Vec<Value> = servers
+        .iter()
+        .zip(direct)
+        .map(|(server, times)| {
+            let ns = per_call(times);
+            let added: Vec<f64> = unlimited.as_ref().map_or_else(Vec::new, |base| {
+                ns.iter().zip(base).map(|(ns, base)| ns - base).collect()
+            });
+            json!({
+                "server": server.setup.name(),
+                "rounds_ns_per_request": ns,
+                "median_ns_per_request": median_or_null(&ns),
+                "median_ns_over_unlimited": median_or_null(&added),
+            })
+        })
+        .collect();
+    json!({ "calls_per_round": plan.calls, "servers": rows })
+}
+
+/// The Markdown tables of the medians.
 fn print_table(report: &Value) {
-    println!("| server | requests/s | p50 µs | p99 µs | requests/s ÷ unlimited's, same round |");
-    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| server | requests/s | p50 µs | p99 µs | requests/s ÷ unlimited's | server CPU µs/request | CPU ÷ unlimited's |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for row in report["servers"].as_array().into_iter().flatten() {
         let median = &row["median"];
-        let ratio = median["rps_over_unlimited"]
-            .as_f64()
-            .map_or("".into(), |r| format!("{r:.3}"));
+        let cell = |field: &str, digits: usize| {
+            median[field]
+                .as_f64()
+                .map_or_else(String::new, |v| format!("{v:.digits$}"))
+        };
         println!(
-            "| {} | {:.0} | {:.1} | {:.1} | {ratio} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             row["server"].as_str().unwrap_or("?"),
-            median["rps"].as_f64().unwrap_or(f64::NAN),
-            median["p50_us"].as_f64().unwrap_or(f64::NAN),
-            median["p99_us"].as_f64().unwrap_or(f64::NAN),
+            cell("rps", 0),
+            cell("p50_us", 1),
+            cell("p99_us", 1),
+            cell("rps_over_unlimited", 3),
+            cell("server_cpu_us_per_request", 2),
+            cell("cpu_over_unlimited", 3),
+        );
+    }
+    println!();
+    println!("| router called directly | ns/request | ns over unlimited |");
+    println!("|---|---:|---:|");
+    for row in report["in_process"]["servers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let cell = |field: &str| {
+            row[field]
+                .as_f64()
+                .map_or_else(String::new, |v| format!("{v:.0}"))
+        };
+        println!(
+            "| {} | {} | {} |",
+            row["server"].as_str().unwrap_or("?"),
+            cell("median_ns_per_request"),
+            cell("median_ns_over_unlimited"),
         );
     }
 }
