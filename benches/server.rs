@@ -77,15 +77,21 @@ enum Setup {
     /// tower_governor with `use_headers`: `x-ratelimit-limit` and
     /// `x-ratelimit-remaining` on every response.
     TowerGovernorHeaders,
+    /// tollgate with `TscClock`, the clock class of tower_governor's
+    /// default (quanta).
+    #[cfg(feature = "tsc")]
+    TollgateTsc,
 }
 
 impl Setup {
-    const ALL: [Setup; 5] = [
+    const ALL: &[Setup] = &[
         Setup::Unlimited,
         Setup::Tollgate,
         Setup::TowerGovernor,
         Setup::TollgateFields,
         Setup::TowerGovernorHeaders,
+        #[cfg(feature = "tsc")]
+        Setup::TollgateTsc,
     ];
 
     fn name(self) -> &'static str {
@@ -95,6 +101,8 @@ impl Setup {
             Setup::TowerGovernor => "tower_governor",
             Setup::TollgateFields => "tollgate_fields",
             Setup::TowerGovernorHeaders => "tower_governor_headers",
+            #[cfg(feature = "tsc")]
+            Setup::TollgateTsc => "tollgate_tsc",
         }
     }
 }
@@ -106,85 +114,96 @@ struct Server {
     addr: SocketAddr,
     /// The same app, for calls without a network.
     router: Router,
-    keys_seen: Option<Box<dyn Fn() -> usize>>,
+    keys_seen: Option<KeysSeen>,
 }
 
+/// tower_governor's layers on `hello`, built as its README shows, with
+/// `$headers` (`use_headers`) if given: one per address, one global, the
+/// same quota as tollgate's rules. A macro because `use_headers` changes
+/// the configuration's type, and with it every bound the router asks of it.
+macro_rules! tower_governor {
+    ($hello:expr $(, $headers:ident)?) => {{
+        let per_address = GovernorConfigBuilder::default()
+            .period(REFILL_EVERY)
+            .burst_size(BURST)
+            .key_extractor(PeerIpKeyExtractor)
+            $(.$headers())?
+            .finish()
+            .ok_or("tower_governor refused the quota")?;
+        let global = GovernorConfigBuilder::default()
+            .period(REFILL_EVERY)
+            .burst_size(BURST)
+            .key_extractor(GlobalKeyExtractor)
+            $(.$headers())?
+            .finish()
+            .ok_or("tower_governor refused the quota")?;
+        let table = Arc::clone(per_address.limiter());
+        // The layer added last is the outer one: per address first, as
+        // tollgate's rules are charged.
+        let app = $hello
+            .layer(GovernorLayer::new(global))
+            .layer(GovernorLayer::new(per_address));
+        (app, Some(Box::new(move || table.len()) as KeysSeen))
+    }};
+}
+
+/// How many client addresses a server's per-address rule has seen.
+type KeysSeen = Box<dyn Fn() -> usize>;
+
 /// The app of `setup`, and its per-address table's size.
-fn app(setup: Setup) -> Result<(Router, Option<Box<dyn Fn() -> usize>>), BoxError> {
+fn app(setup: Setup) -> Result<(Router, Option<KeysSeen>), BoxError> {
     let hello = Router::new().route("/", get(|| async { HELLO }));
+    let quota = Quota::new(u64::from(BURST), 1, REFILL_EVERY)?;
     Ok(match setup {
         Setup::Unlimited => (hello, None),
-        Setup::Tollgate | Setup::TollgateFields => {
-            let quota = Quota::new(u64::from(BURST), 1, REFILL_EVERY)?;
-            let per_address = Arc::new(KeyedLimiter::new(quota));
-            let global = Arc::new(TokenBucket::new(quota));
-            // The peer as axum's `ConnectInfo` gives it, keyed under the
-            // default prefix policy, as `extract::peer_addr` keys a plain
-            // `SocketAddr`.
-            let peer = extract::extension_map(|info: &ConnectInfo<SocketAddr>| {
-                AddrKey::new(info.0.ip(), PrefixPolicy::default())
-            });
-            let layer = RateLimitLayer::builder()
-                .rule(Rule::keyed(
-                    PolicyName::new("per-address")?,
-                    Arc::clone(&per_address),
-                    peer,
-                ))
-                .rule(Rule::global(PolicyName::new("global")?, global))
-                .advertise_on_success(setup == Setup::TollgateFields)
-                .build();
-            let keys = Box::new(move || per_address.len());
-            (hello.layer(layer), Some(keys as Box<dyn Fn() -> usize>))
+        // Each crate's default clock: `new` is what a user gets.
+        Setup::Tollgate | Setup::TollgateFields => tollgate(
+            hello,
+            KeyedLimiter::new(quota),
+            TokenBucket::new(quota),
+            setup == Setup::TollgateFields,
+        )?,
+        #[cfg(feature = "tsc")]
+        Setup::TollgateTsc => {
+            let clock = tollgate::TscClock::new();
+            tollgate(
+                hello,
+                KeyedLimiter::builder(quota).clock(clock.clone()).build(),
+                TokenBucket::with_clock(quota, clock),
+                false,
+            )?
         }
-        Setup::TowerGovernor => {
-            let per_address = GovernorConfigBuilder::default()
-                .period(REFILL_EVERY)
-                .burst_size(BURST)
-                .key_extractor(PeerIpKeyExtractor)
-                .finish()
-                .ok_or("tower_governor refused the quota")?;
-            let global = GovernorConfigBuilder::default()
-                .period(REFILL_EVERY)
-                .burst_size(BURST)
-                .key_extractor(GlobalKeyExtractor)
-                .finish()
-                .ok_or("tower_governor refused the quota")?;
-            let table = Arc::clone(per_address.limiter());
-            // The layer added last is the outer one: per address first, as
-            // tollgate's rules are charged.
-            let app = hello
-                .layer(GovernorLayer::new(global))
-                .layer(GovernorLayer::new(per_address));
-            (
-                app,
-                Some(Box::new(move || table.len()) as Box<dyn Fn() -> usize>),
-            )
-        }
-        Setup::TowerGovernorHeaders => {
-            let per_address = GovernorConfigBuilder::default()
-                .period(REFILL_EVERY)
-                .burst_size(BURST)
-                .key_extractor(PeerIpKeyExtractor)
-                .use_headers()
-                .finish()
-                .ok_or("tower_governor refused the quota")?;
-            let global = GovernorConfigBuilder::default()
-                .period(REFILL_EVERY)
-                .burst_size(BURST)
-                .key_extractor(GlobalKeyExtractor)
-                .use_headers()
-                .finish()
-                .ok_or("tower_governor refused the quota")?;
-            let table = Arc::clone(per_address.limiter());
-            let app = hello
-                .layer(GovernorLayer::new(global))
-                .layer(GovernorLayer::new(per_address));
-            (
-                app,
-                Some(Box::new(move || table.len()) as Box<dyn Fn() -> usize>),
-            )
-        }
+        Setup::TowerGovernor => tower_governor!(hello),
+        Setup::TowerGovernorHeaders => tower_governor!(hello, use_headers),
     })
+}
+
+/// tollgate's layer on `hello`: a per-address rule, then a global one.
+fn tollgate<C: tollgate::Clock + 'static>(
+    hello: Router,
+    per_address: KeyedLimiter<AddrKey, C>,
+    global: TokenBucket<C>,
+    advertise_on_success: bool,
+) -> Result<(Router, Option<KeysSeen>), BoxError> {
+    let per_address = Arc::new(per_address);
+    // The peer as axum's `ConnectInfo` gives it, keyed under the default
+    // prefix policy, as `extract::peer_addr` keys a plain `SocketAddr`.
+    let peer = extract::extension_map(|info: &ConnectInfo<SocketAddr>| {
+        AddrKey::new(info.0.ip(), PrefixPolicy::default())
+    });
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::keyed(
+            PolicyName::new("per-address")?,
+            Arc::clone(&per_address),
+            peer,
+        ))
+        .rule(Rule::global(PolicyName::new("global")?, Arc::new(global)))
+        .advertise_on_success(advertise_on_success)
+        .build();
+    Ok((
+        hello.layer(layer),
+        Some(Box::new(move || per_address.len())),
+    ))
 }
 
 /// Starts every setup on `runtime`, each on its own loopback port.
@@ -366,12 +385,15 @@ struct Plan {
     rounds: usize,
     /// Requests per round handed to each router without a network.
     calls: usize,
+    /// All of them, or those `--only` names (to profile one).
+    setups: Vec<Setup>,
     out: PathBuf,
 }
 
 impl Plan {
     /// `--test` (one tiny round, no output file), `--requests N`,
-    /// `--connections N`, `--rounds N`, `--out FILE`. A filter that names
+    /// `--connections N`, `--rounds N`, `--calls N`, `--only SERVER`
+    /// (repeatable), `--out FILE`. A filter that names
     /// no part of `server` (another bench's, passed by `cargo bench --
     /// FILTER` to every bench) skips the run.
     fn from_args() -> Result<Option<Plan>, BoxError> {
@@ -383,6 +405,7 @@ impl Plan {
             connections: 8,
             rounds: 15,
             calls: 100_000,
+            setups: Vec::new(),
             out: target.join("serverbench").join("server.json"),
         };
         let mut filters = Vec::new();
@@ -397,12 +420,23 @@ impl Plan {
                 "--rounds" => plan.rounds = value()?.parse()?,
                 "--calls" => plan.calls = value()?.parse()?,
                 "--out" => plan.out = value()?.into(),
+                "--only" => {
+                    let name = value()?;
+                    let setup = *Setup::ALL
+                        .iter()
+                        .find(|s| s.name() == name)
+                        .ok_or_else(|| format!("no server named {name}"))?;
+                    plan.setups.push(setup);
+                }
                 flag if flag.starts_with("--") => eprintln!("server bench: ignoring {flag}"),
                 filter => filters.push(filter.to_owned()),
             }
         }
         if !filters.is_empty() && !filters.iter().any(|f| "server".contains(f.as_str())) {
             return Ok(None);
+        }
+        if plan.setups.is_empty() {
+            plan.setups = Setup::ALL.to_vec();
         }
         if plan.test {
             plan.requests = 64;
@@ -452,7 +486,7 @@ fn main() -> Result<(), BoxError> {
     let client = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let servers = start(&server_runtime, &Setup::ALL)?;
+    let servers = start(&server_runtime, &plan.setups)?;
 
     if !plan.test {
         // Connections, allocator and caches warm on every server first.
