@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
 use bytes::Bytes;
@@ -45,6 +46,7 @@ use tollgate::http::PolicyName;
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
 use tollgate::identity::{AddrKey, PrefixPolicy};
 use tollgate::{KeyedLimiter, Quota, TokenBucket};
+use tower::util::MapRequestLayer;
 use tower::{Service, ServiceExt};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -69,6 +71,9 @@ const CDF_POINTS: usize = 400;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Setup {
     Unlimited,
+    /// A tower layer that does nothing (it maps each request to itself):
+    /// what any layer costs in axum, before a limiter does any work.
+    NoopLayer,
     Tollgate,
     TowerGovernor,
     /// tollgate with `advertise_on_success`: `RateLimit` and
@@ -86,6 +91,7 @@ enum Setup {
 impl Setup {
     const ALL: &[Setup] = &[
         Setup::Unlimited,
+        Setup::NoopLayer,
         Setup::Tollgate,
         Setup::TowerGovernor,
         Setup::TollgateFields,
@@ -97,6 +103,7 @@ impl Setup {
     fn name(self) -> &'static str {
         match self {
             Setup::Unlimited => "unlimited",
+            Setup::NoopLayer => "noop_layer",
             Setup::Tollgate => "tollgate",
             Setup::TowerGovernor => "tower_governor",
             Setup::TollgateFields => "tollgate_fields",
@@ -156,6 +163,10 @@ fn app(setup: Setup) -> Result<(Router, Option<KeysSeen>), BoxError> {
     let quota = Quota::new(u64::from(BURST), 1, REFILL_EVERY)?;
     Ok(match setup {
         Setup::Unlimited => (hello, None),
+        Setup::NoopLayer => (
+            hello.layer(MapRequestLayer::new(|request: Request<Body>| request)),
+            None,
+        ),
         // Each crate's default clock: `new` is what a user gets.
         Setup::Tollgate | Setup::TollgateFields => tollgate(
             hello,
@@ -315,9 +326,9 @@ async fn call_directly(router: &Router, calls: usize) -> Result<Duration, BoxErr
     let mut service = router.clone();
     let start = Instant::now();
     for _ in 0..calls {
-        let mut request = Request::get("/").body(axum::body::Body::empty())?;
+        let mut request = Request::get("/").body(Body::empty())?;
         request.extensions_mut().insert(peer);
-        let response = ServiceExt::<Request<axum::body::Body>>::ready(&mut service)
+        let response = ServiceExt::<Request<Body>>::ready(&mut service)
             .await?
             .call(request)
             .await?;
