@@ -680,6 +680,13 @@ fn in_process(plan: &Plan, servers: &[Server], direct: &[Vec<Duration>]) -> Valu
     json!({ "calls_per_round": plan.calls, "servers": rows })
 }
 
+/// A number of the report with `digits` decimals, or nothing for null.
+fn cell(value: &Value, digits: usize) -> String {
+    value
+        .as_f64()
+        .map_or_else(String::new, |v| format!("{v:.digits$}"))
+}
+
 /// The Markdown tables of the medians.
 fn print_table(report: &Value) {
     println!(
@@ -688,40 +695,27 @@ fn print_table(report: &Value) {
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for row in report["servers"].as_array().into_iter().flatten() {
         let median = &row["median"];
-        let cell = |field: &str, digits: usize| {
-            median[field]
-                .as_f64()
-                .map_or_else(String::new, |v| format!("{v:.digits$}"))
-        };
         println!(
             "| {} | {} | {} | {} | {} | {} | {} |",
             row["server"].as_str().unwrap_or("?"),
-            cell("rps", 0),
-            cell("p50_us", 1),
-            cell("p99_us", 1),
-            cell("rps_over_unlimited", 3),
-            cell("server_cpu_us_per_request", 2),
-            cell("cpu_over_unlimited", 3),
+            cell(&median["rps"], 0),
+            cell(&median["p50_us"], 1),
+            cell(&median["p99_us"], 1),
+            cell(&median["rps_over_unlimited"], 3),
+            cell(&median["server_cpu_us_per_request"], 2),
+            cell(&median["cpu_over_unlimited"], 3),
         );
     }
     println!();
     println!("| router called directly | CPU ns/request | ns over unlimited |");
     println!("|---|---:|---:|");
-    for row in report["in_process"]["servers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let cell = |field: &str| {
-            row[field]
-                .as_f64()
-                .map_or_else(String::new, |v| format!("{v:.0}"))
-        };
+    let direct = report["in_process"]["servers"].as_array();
+    for row in direct.into_iter().flatten() {
         println!(
             "| {} | {} | {} |",
             row["server"].as_str().unwrap_or("?"),
-            cell("median_ns_per_request"),
-            cell("median_ns_over_unlimited"),
+            cell(&row["median_ns_per_request"], 0),
+            cell(&row["median_ns_over_unlimited"], 0),
         );
     }
 }
