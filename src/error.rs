@@ -120,6 +120,15 @@ pub enum AcquireError {
         /// The most steps a chain may have.
         max: usize,
     },
+    /// A non-blocking call on a keyed shared budget
+    /// (`shared::KeyedAllowance::try_acquire`) found no local lease for the
+    /// key: the key is cold, and its decision is a store call that only the
+    /// async path (`acquire`) makes. Nothing was spent and nothing was
+    /// refused: the caller routes the request to the async path. Answering
+    /// a client with it is a server bug (the HTTP layer maps it to 500),
+    /// never a 429.
+    #[error("the key has no local lease: decide it on the async path")]
+    NotLocal,
 }
 
 impl AcquireError {
@@ -136,7 +145,8 @@ impl AcquireError {
             | AcquireError::ZeroCost
             | AcquireError::TooManyKeys { .. }
             | AcquireError::StoreUnavailable
-            | AcquireError::TooManySteps { .. } => None,
+            | AcquireError::TooManySteps { .. }
+            | AcquireError::NotLocal => None,
         }
     }
 }

@@ -13,14 +13,18 @@
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
+#[path = "support/fake_redis.rs"]
+mod fake_redis;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fake_redis::{FakeRedis, ScriptAnswer};
 use redis::aio::MultiplexedConnection;
 use redis_server::RedisServer;
 use tollgate::Quota;
-use tollgate::shared::{Lease, RedisStore, RedisStoreError, Store};
+use tollgate::shared::{Lease, RedisConfig, RedisStore, RedisStoreError, Store};
 
 /// Per-call timeout for stores whose server stays up: generous, so that a
 /// loaded CI machine never turns a slow reply into a failure.
@@ -584,4 +588,219 @@ async fn a_state_written_without_its_creation_time_is_still_read() {
     assert_eq!(store.acquire("k", 1).await.unwrap().tokens, 1);
     store.release("k", grant.lease, 2).await.unwrap();
     assert_eq!(store.acquire("k", 5).await.unwrap().tokens, 4);
+}
+
+/// `acquire_many` is one pipeline; after `SCRIPT FLUSH` every call in it
+/// answers NOSCRIPT (none ran), the script is loaded and exactly those
+/// calls are sent again: each key's debits count once.
+#[tokio::test]
+async fn a_pipelined_batch_reloads_the_script_after_a_flush_and_counts_each_debit_once() {
+    let server = start_server!(
+        "a_pipelined_batch_reloads_the_script_after_a_flush_and_counts_each_debit_once"
+    );
+    let mut admin = admin(&server).await;
+    let quota = Quota::new(5, 1, Duration::from_secs(3600)).unwrap();
+    let store = store(&server, quota, "batch:").await;
+    let tokens = |grants: Vec<Result<tollgate::shared::Grant, RedisStoreError>>| -> Vec<u64> {
+        grants
+            .into_iter()
+            .map(|g| g.expect("a batch").tokens)
+            .collect()
+    };
+
+    let first = store.acquire_many(&[("a", 2), ("b", 2), ("z", 0)]).await;
+    // Every grant of a batch, empty or not, tells what a single call would.
+    for grant in &first {
+        let grant = grant.as_ref().expect("a batch");
+        assert_eq!(grant.capacity, 5);
+        assert_eq!(grant.refill_interval, Duration::from_secs(3600));
+    }
+    assert_eq!(tokens(first), [2, 2, 0]);
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let batch = store
+        .acquire_many(&[("a", 2), ("b", 5), ("c", 1), ("a", 9)])
+        .await;
+    assert_eq!(tokens(batch), [2, 3, 1, 1]);
+    assert_eq!(
+        tokens(store.acquire_many(&[("a", 5), ("b", 5), ("c", 5)]).await),
+        [0, 0, 4]
+    );
+}
+
+/// Replies no version of the scripts gives — the two-field reply of an
+/// older acquire, more tokens than asked, nothing granted without a wait,
+/// an unknown code, other types — are `BadReply` for every call, never a
+/// grant and never a panic; the scripts' own error codes keep their
+/// meaning.
+#[tokio::test]
+async fn malformed_or_old_format_replies_are_bad_replies_never_grants() {
+    let quota = Quota::new(5, 1, Duration::from_secs(3600)).unwrap();
+    let malformed: [&[u8]; 9] = [
+        b"*2\r\n:1\r\n:0\r\n",
+        b"*3\r\n:9\r\n:0\r\n:7\r\n",
+        b"*3\r\n:0\r\n:0\r\n:7\r\n",
+        b"*3\r\n:-7\r\n:0\r\n:7\r\n",
+        b"*3\r\n:1\r\n$1\r\nx\r\n:7\r\n",
+        b"*4\r\n:1\r\n:0\r\n:7\r\n:0\r\n",
+        b"$5\r\nhello\r\n",
+        b":1\r\n",
+        b"*0\r\n",
+    ];
+    for reply in malformed {
+        let fake = FakeRedis::start(ScriptAnswer::Reply(reply.to_vec()));
+        let store = RedisStore::connect(&fake.url(), quota, "bad:", CALL_TIMEOUT)
+            .await
+            .expect("the fake answers the handshake");
+        let shown = String::from_utf8_lossy(reply);
+        let acquired = store.acquire("k", 3).await;
+        assert!(
+            matches!(acquired, Err(RedisStoreError::BadReply(_))),
+            "{shown}: {acquired:?}"
+        );
+        for grant in store.acquire_many(&[("k", 3), ("j", 1)]).await {
+            assert!(
+                matches!(grant, Err(RedisStoreError::BadReply(_))),
+                "{shown}: {grant:?}"
+            );
+        }
+        let released = store.release("k", Lease { granted: 3, at: 1 }, 2).await;
+        assert!(
+            matches!(released, Err(RedisStoreError::BadReply(_))),
+            "{shown}: {released:?}"
+        );
+    }
+    let foreign = FakeRedis::start(ScriptAnswer::Reply(b"*3\r\n:-2\r\n:0\r\n:7\r\n".to_vec()));
+    let store = RedisStore::connect(&foreign.url(), quota, "bad:", CALL_TIMEOUT)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.acquire("k", 1).await,
+        Err(RedisStoreError::ForeignValue(_))
+    ));
+    let clock = FakeRedis::start(ScriptAnswer::Reply(b"*3\r\n:-1\r\n:0\r\n:0\r\n".to_vec()));
+    let store = RedisStore::connect(&clock.url(), quota, "bad:", CALL_TIMEOUT)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.acquire("k", 1).await,
+        Err(RedisStoreError::ServerClockOutOfRange)
+    ));
+}
+
+/// A key holding something no store wrote is left alone and reported: a
+/// string as `ForeignValue`, another type as the server's error.
+#[tokio::test]
+async fn a_key_holding_something_else_is_reported_and_left_alone() {
+    let server = start_server!("a_key_holding_something_else_is_reported_and_left_alone");
+    let mut admin = admin(&server).await;
+    let quota = Quota::new(5, 1, Duration::from_secs(3600)).unwrap();
+    let store = store(&server, quota, "foreign:").await;
+    let name = store.redis_key("k");
+    let () = redis::cmd("SET")
+        .arg(&name)
+        .arg("not-a-bucket")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(
+        matches!(store.acquire("k", 1).await, Err(RedisStoreError::ForeignValue(n)) if n == name)
+    );
+    let kept: String = redis::cmd("GET")
+        .arg(&name)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(kept, "not-a-bucket");
+    let list = store.redis_key("list");
+    let () = redis::cmd("RPUSH")
+        .arg(&list)
+        .arg("x")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.acquire("list", 1).await,
+        Err(RedisStoreError::Redis(_))
+    ));
+}
+
+/// A server that accepts and never answers: connecting fails with
+/// `Timeout`, and so does every call on a connection whose server stops
+/// answering, each within its timeout (the outer bound only turns a broken
+/// timeout into a failure instead of a hang).
+#[tokio::test]
+async fn a_server_that_never_answers_times_out_and_never_blocks() {
+    let timeout = Duration::from_millis(200);
+    let quota = Quota::new(5, 1, Duration::from_secs(3600)).unwrap();
+    let bound = timeout + Duration::from_secs(10);
+
+    // The kernel completes the TCP handshake; nothing ever reads or writes.
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}/", mute.local_addr().unwrap());
+    let connecting =
+        tokio::time::timeout(bound, RedisStore::connect(&url, quota, "mute:", timeout))
+            .await
+            .expect("connecting outlived the timeout");
+    assert!(
+        matches!(connecting, Err(RedisStoreError::Timeout(_))),
+        "{connecting:?}"
+    );
+
+    let fake = FakeRedis::start(ScriptAnswer::Silence);
+    let store = RedisStore::connect(&fake.url(), quota, "mute:", timeout)
+        .await
+        .expect("the fake answers the handshake");
+    let acquired = tokio::time::timeout(bound, store.acquire("k", 1))
+        .await
+        .expect("acquire returned");
+    assert!(
+        matches!(acquired, Err(RedisStoreError::Timeout(t)) if t == timeout),
+        "{acquired:?}"
+    );
+    let batch = tokio::time::timeout(bound, store.acquire_many(&[("k", 1), ("j", 2)]))
+        .await
+        .expect("acquire_many returned");
+    assert!(
+        batch
+            .iter()
+            .all(|g| matches!(g, Err(RedisStoreError::Timeout(_)))),
+        "{batch:?}"
+    );
+    let released = tokio::time::timeout(bound, store.release("k", Lease { granted: 1, at: 1 }, 1))
+        .await
+        .expect("release returned");
+    assert!(
+        matches!(released, Err(RedisStoreError::Timeout(_))),
+        "{released:?}"
+    );
+}
+
+/// A configuration is checked before any connection: no node, a zero
+/// timeout and a prefix with braces are typed errors, with no server.
+#[tokio::test]
+async fn bad_configurations_are_refused_before_connecting() {
+    let quota = Quota::new(5, 1, Duration::from_secs(3600)).unwrap();
+    let nowhere = RedisConfig::cluster(Vec::<String>::new());
+    let refused = RedisStore::connect_with(&nowhere, quota, "rl:").await;
+    assert!(
+        matches!(refused, Err(RedisStoreError::NoNodes)),
+        "{refused:?}"
+    );
+    // Port 1 on loopback: nothing listens, but these fail before trying.
+    let unreachable = RedisConfig::node("redis://127.0.0.1:1/");
+    let zero = unreachable.clone().timeout(Duration::ZERO);
+    let refused = RedisStore::connect_with(&zero, quota, "rl:").await;
+    assert!(
+        matches!(refused, Err(RedisStoreError::ZeroTimeout)),
+        "{refused:?}"
+    );
+    let refused = RedisStore::connect_with(&unreachable, quota, "rl:{x}").await;
+    assert!(
+        matches!(refused, Err(RedisStoreError::InvalidPrefix)),
+        "{refused:?}"
+    );
 }

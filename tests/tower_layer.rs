@@ -82,11 +82,14 @@ fn request(account: Option<u32>, status: u16) -> Request<Full<Bytes>> {
 struct Gate(Arc<Notify>);
 
 /// An inner service whose handler counts its starts and never answers: a
-/// slow handler whose client hangs up, or an outer timeout.
+/// slow handler whose client hangs up, or an outer timeout. It borrows
+/// nothing (`use<>`): the layer takes `'static` services, which a request
+/// waiting for a shared store carries along.
 fn hanging(
     started: &Arc<AtomicUsize>,
-) -> impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone
-{
+) -> impl Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = Infallible>
++ Clone
++ use<> {
     let started = Arc::clone(started);
     tower::service_fn(move |_: Request<Full<Bytes>>| {
         let started = Arc::clone(&started);

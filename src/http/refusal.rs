@@ -27,6 +27,7 @@ pub const DEFAULT_UNAVAILABLE_RETRY: Duration = Duration::from_secs(1);
 /// | `ExceedsCapacity` | 413 | quota-exceeded | none: waiting cannot help |
 /// | `StoreUnavailable`, `TooManyKeys`, load shedding | 503 | temporary-reduced-capacity | 1 s unless set |
 /// | `ZeroCost` (a mis-computed cost: the server's bug) | 500 | about:blank | none |
+/// | `NotLocal` (a cold shared key not routed to the async path: the server's bug) | 500 | about:blank | none |
 ///
 /// Every response carries `Cache-Control: no-store` (a refusal is about this
 /// client at this moment, and a cache must not replay it to anyone) and a
@@ -166,13 +167,15 @@ impl Refusal {
                 "The request costs more than the quota can ever hold; retrying cannot help.",
                 None,
             ),
-            AcquireError::ZeroCost | AcquireError::TooManySteps { .. } => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                ProblemType::Blank,
-                "Internal Server Error",
-                "The server's rate-limit configuration could not charge this request.",
-                None,
-            ),
+            AcquireError::ZeroCost | AcquireError::TooManySteps { .. } | AcquireError::NotLocal => {
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    ProblemType::Blank,
+                    "Internal Server Error",
+                    "The server's rate-limit configuration could not charge this request.",
+                    None,
+                )
+            }
             // A full key table, an unreachable store, and whatever a future
             // version adds: the client did nothing wrong, so 503.
             _ => (

@@ -1,44 +1,55 @@
 //! HTTP-date (RFC 9110 section 5.6.7) as Unix seconds, for Retry-After.
 //!
-//! The `httpdate` crate reads the preferred IMF-fixdate and asctime forms
-//! correctly, and it is tried first for them. What it does not do, checked
-//! against httpdate 1.0 (the unit tests below pin each point, so an upgrade
-//! that changes one shows up as a failing test rather than a silent change):
+//! The `httpdate` crate reads the three forms and checks the calendar and
+//! the day name; this module is a thin wrapper around it for what it does
+//! not do (checked against httpdate 1.0; the unit tests below pin each
+//! point, so an upgrade that changes one fails a test rather than changing
+//! behaviour silently). The wrapper only rewrites the text into an
+//! IMF-fixdate httpdate accepts and corrects the result; every check of the
+//! calendar stays httpdate's.
 //!
-//! - It reads the two-digit year of an RFC 850 date with a fixed pivot
-//!   (`00`-`69` as 20xx, `70`-`99` as 19xx). RFC 9110 wants the year chosen
-//!   relative to the time of receipt: one that "appears to be more than 50
-//!   years in the future" is the most recent past year with those digits.
-//!   Received in 2026, `70` means 2070, not 1970.
-//! - It rejects second `60`, which the grammar allows for a leap second.
-//! - It rejects years before 1970. Such a date is valid and simply in the
-//!   past: the wait is zero, not "invalid".
-//! - It rejects the asctime day written with a single space (`Sep 8`),
-//!   which `asctime` output copied through some tools has. RFC 9110 asks
-//!   recipients to be robust when parsing timestamps, so the hand path
-//!   accepts it.
-//!
-//! Those cases take the hand-written path below, which implements the whole
-//! grammar. Both paths require the day name to agree with the date, so a
-//! value is accepted or rejected the same way whichever path reads it (a
-//! unit test checks that the two agree wherever httpdate accepts).
+//! - **RFC 850 two-digit years.** httpdate uses a fixed pivot (`00`-`69`
+//!   as 20xx, `70`-`99` as 19xx). RFC 9110 wants the year chosen relative
+//!   to the time of receipt: one that "appears to be more than 50 years in
+//!   the future" is the most recent past year with those digits. Received
+//!   in 2026, `70` means 2070, not 1970.
+//! - **Second 60** (a leap second, only ever 23:59:60 UTC), which the
+//!   grammar allows and httpdate rejects: read as 23:59:59 plus one second,
+//!   the first instant after the leap second in Unix time.
+//! - **Years outside 1970-9999**, which httpdate rejects: such a date is
+//!   valid and simply in the past (or, after the 50-year rule, far ahead).
+//!   The year is moved by whole 400-year Gregorian cycles, which repeat
+//!   weekdays and leap days exactly, into httpdate's range, and the result
+//!   moved back by the same number of cycles.
+//! - **The asctime day with a single space** (`Sep 8`), which `asctime`
+//!   output copied through some tools has. RFC 9110 asks recipients to be
+//!   robust when parsing timestamps, so the missing pad is inserted.
 
 /// Seconds in a day; Unix time has no leap seconds.
 const DAY: i64 = 86_400;
 
-/// Short and long day names, Monday first (index = ISO weekday - 1).
-const DAY_NAMES: [&[u8]; 7] = [b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat", b"Sun"];
-const DAY_NAMES_LONG: [&[u8]; 7] = [
-    b"Monday",
-    b"Tuesday",
-    b"Wednesday",
-    b"Thursday",
-    b"Friday",
-    b"Saturday",
-    b"Sunday",
+/// A Gregorian cycle: after 400 years (146 097 days, a whole number of
+/// weeks) dates fall on the same weekdays and leap days recur.
+const CYCLE_YEARS: i64 = 400;
+const CYCLE_SECS: i64 = 146_097 * DAY;
+
+/// The first year httpdate reads.
+const FIRST_YEAR: i64 = 1970;
+
+/// Day names as RFC 850 writes them, Monday first; the first three letters
+/// are IMF-fixdate's.
+const DAY_NAMES_LONG: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
 ];
-const MONTHS: [&[u8]; 12] = [
-    b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec",
+
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
 ];
 
 /// The Unix time (whole seconds, possibly negative) an HTTP-date names, or
@@ -53,304 +64,193 @@ pub(super) fn unix_seconds(value: &[u8], received: i64) -> Option<i64> {
     if !value.iter().all(|b| (b' '..=b'~').contains(b)) {
         return None;
     }
-    // Only the RFC 850 form contains '-'; it must not reach httpdate's fixed
-    // century pivot.
-    if !value.contains(&b'-')
-        && let Ok(text) = std::str::from_utf8(value)
-        && let Ok(time) = httpdate::parse_http_date(text)
-        && let Ok(since_epoch) = time.duration_since(std::time::UNIX_EPOCH)
-        && let Ok(seconds) = i64::try_from(since_epoch.as_secs())
-    {
-        return Some(seconds);
-    }
-    Fields::lex(value)?.resolve(received)
+    let text = std::str::from_utf8(value).ok()?;
+    let fields = Fields::imf_fixdate(text)
+        .or_else(|| Fields::asctime(text))
+        .or_else(|| Fields::rfc850(text, received))?;
+    fields.resolve()
 }
 
-/// The year as written: four digits, or RFC 850's two.
+/// An HTTP-date's fields as text, the year as a number. Only the year and
+/// the time of day are looked at here; httpdate checks the rest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Year {
-    Full(i64),
-    TwoDigit(i64),
+struct Fields<'a> {
+    /// Three letters, as IMF-fixdate writes it.
+    day_name: &'a str,
+    day: Day<'a>,
+    month: &'a str,
+    year: i64,
+    /// `HH:MM:SS`.
+    time: &'a str,
 }
 
-/// An HTTP-date's fields, syntactically valid but not yet checked against
-/// the calendar.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Fields {
-    /// 0 = Monday.
-    weekday: i64,
-    year: Year,
-    /// 1-12.
-    month: i64,
-    day: i64,
-    hour: i64,
-    minute: i64,
-    second: i64,
-}
-
-impl Fields {
-    /// Reads any of the three forms; `None` unless the whole value matches.
-    fn lex(value: &[u8]) -> Option<Fields> {
-        let mut c = Cursor(value);
-        // The long names first: "Mon" is a prefix of "Monday".
-        if let Some(weekday) = c.one_of(&DAY_NAMES_LONG) {
-            // rfc850-date = day-name-l "," SP 2DIGIT "-" month "-" 2DIGIT SP time SP "GMT"
-            c.literal(b", ")?;
-            let day = c.digits(2)?;
-            c.literal(b"-")?;
-            let month = c.month()?;
-            c.literal(b"-")?;
-            let year = Year::TwoDigit(c.digits(2)?);
-            c.literal(b" ")?;
-            let (hour, minute, second) = c.time_of_day()?;
-            c.literal(b" GMT")?;
-            return c.end(Fields {
-                weekday,
-                year,
-                month,
-                day,
-                hour,
-                minute,
-                second,
-            });
-        }
-        let weekday = c.one_of(&DAY_NAMES)?;
-        if c.literal(b", ").is_some() {
-            // IMF-fixdate = day-name "," SP 2DIGIT SP month SP 4DIGIT SP time SP "GMT"
-            let day = c.digits(2)?;
-            c.literal(b" ")?;
-            let month = c.month()?;
-            c.literal(b" ")?;
-            let year = Year::Full(c.digits(4)?);
-            c.literal(b" ")?;
-            let (hour, minute, second) = c.time_of_day()?;
-            c.literal(b" GMT")?;
-            return c.end(Fields {
-                weekday,
-                year,
-                month,
-                day,
-                hour,
-                minute,
-                second,
-            });
-        }
-        // asctime-date = day-name SP month SP ( 2DIGIT / ( SP DIGIT ) ) SP time SP 4DIGIT
-        c.literal(b" ")?;
-        let month = c.month()?;
-        c.literal(b" ")?;
-        // The grammar's "SP DIGIT" pads a one-digit day; a lone digit
-        // (single space) is the lenient reading described in the module
-        // comment.
-        let _ = c.literal(b" ");
-        let day = match c.digits(2) {
-            Some(day) => day,
-            None => c.digits(1)?,
-        };
-        c.literal(b" ")?;
-        let (hour, minute, second) = c.time_of_day()?;
-        c.literal(b" ")?;
-        let year = Year::Full(c.digits(4)?);
-        c.end(Fields {
-            weekday,
-            year,
+impl<'a> Fields<'a> {
+    /// `Sun, 06 Nov 1994 08:49:37 GMT`.
+    fn imf_fixdate(text: &'a str) -> Option<Self> {
+        let (day_name, rest) = text.split_once(", ")?;
+        let rest = rest.strip_suffix(" GMT")?;
+        let [day, month, year, time] = words(rest)?;
+        Some(Fields {
+            day_name,
+            day: Day::Written(day),
             month,
-            day,
-            hour,
-            minute,
-            second,
+            year: four_digits(year)?,
+            time,
         })
     }
 
-    /// The Unix time of these fields, if they name a real instant whose day
-    /// name agrees.
-    fn resolve(self, received: i64) -> Option<i64> {
-        let leap_second = self.second == 60;
-        // A leap second is only ever inserted as 23:59:60 UTC; 12:30:60
-        // names no instant.
-        if self.hour > 23
-            || self.minute > 59
-            || self.second > 60
-            || (leap_second && (self.hour, self.minute) != (23, 59))
-        {
-            return None;
-        }
-        let year = match self.year {
-            Year::Full(year) => year,
-            Year::TwoDigit(yy) => self.fifty_year_rule(yy, received),
+    /// `Sun Nov  6 08:49:37 1994`, or leniently `Sun Nov 6 08:49:37 1994`.
+    fn asctime(text: &'a str) -> Option<Self> {
+        let words: Vec<&str> = text.split(' ').collect();
+        let (day_name, month, day, time, year) = match words[..] {
+            // "Nov  6": the grammar pads a one-digit day with a space.
+            [day_name, month, "", day, time, year] if day.len() == 1 => {
+                (day_name, month, day, time, year)
+            }
+            // "Nov 16", or "Nov 6" with the pad left out.
+            [day_name, month, day, time, year] => (day_name, month, day, time, year),
+            _ => return None,
         };
-        if self.day < 1 || self.day > days_in_month(year, self.month) {
-            return None;
-        }
-        let days = days_from_civil(year, self.month, self.day);
-        // 1970-01-01 was a Thursday (index 3 counting from Monday).
-        if (days + 3).rem_euclid(7) != self.weekday {
-            return None;
-        }
-        // Unix time counts no leap seconds, so 23:59:60 lands on the next
-        // day's 00:00:00: the first instant after 23:59:59, which is what
-        // the sender meant by "after the leap second".
-        Some(days * DAY + self.hour * 3600 + self.minute * 60 + self.second)
-    }
-
-    /// RFC 9110: a two-digit year that "appears to be more than 50 years in
-    /// the future" is "the most recent year in the past that had the same
-    /// last two digits". So the year is the latest one ending in `yy` whose
-    /// date is at most 50 years after receipt.
-    fn fifty_year_rule(&self, yy: i64, received: i64) -> i64 {
-        let now = Civil::from_unix(received);
-        // Compared field by field, as the calendar reads "50 years from
-        // now"; this needs no 29 February in the limit's year.
-        let limit = (
-            now.year + 50,
-            now.month,
-            now.day,
-            now.hour,
-            now.minute,
-            now.second,
-        );
-        let date = |year| {
-            (
-                year,
-                self.month,
-                self.day,
-                self.hour,
-                self.minute,
-                self.second,
-            )
-        };
-        // Start a century above and step down: at most three steps.
-        let mut year = now.year - now.year.rem_euclid(100) + 100 + yy;
-        while date(year) > limit {
-            year -= 100;
-        }
-        year
-    }
-}
-
-/// A forward-only reader over the value's bytes.
-struct Cursor<'a>(&'a [u8]);
-
-impl Cursor<'_> {
-    fn literal(&mut self, expected: &[u8]) -> Option<()> {
-        self.0 = self.0.strip_prefix(expected)?;
-        Some(())
-    }
-
-    /// Exactly `n` ASCII digits.
-    fn digits(&mut self, n: usize) -> Option<i64> {
-        let (head, rest) = self.0.split_at_checked(n)?;
-        if !head.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        self.0 = rest;
-        Some(head.iter().fold(0, |acc, d| acc * 10 + i64::from(d - b'0')))
-    }
-
-    /// The index of the name the input starts with (names are
-    /// case-sensitive in HTTP-date).
-    fn one_of(&mut self, names: &[&[u8]]) -> Option<i64> {
-        let (index, rest) = names
-            .iter()
-            .enumerate()
-            .find_map(|(i, name)| Some((i, self.0.strip_prefix(*name)?)))?;
-        self.0 = rest;
-        i64::try_from(index).ok()
-    }
-
-    /// 1-12.
-    fn month(&mut self) -> Option<i64> {
-        Some(self.one_of(&MONTHS)? + 1)
-    }
-
-    /// `HH:MM:SS`, unchecked ranges.
-    fn time_of_day(&mut self) -> Option<(i64, i64, i64)> {
-        let hour = self.digits(2)?;
-        self.literal(b":")?;
-        let minute = self.digits(2)?;
-        self.literal(b":")?;
-        Some((hour, minute, self.digits(2)?))
-    }
-
-    /// `fields`, if nothing is left over.
-    fn end(&self, fields: Fields) -> Option<Fields> {
-        self.0.is_empty().then_some(fields)
-    }
-}
-
-/// A proleptic Gregorian date and time of day, UTC.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Civil {
-    year: i64,
-    month: i64,
-    day: i64,
-    hour: i64,
-    minute: i64,
-    second: i64,
-}
-
-impl Civil {
-    fn from_unix(seconds: i64) -> Civil {
-        let days = seconds.div_euclid(DAY);
-        let of_day = seconds.rem_euclid(DAY);
-        let (year, month, day) = civil_from_days(days);
-        Civil {
-            year,
+        Some(Fields {
+            day_name,
+            day: Day::new(day),
             month,
-            day,
-            hour: of_day / 3600,
-            minute: of_day / 60 % 60,
-            second: of_day % 60,
+            year: four_digits(year)?,
+            time,
+        })
+    }
+
+    /// `Sunday, 06-Nov-94 08:49:37 GMT`, its year chosen by the 50-year
+    /// rule against the receive time.
+    fn rfc850(text: &'a str, received: i64) -> Option<Self> {
+        let (long_name, rest) = text.split_once(", ")?;
+        let day_name = DAY_NAMES_LONG
+            .iter()
+            .find(|name| **name == long_name)
+            .map(|name| &name[..3])?;
+        let (date, rest) = rest.split_once(' ')?;
+        let time = rest.strip_suffix(" GMT")?;
+        let mut parts = date.split('-');
+        let (day, month, yy) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() || yy.len() != 2 || !is_digits(yy) {
+            return None;
+        }
+        let yy = yy.parse::<i64>().ok()?;
+        if day.len() != 2 {
+            return None;
+        }
+        let year = fifty_year_rule(yy, (month_index(month)?, day, time), received)?;
+        Some(Fields {
+            day_name,
+            day: Day::Written(day),
+            month,
+            year,
+            time,
+        })
+    }
+
+    /// The Unix time of these fields, if httpdate finds them a real instant
+    /// with the right day name.
+    fn resolve(self) -> Option<i64> {
+        // A leap second is only ever inserted as 23:59:60 UTC; 12:30:60
+        // names no instant and is left for httpdate to refuse.
+        let (time, leap) = match self.time {
+            "23:59:60" => ("23:59:59", 1),
+            time => (time, 0),
+        };
+        let cycles = (self.year - FIRST_YEAR).div_euclid(CYCLE_YEARS);
+        let year = self.year - cycles * CYCLE_YEARS;
+        let imf = format!(
+            "{}, {} {} {year} {time} GMT",
+            self.day_name, self.day, self.month
+        );
+        let since_epoch = httpdate::parse_http_date(&imf)
+            .ok()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?;
+        let seconds = i64::try_from(since_epoch.as_secs()).ok()?;
+        Some(seconds + cycles * CYCLE_SECS + leap)
+    }
+}
+
+/// The day of the month as written, read as IMF-fixdate's two digits: a
+/// lone digit (asctime's, its pad taken off) is one with a leading zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Day<'a> {
+    Padded(&'a str),
+    Written(&'a str),
+}
+
+impl<'a> Day<'a> {
+    fn new(day: &'a str) -> Self {
+        if day.len() == 1 {
+            Day::Padded(day)
+        } else {
+            Day::Written(day)
         }
     }
 }
 
-fn is_leap_year(year: i64) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if is_leap_year(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
+impl std::fmt::Display for Day<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Day::Padded(digit) => write!(f, "0{digit}"),
+            Day::Written(day) => f.write_str(day),
+        }
     }
 }
 
-// The two conversions below are the well-known era-based algorithms
-// (400-year eras of 146 097 days, years starting in March so the leap day
-// is last). They are exact for every year the callers pass: four-digit
-// years, and receive times clamped to a few million years.
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (`month` 1-12).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year.rem_euclid(400);
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
+/// Exactly four space-separated words.
+fn words(text: &str) -> Option<[&str; 4]> {
+    let mut words = text.split(' ');
+    let four = [words.next()?, words.next()?, words.next()?, words.next()?];
+    words.next().is_none().then_some(four)
 }
 
-/// The inverse of [`days_from_civil`].
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let days = days + 719_468;
-    let era = days.div_euclid(146_097);
-    let day_of_era = days.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
+fn is_digits(text: &str) -> bool {
+    text.bytes().all(|b| b.is_ascii_digit())
+}
+
+fn four_digits(text: &str) -> Option<i64> {
+    if text.len() == 4 && is_digits(text) {
+        text.parse().ok()
     } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+        None
+    }
+}
+
+fn month_index(month: &str) -> Option<usize> {
+    MONTHS.iter().position(|m| *m == month)
+}
+
+/// RFC 9110: a two-digit year that "appears to be more than 50 years in
+/// the future" is "the most recent year in the past that had the same last
+/// two digits". So the year is the latest one ending in `yy` whose date
+/// (month index, two-digit day, `HH:MM:SS`, compared field by field as the
+/// calendar reads "50 years from now", which needs no 29 February in the
+/// limit's year) is at most 50 years after receipt.
+fn fifty_year_rule(yy: i64, date: (usize, &str, &str), received: i64) -> Option<i64> {
+    // The receive time's calendar fields, from httpdate's formatting of the
+    // same instant moved into its range by whole cycles.
+    let cycles = received.div_euclid(CYCLE_SECS);
+    let in_range = std::time::UNIX_EPOCH
+        + std::time::Duration::from_secs(received.rem_euclid(CYCLE_SECS).unsigned_abs());
+    let now = httpdate::fmt_http_date(in_range);
+    let [_, now_day, now_month, now_year] = words(now.get(..16)?)?;
+    let now_year = now_year.parse::<i64>().ok()? + cycles * CYCLE_YEARS;
+    let limit = (
+        now_year + 50,
+        month_index(now_month)?,
+        now_day,
+        now.get(17..25)?,
+    );
+    let (month, day, time) = date;
+    // Start a century above and step down: at most three steps.
+    let mut year = now_year - now_year.rem_euclid(100) + 100 + yy;
+    while (year, month, day, time) > limit {
+        year -= 100;
+    }
+    Some(year)
 }
 
 #[cfg(test)]
@@ -364,21 +264,21 @@ mod tests {
     /// 2026-09-08 12:00:00 UTC, the seed fixture's reference time.
     const REFERENCE: i64 = 1_788_868_800;
 
-    fn hand(value: &str, received: i64) -> Option<i64> {
-        Fields::lex(value.as_bytes())?.resolve(received)
+    fn read(value: &str, received: i64) -> Option<i64> {
+        unix_seconds(value.as_bytes(), received)
+    }
+
+    fn imf(seconds: i64) -> String {
+        httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(seconds.unsigned_abs()))
     }
 
     #[test]
     fn reference_time_is_what_the_fixture_says() {
-        let c = Civil::from_unix(REFERENCE);
-        assert_eq!(
-            (c.year, c.month, c.day, c.hour, c.minute, c.second),
-            (2026, 9, 8, 12, 0, 0)
-        );
+        assert_eq!(imf(REFERENCE), "Tue, 08 Sep 2026 12:00:00 GMT");
     }
 
     // What httpdate 1.0 does with each gap. If a future version closes one,
-    // these fail and the hand path's comment should be revisited.
+    // these fail and the module comment should be revisited.
 
     #[test]
     fn httpdate_uses_a_fixed_century_pivot_for_rfc850() {
@@ -387,9 +287,10 @@ mod tests {
         // ... so the 2070 date, whose day name is right, is refused.
         assert!(httpdate::parse_http_date("Monday, 08-Sep-70 12:00:00 GMT").is_err());
         assert_eq!(
-            unix_seconds(b"Monday, 08-Sep-70 12:00:00 GMT", REFERENCE),
+            read("Monday, 08-Sep-70 12:00:00 GMT", REFERENCE),
             Some(3_177_403_200)
         );
+        assert_eq!(read("Tuesday, 08-Sep-70 12:00:00 GMT", REFERENCE), None);
     }
 
     #[test]
@@ -397,7 +298,7 @@ mod tests {
         assert!(httpdate::parse_http_date("Sat, 31 Dec 2016 23:59:60 GMT").is_err());
         // 2017-01-01T00:00:00Z.
         assert_eq!(
-            unix_seconds(b"Sat, 31 Dec 2016 23:59:60 GMT", 0),
+            read("Sat, 31 Dec 2016 23:59:60 GMT", 0),
             Some(1_483_228_800)
         );
     }
@@ -405,78 +306,114 @@ mod tests {
     #[test]
     fn httpdate_rejects_years_before_1970() {
         assert!(httpdate::parse_http_date("Wed, 31 Dec 1969 23:59:59 GMT").is_err());
-        assert_eq!(unix_seconds(b"Wed, 31 Dec 1969 23:59:59 GMT", 0), Some(-1));
+        assert_eq!(read("Wed, 31 Dec 1969 23:59:59 GMT", 0), Some(-1));
+        assert_eq!(
+            read("Sat, 01 Jan 0000 00:00:00 GMT", 0),
+            Some(-62_167_219_200)
+        );
     }
 
     #[test]
     fn httpdate_rejects_a_single_space_asctime_day() {
         assert!(httpdate::parse_http_date("Tue Sep 8 12:00:07 2026").is_err());
         assert!(httpdate::parse_http_date("Tue Sep  8 12:00:07 2026").is_ok());
-        assert_eq!(
-            unix_seconds(b"Tue Sep 8 12:00:07 2026", 0),
-            Some(REFERENCE + 7)
-        );
+        assert_eq!(read("Tue Sep 8 12:00:07 2026", 0), Some(REFERENCE + 7));
+        assert_eq!(read("Tue Sep  8 12:00:07 2026", 0), Some(REFERENCE + 7));
+        assert_eq!(read("Tue Sep 08 12:00:07 2026", 0), Some(REFERENCE + 7));
     }
 
     #[test]
     fn httpdate_trims_more_than_optional_whitespace_but_we_do_not_let_it() {
         assert!(httpdate::parse_http_date("\nSun, 06 Nov 1994 08:49:37 GMT\r").is_ok());
-        assert_eq!(unix_seconds(b"\nSun, 06 Nov 1994 08:49:37 GMT\r", 0), None);
+        assert_eq!(read("\nSun, 06 Nov 1994 08:49:37 GMT\r", 0), None);
     }
 
     #[test]
     fn leap_second_only_at_23_59() {
-        assert_eq!(hand("Sat, 31 Dec 2016 12:00:60 GMT", 0), None);
-        assert_eq!(hand("Sat, 31 Dec 2016 23:58:60 GMT", 0), None);
-        assert_eq!(hand("Sat, 31 Dec 2016 23:59:61 GMT", 0), None);
+        assert_eq!(read("Sat, 31 Dec 2016 12:00:60 GMT", 0), None);
+        assert_eq!(read("Sat, 31 Dec 2016 23:58:60 GMT", 0), None);
+        assert_eq!(read("Sat, 31 Dec 2016 23:59:61 GMT", 0), None);
         // Any month's end (and, leniently, any day): the IERS may announce
         // leap seconds we cannot know about, so no table is consulted.
         assert_eq!(
-            hand("Thu, 30 Jun 2016 23:59:60 GMT", 0),
+            read("Thu, 30 Jun 2016 23:59:60 GMT", 0),
             Some(1_467_331_200)
         );
     }
 
     #[test]
     fn calendar_and_day_name_are_checked() {
-        assert_eq!(hand("Tue, 31 Feb 2026 12:00:00 GMT", 0), None);
-        assert_eq!(hand("Sun, 29 Feb 2026 12:00:00 GMT", 0), None);
+        for bad in [
+            "Tue, 31 Feb 2026 12:00:00 GMT",
+            "Sun, 29 Feb 2026 12:00:00 GMT",
+            "Mon, 08 Sep 2026 12:00:00 GMT",
+            "Tue, 00 Sep 2026 12:00:00 GMT",
+            "Tue, 08 Sep 2026 24:00:00 GMT",
+            "Tue, 08 Sep 2026 12:60:00 GMT",
+            "Tue, 08 Sep 2026 12:00:00 UTC",
+            "Tue, 08 Sep 26 12:00:00 GMT",
+            "Tue, 08 Sep +026 12:00:00 GMT",
+            "Tue,  8 Sep 2026 12:00:00 GMT",
+            "Tue, 8 Sep 2026 12:00:00 GMT",
+            "Tuesday, 8-Sep-26 12:00:00 GMT",
+            "Tue, 08 Sep 2026 12:00:00 GMT ",
+            "Mon Sep  8 12:00:07 2026",
+            "Tue Sep   8 12:00:07 2026",
+            "Tue Sep x 12:00:07 2026",
+            "Tuesday, 08-Sep-26 12:00:00 UTC",
+            "Tuesday, 08-Sep-2026 12:00:00 GMT",
+            "Tuesday, 08-Sep-+6 12:00:00 GMT",
+            "Tue, 08-Sep-26 12:00:00 GMT",
+            "Tues, 08 Sep 2026 12:00:00 GMT",
+        ] {
+            assert_eq!(read(bad, REFERENCE), None, "{bad:?}");
+        }
         assert_eq!(
-            hand("Thu, 29 Feb 2024 00:00:00 GMT", 0),
+            read("Thu, 29 Feb 2024 00:00:00 GMT", 0),
             Some(1_709_164_800)
         );
-        assert_eq!(hand("Mon, 08 Sep 2026 12:00:00 GMT", 0), None);
-        assert_eq!(hand("Tue, 00 Sep 2026 12:00:00 GMT", 0), None);
-        assert_eq!(hand("Tue, 08 Sep 2026 24:00:00 GMT", 0), None);
-        assert_eq!(hand("Tue, 08 Sep 2026 12:60:00 GMT", 0), None);
-    }
-
-    #[test]
-    fn civil_conversions_round_trip_across_eras() {
-        for days in (-1_000_000..1_000_000).step_by(997) {
-            let (y, m, d) = civil_from_days(days);
-            assert_eq!(days_from_civil(y, m, d), days);
-            assert!((1..=12).contains(&m) && d >= 1 && d <= days_in_month(y, m));
-        }
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
-        assert_eq!(days_from_civil(1600, 2, 29), -135_081);
+        // 1600 and 2000 are leap years, 1900 and 2100 are not, on both
+        // sides of httpdate's range.
+        assert!(read("Tue, 29 Feb 1600 00:00:00 GMT", 0).is_some());
+        assert_eq!(read("Thu, 29 Feb 1900 00:00:00 GMT", 0), None);
+        assert_eq!(read("Mon, 29 Feb 2100 00:00:00 GMT", 0), None);
     }
 
     proptest! {
-        /// Wherever httpdate accepts, the hand path agrees with it, so which
-        /// path reads a value never changes the answer.
+        /// The three forms of one instant read as that instant (the RFC 850
+        /// one received at that instant, so its century is the instant's).
         #[test]
-        fn hand_path_agrees_with_httpdate(seconds in 0i64..253_402_300_800) {
-            let time = UNIX_EPOCH + Duration::from_secs(seconds.unsigned_abs());
-            let imf = httpdate::fmt_http_date(time);
-            prop_assert_eq!(hand(&imf, 0), Some(seconds));
-            // The same instant as asctime: "Sun Nov  6 08:49:37 1994".
+        fn every_form_of_an_instant_reads_as_it(seconds in 0i64..253_402_300_800) {
+            let imf = imf(seconds);
+            prop_assert_eq!(read(&imf, 0), Some(seconds));
+            // "Sun Nov  6 08:49:37 1994", and the lenient "Sun Nov 6 ...".
             let b = imf.as_bytes();
             let day = if b[5] == b'0' { format!(" {}", &imf[6..7]) } else { imf[5..7].to_string() };
             let asctime = format!("{} {} {} {} {}", &imf[..3], &imf[8..11], day, &imf[17..25], &imf[12..16]);
             prop_assert!(httpdate::parse_http_date(&asctime).is_ok());
-            prop_assert_eq!(hand(&asctime, 0), Some(seconds));
+            prop_assert_eq!(read(&asctime, 0), Some(seconds));
+            prop_assert_eq!(read(&asctime.replace("  ", " "), 0), Some(seconds));
+            let weekday = DAY_NAMES_LONG.iter().find(|d| d.starts_with(&imf[..3])).unwrap();
+            let rfc850 = format!("{weekday}, {}-{}-{} {} GMT", &imf[5..7], &imf[8..11], &imf[14..16], &imf[17..25]);
+            prop_assert_eq!(read(&rfc850, seconds), Some(seconds));
+        }
+
+        /// A date whole 400-year cycles earlier or later is exactly that
+        /// many cycles' seconds away, with the same day name: the rule the
+        /// wrapper uses to bring years outside 1970-9999 into httpdate's
+        /// range.
+        #[test]
+        fn cycles_keep_day_names_and_shift_by_their_length(
+            seconds in 0i64..253_402_300_800,
+            cycles in -4i64..20,
+        ) {
+            let imf = imf(seconds);
+            let year: i64 = imf[12..16].parse().unwrap();
+            let moved = year + cycles * CYCLE_YEARS;
+            prop_assume!((0..=9999).contains(&moved) || cycles > 0);
+            let text = format!("{}{moved:04}{}", &imf[..12], &imf[16..]);
+            let expected = (moved <= 9999).then_some(seconds + cycles * CYCLE_SECS);
+            prop_assert_eq!(read(&text, 0), expected);
         }
 
         /// The RFC 850 year is the latest one ending in those digits that is
@@ -486,14 +423,36 @@ mod tests {
             received in -5_000_000_000_000i64..5_000_000_000_000,
             yy in 0i64..100,
         ) {
-            let fields = Fields { weekday: 0, year: Year::TwoDigit(yy), month: 6, day: 15, hour: 0, minute: 0, second: 0 };
-            let year = fields.fifty_year_rule(yy, received);
-            let now = Civil::from_unix(received);
+            let year = fifty_year_rule(yy, (5, "15", "00:00:00"), received).unwrap();
+            let now = Received::of(received);
             prop_assert_eq!(year.rem_euclid(100), yy);
-            let date = |y| (y, 6, 15, 0, 0, 0);
-            let limit = (now.year + 50, now.month, now.day, now.hour, now.minute, now.second);
-            prop_assert!(date(year) <= limit);
-            prop_assert!(date(year + 100) > limit);
+            prop_assert!((year, 5, "15", "00:00:00") <= now.plus_fifty());
+            prop_assert!((year + 100, 5, "15", "00:00:00") > now.plus_fifty());
+        }
+    }
+
+    /// The receive time's calendar fields.
+    struct Received {
+        year: i64,
+        month: usize,
+        day: String,
+        time: String,
+    }
+
+    impl Received {
+        fn of(received: i64) -> Self {
+            let cycles = received.div_euclid(CYCLE_SECS);
+            let text = imf(received.rem_euclid(CYCLE_SECS));
+            Received {
+                year: text[12..16].parse::<i64>().unwrap() + cycles * CYCLE_YEARS,
+                month: month_index(&text[8..11]).unwrap(),
+                day: text[5..7].to_string(),
+                time: text[17..25].to_string(),
+            }
+        }
+
+        fn plus_fifty(&self) -> (i64, usize, &str, &str) {
+            (self.year + 50, self.month, &self.day, &self.time)
         }
     }
 }

@@ -49,7 +49,7 @@ impl<S: Store> Drop for Claim<'_, S> {
 
 /// Adds to a cold-path counter, saturating: a store reporting absurd grants
 /// must not wrap the books.
-fn add(counter: &AtomicU64, n: u64) {
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
     // fetch_update cannot fail here: the closure always returns Some.
     let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
         Some(c.saturating_add(n))
@@ -108,10 +108,9 @@ pub struct AllowanceConfig {
     /// grant smaller than asked for (the shared budget is exhausted), the
     /// next request waits until this node's share of the refill is worth
     /// a lease (`docs/distributed.md`, "Pacing"), and at least a quarter
-    /// of this, but never less than 1 ms nor more than 1 s; keep a quarter
-    /// of it below the shared bucket's fill time `B / r`, or refill is
-    /// wasted while every node waits. Any value, zero and `Duration::MAX`
-    /// included.
+    /// of this (taken between 1 ms and 1 s); keep a quarter of it below the
+    /// shared bucket's fill time `B / r`, or refill is wasted while a lone
+    /// node waits. Any value, zero and `Duration::MAX` included.
     pub lease_period: Duration,
     /// Unused tokens go back to the store after the pool has been idle this
     /// long (`None`: only on shutdown or drop); checked at most once a
@@ -144,6 +143,17 @@ impl AllowanceConfig {
             timeout: Duration::from_millis(50),
             on_failure,
         }
+    }
+
+    /// The configuration's own errors: lease bounds and a zero timeout.
+    pub(crate) fn validate(&self) -> Result<(), AllowanceError> {
+        if self.min_lease == 0 || self.min_lease > self.max_lease {
+            return Err(AllowanceError::LeaseBounds);
+        }
+        if self.timeout.is_zero() {
+            return Err(AllowanceError::ZeroTimeout);
+        }
+        Ok(())
     }
 }
 
@@ -251,6 +261,15 @@ pub enum AllowanceError {
     /// stranding whatever it debited.
     #[error("the store timeout must be longer than zero")]
     ZeroTimeout,
+    /// A keyed allowance's demand thresholds were not
+    /// `cold_below < hot_at`: with no gap between them a key at the
+    /// threshold would switch between leased and per-request every sample.
+    #[error("demand thresholds must satisfy cold_below < hot_at")]
+    DemandThresholds,
+    /// A keyed allowance's `sample_every` was zero: demand is a rate over
+    /// that interval.
+    #[error("the demand sampling interval must be longer than zero")]
+    ZeroSampleInterval,
 }
 
 /// A node's share of a budget held by a [`Store`]: the hot path takes from
@@ -366,12 +385,7 @@ impl<S: Store> LocalAllowance<S> {
         key: impl Into<String>,
         config: AllowanceConfig,
     ) -> Result<Self, AllowanceError> {
-        if config.min_lease == 0 || config.min_lease > config.max_lease {
-            return Err(AllowanceError::LeaseBounds);
-        }
-        if config.timeout.is_zero() {
-            return Err(AllowanceError::ZeroTimeout);
-        }
+        config.validate()?;
         let runtime = Handle::try_current().map_err(|_| AllowanceError::NoRuntime)?;
         let fallback = match config.on_failure {
             FailurePolicy::Fallback(quota) => Some(TokenBucket::new(quota)),
@@ -737,7 +751,7 @@ impl<S: Store> Inner<S> {
     /// beyond what was asked: at most `want` tokens enter the pool (any
     /// excess is stranded), the receipt kept for returns covers at most
     /// those, and the pause a short grant sets (`pacing`) is at least 1 ms
-    /// and at most 1 s, whatever its `retry_after` or refill interval. The
+    /// and at most 10 s, whatever its `retry_after` or refill interval. The
     /// store's capacity bounds every later cost.
     fn accept(
         &self,
@@ -771,11 +785,10 @@ impl<S: Store> Inner<S> {
                 refill_interval: grant.refill_interval,
                 capacity: grant.capacity,
             };
-            let fair =
+            let pause =
                 books
                     .pacer
                     .after_short(since_last_call, short, self.config.lease_period / 4);
-            let pause = books.pacer.spread(fair);
             books.next_refill = tokio::time::Instant::now() + pause;
             // Callers are told the store's own wait when it is longer: the
             // node asks again sooner only to notice a change early.
@@ -792,8 +805,7 @@ impl<S: Store> Inner<S> {
     /// Records a failed refill: the failure policy comes into force, and
     /// the next attempt waits a backoff that doubles with each failure in a
     /// row, from a quarter lease period up to 1 s, so a store that fails
-    /// fast is not asked once per request; jittered, so a fleet that lost
-    /// its store at once does not come back at once.
+    /// fast is not asked once per request.
     fn record_failure(&self) {
         // Degraded first, so that whoever sees the error counted also sees
         // the failure policy in force.
@@ -802,12 +814,15 @@ impl<S: Store> Inner<S> {
         let mut books = self.lock_books();
         books.failures = books.failures.saturating_add(1);
         let backoff = failure_backoff(self.config.lease_period, books.failures);
-        books.next_refill = tokio::time::Instant::now() + books.pacer.spread(backoff);
+        books.next_refill = tokio::time::Instant::now() + backoff;
     }
 
     /// The next lease's size from the smoothed demand, or what pacing asks
     /// for while the budget is exhausted, within the bounds; also moves the
-    /// low-water mark to half of it.
+    /// low-water mark to half the demand-sized lease (not the paced ask: a
+    /// node whose demand is below its share of an exhausted budget refills
+    /// when its pool runs low, instead of piling up batches it cannot
+    /// spend while other nodes refuse).
     fn lease_size(&self) -> u64 {
         let spent = self.spent();
         let (demand, least) = {
@@ -831,12 +846,13 @@ impl<S: Store> Inner<S> {
         // `as` saturates for floats; the clamp bounds it either way. (Not
         // by the store's capacity: a grant of less than asked is what tells
         // an exhausted budget, and sets the pause before the next request.)
-        let size = (wanted as u64)
+        let (min, max) = (self.config.min_lease, self.config.max_lease);
+        let by_demand = (wanted as u64)
             .max(self.shortfall.swap(0, Ordering::Relaxed))
-            .max(least)
-            .clamp(self.config.min_lease, self.config.max_lease);
-        self.low_water.store(size.div_ceil(2), Ordering::Relaxed);
-        size
+            .clamp(min, max);
+        self.low_water
+            .store(by_demand.div_ceil(2), Ordering::Relaxed);
+        by_demand.max(least).clamp(min, max)
     }
 
     /// Tokens spent from leases so far (granted, less pooled and returned

@@ -16,7 +16,7 @@
 //! Nothing here can break the shared bound: pacing only decides *when* a
 //! node asks. A store's absurd reply (a `retry_after` or interval of zero or
 //! `Duration::MAX`, a grant above the ask) moves the pause within
-//! [`MIN_PAUSE`]..=[`MAX_PAUSE`], never outside.
+//! [`MIN_PAUSE`]..=[`LONGEST_PACE`], never outside.
 
 use std::time::Duration;
 
@@ -30,11 +30,18 @@ use crate::retry::{JitterGenerator, JitterSource};
 /// into a store call, or the idle watcher into a spinning task.
 pub(crate) const MIN_PAUSE: Duration = Duration::from_millis(1);
 
-/// The longest pause between two lease requests, whatever the store's
-/// `retry_after`, its refill interval or the failures in a row: a node sees
-/// tokens given back by others, or a store back up, within this, and a
-/// `retry_after` of `Duration::MAX` cannot stall it for ever.
+/// The longest pause after a failure, for a store's `retry_after`, or
+/// from the configured floor: a node sees a store back up within this, and
+/// a `retry_after` of `Duration::MAX` cannot stall it for ever.
 pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(1);
+
+/// The longest paced pause, whatever share a node estimates or refill
+/// interval its store reports. Longer than [`MAX_PAUSE`]: a key refilling
+/// 1000 tokens a second in batches of 125, shared by 16 nodes, has each
+/// node wait 2 s, while the fleet still asks every 125 ms; a cap of 1 s
+/// there would double the fleet's round trips. Bounded all the same, so a
+/// node notices within this that the others have gone.
+pub(crate) const LONGEST_PACE: Duration = Duration::from_secs(10);
 
 /// A batch is at most this fraction of the key's capacity `B`. Paced
 /// nodes ask the store about once per batch of refill, at random moments:
@@ -51,6 +58,12 @@ const BATCHES_PER_CAPACITY: u64 = 8;
 /// it spends, is only its share of the refill while the budget is
 /// exhausted: asks sized by it would shrink as the fleet grows.
 const BATCHES_PER_ASK: u64 = 4;
+
+/// The most a node's share estimate falls at one grant: a single empty
+/// grant (two nodes asking within one token's refill of each other) does
+/// not send a node to the longest pause, and a fleet of 64 is still found
+/// within two grants.
+const MOST_FALL: f64 = 8.0;
 
 /// The smallest share a node estimates for itself: a share below it (more
 /// than 1024 nodes, or a run of empty grants) waits as long as it would,
@@ -73,31 +86,48 @@ pub(crate) struct ShortGrant {
 }
 
 /// One allowance's pacing state: its estimated share of the key's refill,
-/// when it last called the store, the batch it paces for, and its jitter.
+/// when it last called the store, the batch it paces for, and its jitter
+/// (the crate's generator; fixed fractions in tests).
 #[derive(Debug)]
-pub(crate) struct Pacer {
-    /// This node's smoothed share of the key's refill, in
-    /// `LEAST_SHARE..=1`; 1 until a short grant tells otherwise.
+pub(crate) struct Pacer<J = JitterGenerator> {
+    /// This node's share of the key's refill, in `LEAST_SHARE..=1`; 1
+    /// until a short grant tells otherwise.
     share: f64,
+    /// Tokens granted to this node, and tokens the store refilled over
+    /// the same intervals (each the time since this node's previous call),
+    /// both halved at every short grant: their ratio is the share,
+    /// weighted by time, so a grant after a long wait counts for more than
+    /// one right after another node's.
+    received: f64,
+    refilled: f64,
     /// When this node's last store call started.
     last_call: Option<Instant>,
     /// The allowance's `max_lease`.
     max_lease: u64,
     /// The batch of the last short grant; 0 once a grant was full.
     batch: u64,
-    jitter: JitterGenerator,
+    jitter: J,
 }
 
 impl Pacer {
     /// A pacer for leases of at most `max_lease` tokens, that assumes it is
     /// alone until a short grant says otherwise.
     pub(crate) fn new(max_lease: u64) -> Pacer {
+        Pacer::with_jitter(max_lease, JitterGenerator::from_entropy())
+    }
+}
+
+impl<J: JitterSource> Pacer<J> {
+    /// [`Pacer::new`] with its jitter drawn from `jitter`.
+    pub(crate) fn with_jitter(max_lease: u64, jitter: J) -> Pacer<J> {
         Pacer {
             share: 1.0,
+            received: 0.0,
+            refilled: 0.0,
             last_call: None,
             max_lease,
             batch: 0,
-            jitter: JitterGenerator::from_entropy(),
+            jitter,
         }
     }
 
@@ -129,42 +159,61 @@ impl Pacer {
     }
 
     /// The pause after `short`, a grant that came back short of its ask
-    /// `since` the previous call (`None` for the first call), before
-    /// jitter: until this node's share of the refill has grown to a batch
-    /// (an eighth of the capacity, a quarter of `max_lease`, at least one
-    /// token); at least `floor` (the configured least pause) and the
-    /// store's `retry_after`, and at most [`MAX_PAUSE`].
-    ///
-    /// Updates the share first: half the old estimate, half what this
-    /// grant says (`granted · refill_interval / since`, at most 1). An
-    /// empty grant says 0 (another node took the refill first), which
-    /// halves the share: a node crowded out waits longer next time.
+    /// `since` the previous call (`None` for the first call): the fair
+    /// pause of [`fair_pause`](Self::fair_pause), spread by jitter.
     pub(crate) fn after_short(
         &mut self,
         since: Option<Duration>,
         short: ShortGrant,
         floor: Duration,
     ) -> Duration {
+        let (pause, longest) = self.fair_pause(since, short, floor);
+        spread(pause, longest, &mut self.jitter)
+    }
+
+    /// The pause after `short` before jitter, and the longest it may be
+    /// once jittered: until this node's share of the refill has grown to a
+    /// batch (an eighth of the capacity, a quarter of `max_lease`, at least
+    /// one token), at most [`LONGEST_PACE`]; at least `floor` (the
+    /// configured least pause) and the store's `retry_after`, each taken
+    /// up to [`MAX_PAUSE`].
+    ///
+    /// Updates the share first: the tokens granted over the tokens
+    /// refilled (`since / refill_interval`), both summed over this node's
+    /// recent short grants (halved at each), at most 1, and at least an
+    /// eighth of the previous estimate. An empty grant adds refill and no
+    /// tokens (other nodes took them): a node crowded out waits longer next
+    /// time.
+    fn fair_pause(
+        &mut self,
+        since: Option<Duration>,
+        short: ShortGrant,
+        floor: Duration,
+    ) -> (Duration, Duration) {
+        // Guards against an absurd store or configuration: neither can
+        // hold a node more than MAX_PAUSE, nor make it spin.
+        let least = short.retry_after.max(floor).clamp(MIN_PAUSE, MAX_PAUSE);
         let interval = short.refill_interval;
         // A store that cannot tell its interval is paced by the floor and
         // its retry_after alone.
         if interval.is_zero() {
-            return short.retry_after.max(floor).clamp(MIN_PAUSE, MAX_PAUSE);
+            return (least, MAX_PAUSE);
         }
         // Nanoseconds as floats: exact for every whole number of them
         // below 2^53 (104 days), close enough beyond.
         let interval_ns = interval.as_nanos() as f64;
         if let Some(since) = since {
             let granted = short.granted.min(short.asked);
-            let refilled = since.as_nanos() as f64 / interval_ns;
-            // Zero granted is a share of 0 however short `since` was; a
-            // `since` of zero with a grant reads as inf, then 1.
-            let sample = if granted == 0 {
-                0.0
+            self.received = 0.5 * self.received + granted as f64;
+            self.refilled = 0.5 * self.refilled + since.as_nanos() as f64 / interval_ns;
+            // Nothing refilled yet (calls at one instant) says nothing;
+            // tokens over a tiny refill read as inf, then 1.
+            let measured = if self.refilled > 0.0 {
+                self.received / self.refilled
             } else {
-                (granted as f64 / refilled).min(1.0)
+                self.share
             };
-            self.share = (0.5 * self.share + 0.5 * sample).max(LEAST_SHARE);
+            self.share = measured.clamp(self.share / MOST_FALL, 1.0).max(LEAST_SHARE);
         }
         let batch = (short.capacity / BATCHES_PER_CAPACITY)
             .min(self.max_lease / BATCHES_PER_ASK)
@@ -173,39 +222,38 @@ impl Pacer {
         let fair_ns = interval_ns * batch as f64 / self.share;
         // Compared in floats first: an absurd interval gives values no
         // integer holds (`as` would saturate, but say nothing).
-        let fair = if fair_ns < MAX_PAUSE.as_nanos() as f64 {
+        let fair = if fair_ns < LONGEST_PACE.as_nanos() as f64 {
             Duration::from_nanos(fair_ns as u64)
         } else {
-            MAX_PAUSE
+            LONGEST_PACE
         };
-        fair.max(short.retry_after)
-            .max(floor)
-            .clamp(MIN_PAUSE, MAX_PAUSE)
-    }
-
-    /// `pause` spread by this pacer's jitter (see [`spread`]).
-    pub(crate) fn spread(&mut self, pause: Duration) -> Duration {
-        spread(pause, &mut self.jitter)
+        (fair.max(least), LONGEST_PACE)
     }
 }
 
 /// `pause` spread uniformly over `pause/2 ..= 3·pause/2` (so the mean stays
-/// `pause`), then bounded to [`MIN_PAUSE`]..=[`MAX_PAUSE`]: nodes refused at
+/// `pause`), then bounded to [`MIN_PAUSE`]..=`longest`: nodes refused at
 /// the same moment come back at different ones, and the fleet's asks stay
 /// spread over time rather than in waves.
-pub(crate) fn spread(pause: Duration, source: &mut impl JitterSource) -> Duration {
-    let nanos = pause.min(MAX_PAUSE).as_nanos();
+pub(crate) fn spread(
+    pause: Duration,
+    longest: Duration,
+    source: &mut impl JitterSource,
+) -> Duration {
+    let nanos = pause.min(longest).as_nanos();
     // A source may answer above its bound: the min keeps the draw in range.
     let drawn = source.draw_up_to(nanos).min(nanos);
     let spread = nanos / 2 + drawn;
-    // At most 3/2 of MAX_PAUSE in nanoseconds: fits in a u64.
-    Duration::from_nanos(u64::try_from(spread).unwrap_or(u64::MAX)).clamp(MIN_PAUSE, MAX_PAUSE)
+    // At most 3/2 of `longest` in nanoseconds: fits in a u64 for every
+    // `longest` used here.
+    Duration::from_nanos(u64::try_from(spread).unwrap_or(u64::MAX)).clamp(MIN_PAUSE, longest)
 }
 
-/// The pause after `failures` failed calls in a row (at least one), before
-/// jitter: it doubles with each failure, from twice `lease_period / 4`, up
-/// to [`MAX_PAUSE`], so a store that fails fast is not asked once per
-/// request.
+/// The pause after `failures` failed calls in a row (at least one): it
+/// doubles with each failure, from twice `lease_period / 4`, up to
+/// [`MAX_PAUSE`], so a store that fails fast is not asked once per request.
+/// Not jittered: "at most once a second" while a store is down is a
+/// promise callers rely on, and a window around it would break it.
 pub(crate) fn failure_backoff(lease_period: Duration, failures: u32) -> Duration {
     let first = (lease_period / 4).max(MIN_PAUSE);
     first.saturating_mul(1 << failures.min(16)).min(MAX_PAUSE)
@@ -227,9 +275,11 @@ mod tests {
         }
     }
 
-    /// Leases of at most 400: batches of 100 under a capacity of 8000.
-    fn paced() -> Pacer {
-        Pacer::new(400)
+    /// Leases of at most 400 (batches of 100 under a capacity of 8000),
+    /// jitter fixed at the middle of its window: exactly the fair pause
+    /// for every even number of nanoseconds.
+    fn paced() -> Pacer<impl JitterSource> {
+        Pacer::with_jitter(400, || 0.5)
     }
 
     #[test]
@@ -238,23 +288,22 @@ mod tests {
         // Alone so far: a batch of 100 at 1 ms a token is 100 ms.
         assert_eq!(pacer.after_short(None, short(100, 40), MS), 100 * MS);
         assert_eq!(pacer.share(), 1.0);
-        // 25 of the 100 tokens refilled in 100 ms: a share of 1/4, averaged
-        // with the old 1 into 5/8, so 100 ms / (5/8) = 160 ms.
+        // 25 of the 100 tokens refilled in 100 ms: a share of 1/4, so
+        // four nodes' worth, 100 ms / (1/4) = 400 ms.
         assert_eq!(
             pacer.after_short(Some(100 * MS), short(100, 25), MS),
-            160 * MS
+            400 * MS
         );
-        assert_eq!(pacer.share(), 0.625);
-        // The same share again and again (50 of 200): the estimate
-        // converges on 1/4, and the pause on four nodes' worth, 400 ms.
-        for _ in 0..60 {
-            pacer.after_short(Some(200 * MS), short(100, 50), MS);
-        }
         assert_eq!(pacer.share(), 0.25);
+        // 50 of 200 next: (25/2 + 50) / (100/2 + 200), still 1/4.
         assert_eq!(
             pacer.after_short(Some(200 * MS), short(100, 50), MS),
             400 * MS
         );
+        // Then 75 of 100: the sums weigh it by its 100 ms, against the
+        // 250 ms behind it halved: (62.5/2 + 75) / (250/2 + 100) = 0.4722..
+        pacer.after_short(Some(100 * MS), short(100, 75), MS);
+        assert_eq!(pacer.share(), 106.25 / 225.0);
     }
 
     #[test]
@@ -268,28 +317,33 @@ mod tests {
             for _ in 0..60 {
                 pause = pacer.after_short(Some(since), short(100, 99), Duration::ZERO);
             }
-            // 99 of 100·n tokens: the pause is 100 ms · n · 100/99, capped.
-            let expected = (100 * MS * nodes).mul_f64(100.0 / 99.0).min(MAX_PAUSE);
+            // 99 of 100·n tokens: the pause is 100 ms · n · 100/99.
+            let expected = (100 * MS * nodes).mul_f64(100.0 / 99.0);
             let error = pause.abs_diff(expected);
             assert!(error < Duration::from_micros(1), "{nodes}: {pause:?}");
         }
     }
 
     #[test]
-    fn an_empty_grant_halves_the_share_and_waits_at_least_retry_after() {
+    fn an_empty_grant_lowers_the_share_at_most_eightfold() {
         let mut pacer = paced();
         let empty = ShortGrant {
-            retry_after: 300 * MS,
+            retry_after: 900 * MS,
             ..short(100, 0)
         };
-        assert_eq!(pacer.after_short(Some(10 * MS), empty, MS), 300 * MS);
-        assert_eq!(pacer.share(), 0.5);
-        // 100 ms / (1/2) = 200 ms, longer than a 30 ms retry_after.
+        // Nothing of 10 tokens: a share of 0, taken as 1/8; the store's
+        // longer retry_after wins over 100 ms / (1/8).
+        assert_eq!(pacer.after_short(Some(10 * MS), empty, MS), 900 * MS);
+        assert_eq!(pacer.share(), 0.125);
         let soon = ShortGrant {
             retry_after: 30 * MS,
             ..empty
         };
-        assert_eq!(pacer.after_short(None, soon, MS), 200 * MS);
+        assert_eq!(pacer.after_short(None, soon, MS), 800 * MS);
+        // A full share over the next second outweighs the empty 10 ms:
+        // (0 + 1000) / (10/2 + 1000).
+        pacer.after_short(Some(1000 * MS), short(2000, 1000), MS);
+        assert_eq!(pacer.share(), 1000.0 / 1005.0);
     }
 
     #[test]
@@ -318,7 +372,7 @@ mod tests {
         pacer.after_full();
         assert_eq!(pacer.least_ask(), 0);
         // A batch is at most a quarter of max_lease.
-        let mut small = Pacer::new(8);
+        let mut small = Pacer::with_jitter(8, || 0.5);
         assert_eq!(small.after_short(None, short(8, 5), Duration::ZERO), 2 * MS);
         assert_eq!(small.least_ask(), 8);
     }
@@ -330,10 +384,11 @@ mod tests {
             // retry_after and interval of zero: the floor, then MIN_PAUSE.
             (Duration::ZERO, Duration::ZERO, 0, MIN_PAUSE),
             (Duration::ZERO, Duration::from_nanos(1), 1, MIN_PAUSE),
-            // Duration::MAX anywhere: MAX_PAUSE, never a stall or a panic.
+            // Duration::MAX anywhere: a bounded pause, never a stall or a
+            // panic; MAX_PAUSE from retry_after, LONGEST_PACE from pacing.
             (Duration::MAX, MS, 0, MAX_PAUSE),
-            (Duration::ZERO, Duration::MAX, 5, MAX_PAUSE),
-            (Duration::MAX, Duration::MAX, u64::MAX, MAX_PAUSE),
+            (Duration::ZERO, Duration::MAX, 5, LONGEST_PACE),
+            (Duration::MAX, Duration::MAX, u64::MAX, LONGEST_PACE),
         ];
         for (retry_after, refill_interval, granted, expected) in cases {
             let reply = ShortGrant {
@@ -360,19 +415,25 @@ mod tests {
 
     #[test]
     fn the_spread_keeps_the_mean_and_the_bounds() {
-        let at = |fraction: f64| spread(100 * MS, &mut || fraction);
+        let at = |fraction: f64| spread(100 * MS, LONGEST_PACE, &mut || fraction);
         assert_eq!(at(0.0), 50 * MS);
         assert_eq!(at(0.5), 100 * MS);
         assert_eq!(at(1.0), 150 * MS);
         // Bounded whatever the pause or the source.
-        assert_eq!(spread(Duration::ZERO, &mut || 0.0), MIN_PAUSE);
-        assert_eq!(spread(Duration::MAX, &mut || 1.0), MAX_PAUSE);
-        assert_eq!(spread(Duration::MAX, &mut || 0.0), MAX_PAUSE / 2);
-        assert_eq!(spread(MS, &mut || f64::NAN), MIN_PAUSE);
-        // The pacer's own generator: every draw within the window, and not
-        // all the same.
-        let mut pacer = paced();
-        let draws: Vec<Duration> = (0..100).map(|_| pacer.spread(100 * MS)).collect();
+        assert_eq!(spread(Duration::ZERO, MAX_PAUSE, &mut || 0.0), MIN_PAUSE);
+        assert_eq!(spread(Duration::MAX, MAX_PAUSE, &mut || 1.0), MAX_PAUSE);
+        assert_eq!(spread(Duration::MAX, MAX_PAUSE, &mut || 0.0), MAX_PAUSE / 2);
+        assert_eq!(
+            spread(Duration::MAX, LONGEST_PACE, &mut || 1.0),
+            LONGEST_PACE
+        );
+        assert_eq!(spread(MS, MAX_PAUSE, &mut || f64::NAN), MIN_PAUSE);
+        // The crate's generator: every draw within the window, and not all
+        // the same.
+        let mut generator = JitterGenerator::new(7);
+        let draws: Vec<Duration> = (0..100)
+            .map(|_| spread(100 * MS, LONGEST_PACE, &mut generator))
+            .collect();
         assert!(draws.iter().all(|d| (50 * MS..=150 * MS).contains(d)));
         assert!(draws.iter().any(|d| *d != draws[0]));
     }

@@ -93,7 +93,7 @@ async fn is_spent(layer: &RateLimitLayer) -> bool {
 /// afterwards.
 async fn spent_after<S, A, Done>(inner: S, status: u16, attack: A) -> bool
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>>,
+    S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>> + Clone + Send + 'static,
     S::Error: std::fmt::Debug,
     A: FnOnce(ResponseFuture<S::Future>) -> Done,
     Done: Future<Output = ()>,
@@ -111,7 +111,8 @@ fn panicking() -> impl Service<
     Response = Response<Full<Bytes>>,
     Error = Infallible,
     Future: Send + 'static,
-> {
+> + Clone
++ Send {
     tower::service_fn(|_: Request<Full<Bytes>>| async {
         panic!("the handler panicked");
         #[allow(unreachable_code)]

@@ -6,6 +6,8 @@
 mod common;
 
 mod core;
+#[cfg(feature = "tokio")]
+mod fleet;
 #[cfg(feature = "tower")]
 mod http;
 mod identity;

@@ -23,7 +23,7 @@ const KEY: &str = "tenant-7";
 
 /// How [`Rogue`] answers.
 #[derive(Clone, Copy, Debug)]
-enum Conduct {
+pub(crate) enum Conduct {
     Honest,
     /// Debits this many times what was asked, and grants all of it.
     Overgrants(u64),
@@ -43,26 +43,26 @@ enum Conduct {
 
 /// A store in front of an honest in-process one, misbehaving as told, and
 /// keeping the books the invariant is checked against.
-struct Rogue {
-    honest: LocalStore<ManualClock>,
+pub(crate) struct Rogue {
+    pub(crate) honest: LocalStore<ManualClock>,
     conduct: Mutex<Conduct>,
     calls: AtomicU64,
     /// Tokens the allowance asked for, in all.
     asked: AtomicU64,
     /// Tokens the honest store debited.
-    debited: AtomicU64,
+    pub(crate) debited: AtomicU64,
     /// Tokens the allowance sent back, and each release as received.
-    sent_back: AtomicU64,
-    releases: Mutex<Vec<(Lease, u64)>>,
+    pub(crate) sent_back: AtomicU64,
+    pub(crate) releases: Mutex<Vec<(Lease, u64)>>,
 }
 
 #[derive(Debug, thiserror::Error)]
 #[error("the rogue store refused")]
-struct Refused;
+pub(crate) struct Refused;
 
 impl Rogue {
     /// A rogue over `quota`, and the manual clock of its honest store.
-    fn new(quota: Quota, conduct: Conduct) -> (Arc<Self>, ManualClock) {
+    pub(crate) fn new(quota: Quota, conduct: Conduct) -> (Arc<Self>, ManualClock) {
         let clock = ManualClock::new();
         let limiter = KeyedLimiter::builder(quota).clock(clock.clone()).build();
         let rogue = Arc::new(Rogue {
@@ -78,11 +78,11 @@ impl Rogue {
     }
 
     /// A rogue over 100 tokens a second, the quota most attacks use.
-    fn hundred_a_second(conduct: Conduct) -> (Arc<Self>, ManualClock) {
+    pub(crate) fn hundred_a_second(conduct: Conduct) -> (Arc<Self>, ManualClock) {
         Rogue::new(Quota::per_second(100).unwrap(), conduct)
     }
 
-    fn behave(&self, conduct: Conduct) {
+    pub(crate) fn behave(&self, conduct: Conduct) {
         *self.conduct.lock().unwrap() = conduct;
     }
 
@@ -90,7 +90,7 @@ impl Rogue {
         *self.conduct.lock().unwrap()
     }
 
-    fn calls(&self) -> u64 {
+    pub(crate) fn calls(&self) -> u64 {
         self.calls.load(Ordering::SeqCst)
     }
 
@@ -100,7 +100,7 @@ impl Rogue {
 
     /// The bound: admitted from leases, plus what was sent back, never
     /// exceeds what the store debited.
-    fn assert_bound(&self, admitted: u64) {
+    pub(crate) fn assert_bound(&self, admitted: u64) {
         let debited = self.debited.load(Ordering::SeqCst);
         let sent_back = self.sent_back.load(Ordering::SeqCst);
         assert!(
@@ -165,7 +165,7 @@ fn node(store: &Arc<Rogue>, config: AllowanceConfig) -> LocalAllowance<Rogue> {
 }
 
 /// Lets spawned refills and returns run on the current-thread runtime.
-async fn settle() {
+pub(crate) async fn settle() {
     for _ in 0..10 {
         tokio::task::yield_now().await;
     }

@@ -8,11 +8,12 @@
 //! mod redis_server;
 //! ```
 //!
-//! and start a server with [`RedisServer::start`], which returns `None`
-//! (after printing why) when `redis-server` cannot be run on a developer's
-//! machine, and panics instead when the `CI` environment variable is set,
-//! so that CI never passes by skipping. The binary is `redis-server` from
-//! `PATH`, or the path in `TOLLGATE_REDIS_SERVER`.
+//! and start a server with [`RedisServer::start`] (or
+//! [`RedisServer::start_with`] for extra options: cluster mode, TLS), which
+//! returns `None` (after printing why) when `redis-server` cannot be run on
+//! a developer's machine, and panics instead when the `CI` environment
+//! variable is set, so that CI never passes by skipping. The binary is
+//! `redis-server` from `PATH`, or the path in `TOLLGATE_REDIS_SERVER`.
 //!
 //! Only `std`: usable from any test crate, sync or async.
 
@@ -40,6 +41,17 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    options: Options,
+}
+
+/// How a server listens and what else it is told.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Listen with TLS only (`--port 0 --tls-port <port>`); the TLS files
+    /// go in `args`. Readiness is then a TCP connection, not a PING.
+    pub tls: bool,
+    /// More command-line options, e.g. `--cluster-enabled yes`.
+    pub args: Vec<String>,
 }
 
 impl RedisServer {
@@ -47,6 +59,11 @@ impl RedisServer {
     /// `None` after printing a skip notice for `test` to stderr, unless the
     /// `CI` environment variable is set, in which case it panics.
     pub fn start(test: &str) -> Option<RedisServer> {
+        RedisServer::start_with(test, &Options::default())
+    }
+
+    /// [`start`](Self::start) with `options`.
+    pub fn start_with(test: &str, options: &Options) -> Option<RedisServer> {
         let mut last_error = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let port = match free_port() {
@@ -56,7 +73,7 @@ impl RedisServer {
                     continue;
                 }
             };
-            match RedisServer::start_on(port) {
+            match RedisServer::launch(port, options, None) {
                 Ok(server) => return Some(server),
                 Err(StartError::NotInstalled(e)) => {
                     last_error = e;
@@ -65,26 +82,34 @@ impl RedisServer {
                 Err(StartError::Failed(e)) => last_error = e,
             }
         }
-        if std::env::var_os("CI").is_some() {
-            panic!("{test}: cannot start redis-server, and CI is set: {last_error}");
-        }
-        // Straight to the process's stderr: the test harness captures
-        // `eprintln!` of passing tests, and a skip must be seen.
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: cannot start redis-server ({last_error}); \
-             install it (apt-get install redis-server) to run this test"
-        );
-        None
+        skip(test, &format!("cannot start redis-server ({last_error})"))
     }
 
     /// Starts a server on `port`, waiting until it answers PING.
     pub fn start_on(port: u16) -> Result<RedisServer, StartError> {
-        let dir = scratch_dir(port).map_err(|e| StartError::Failed(format!("temp dir: {e}")))?;
+        RedisServer::launch(port, &Options::default(), None)
+    }
+
+    /// Starts a server on `port` with `options`, in `dir` (a fresh one if
+    /// `None`), and waits until it is ready.
+    fn launch(
+        port: u16,
+        options: &Options,
+        dir: Option<PathBuf>,
+    ) -> Result<RedisServer, StartError> {
+        let dir = match dir {
+            Some(dir) => dir,
+            None => scratch_dir(port).map_err(|e| StartError::Failed(format!("temp dir: {e}")))?,
+        };
         let binary =
             std::env::var_os("TOLLGATE_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
-        let spawned = Command::new(&binary)
-            .arg("--port")
+        let mut command = Command::new(&binary);
+        if options.tls {
+            command.args(["--port", "0", "--tls-port"]);
+        } else {
+            command.arg("--port");
+        }
+        let spawned = command
             .arg(port.to_string())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--daemonize", "no", "--protected-mode", "yes"])
@@ -92,6 +117,7 @@ impl RedisServer {
             .arg(&dir)
             .arg("--logfile")
             .arg(dir.join("redis.log"))
+            .args(&options.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -112,9 +138,10 @@ impl RedisServer {
             child: Some(child),
             port,
             dir,
+            options: options.clone(),
         };
         for _ in 0..PING_ATTEMPTS {
-            if ping(port) {
+            if (options.tls && listening(port)) || (!options.tls && ping(port)) {
                 return Ok(server);
             }
             if let Some(child) = server.child.as_mut()
@@ -151,15 +178,21 @@ impl RedisServer {
         }
     }
 
-    /// Starts a new, empty server on the same port, killing the current one
-    /// first if it still runs.
+    /// Starts a new, empty server on the same port with the same options
+    /// and directory (a cluster node finds its node id and slots again in
+    /// its `nodes.conf`; nothing else is kept, without persistence),
+    /// killing the current one first if it still runs.
     pub fn restart(&mut self) -> Result<(), StartError> {
         self.kill();
-        let mut fresh = RedisServer::start_on(self.port)?;
+        let mut fresh = RedisServer::launch(self.port, &self.options, Some(self.dir.clone()))?;
         self.child = fresh.child.take();
-        let _ = std::fs::remove_dir_all(&self.dir);
-        self.dir = std::mem::take(&mut fresh.dir);
+        fresh.dir = PathBuf::new();
         Ok(())
+    }
+
+    /// The server's working directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     /// The end of the server's log, for failure messages.
@@ -177,6 +210,22 @@ impl Drop for RedisServer {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// Gives up on `test` because `why`: `None` after a skip notice on a
+/// developer's machine, a panic when the `CI` environment variable is set.
+pub fn skip<T>(test: &str, why: &str) -> Option<T> {
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {why}, and CI is set");
+    }
+    // Straight to the process's stderr: the test harness captures
+    // `eprintln!` of passing tests, and a skip must be seen.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: {why}; install redis-server and redis-tools \
+         (apt-get install redis-server redis-tools) to run this test"
+    );
+    None
 }
 
 /// Why [`RedisServer::start_on`] failed.
@@ -216,6 +265,13 @@ fn scratch_dir(port: u16) -> std::io::Result<PathBuf> {
     ));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+/// Whether something accepts TCP connections on `port`: a TLS-only server
+/// is ready once it listens.
+fn listening(port: u16) -> bool {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok()
 }
 
 /// Whether a server on `port` answers PING with PONG, in RESP, with short

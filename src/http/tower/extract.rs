@@ -8,8 +8,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use http::Method;
 use http::request::Parts;
+use http::{HeaderName, Method};
 
 use super::CostError;
 use super::length;
@@ -150,6 +150,51 @@ where
     }
 }
 
+/// The longest header value [`header`] takes as a key, in bytes: longer
+/// ones give no key. API keys and tenant ids are far shorter; a bound keeps
+/// a client from making every key it sends cost a kilobyte of the table.
+pub const MAX_HEADER_KEY_LEN: usize = 256;
+
+/// The value of header `name` as a key (an API key, a tenant id): only a
+/// request with exactly one line of it, holding 1 to
+/// [`MAX_HEADER_KEY_LEN`] bytes of visible ASCII, has one. A duplicated
+/// header gives no key (two lines, or a list a proxy folded into one:
+/// which of them would be charged depends on who reads first, so neither
+/// is), nor does an empty, over-long or non-ASCII value; the rule's
+/// [`MissingKey`](super::MissingKey) policy then decides (400 by default).
+///
+/// The key charged is the one the request *claims*: anyone who sends
+/// another client's API key spends that client's budget. Charge claimed
+/// keys only where that is acceptable (the key is a secret), keep an
+/// address rule beside it, and prefer a principal that authentication
+/// placed in the extensions ([`extension`]).
+///
+/// ```
+/// use http::HeaderName;
+/// use tollgate::http::tower::extract;
+///
+/// let api_key = extract::header(HeaderName::from_static("x-api-key"));
+/// let (parts, ()) = http::Request::get("/").header("x-api-key", "k-7f3a").body(())?.into_parts();
+/// assert_eq!(api_key(&parts).as_deref(), Some("k-7f3a"));
+/// let (parts, ()) = http::Request::get("/")
+///     .header("x-api-key", "k-7f3a")
+///     .header("x-api-key", "k-0000")
+///     .body(())?
+///     .into_parts();
+/// assert_eq!(api_key(&parts), None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn header(name: HeaderName) -> impl Fn(&Parts) -> Option<String> + Send + Sync + Clone {
+    move |parts: &Parts| {
+        let mut lines = parts.headers.get_all(&name).iter();
+        let value = lines.next()?.as_bytes();
+        let one_value = lines.next().is_none() && !value.contains(&b',');
+        let plain = (1..=MAX_HEADER_KEY_LEN).contains(&value.len())
+            && value.iter().all(|byte| byte.is_ascii_graphic());
+        (one_value && plain).then(|| String::from_utf8_lossy(value).into_owned())
+    }
+}
+
 /// The method and path, for per-operation limits.
 ///
 /// The path is the client's, so its cardinality is too (`/users/1`,
@@ -157,7 +202,7 @@ where
 /// template through [`extension_map`] on a route layer.
 ///
 /// ```
-/// use http::Method;
+/// use http::{HeaderName, Method};
 /// use tollgate::http::tower::extract;
 ///
 /// let (parts, ()) = http::Request::post("/login").body(())?.into_parts();

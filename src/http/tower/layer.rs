@@ -2,7 +2,6 @@
 //! a refusal from `call` with the 429 (or 503) response, and keep each
 //! charge's receipt until the response says whether to give it back.
 
-use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -17,14 +16,14 @@ use http_body::Body;
 use http_body_util::{Either, Full};
 use tower::{Layer, Service};
 
+use super::charge::{Charge, Progress, charge_local, charge_shared_now, charge_shared_waiting};
 use super::length::Framing;
-use super::rule::{Bound, LimitRef, Rule};
+use super::rule::Rule;
 use super::{CostError, MissingKey};
-use crate::hierarchy::{Taken, take_all};
+use crate::HierarchyError;
 use crate::http::fields::{RATELIMIT, RATELIMIT_POLICY, rate_limit_policy_value, rate_limit_value};
 use crate::http::problem::client_error;
 use crate::http::{Jitter, PartitionKeys, RateLimitPolicy, Refusal, ServiceLimit, delay_seconds};
-use crate::{HierarchyError, Step};
 
 /// The body of the layer's responses: its own refusals (`Left`) or the
 /// inner service's body (`Right`).
@@ -43,8 +42,13 @@ pub type RateLimitBody<B> = Either<Full<Bytes>, B>;
 /// the RateLimit fields and a problem+json body; 503 when the limiter
 /// itself is short of capacity). Refusals are responses, not errors: the
 /// service's error type is the inner service's, and `poll_ready` only asks
-/// the inner service, so the limiter never makes a caller wait.
-/// `docs/http.md` has the contract.
+/// the inner service. In-process rules never make a request wait; a shared
+/// rule ([`Rule::shared`]) whose key this node holds no lease of makes it
+/// wait for the store, in the response future, within
+/// [`store_wait`](RateLimitLayerBuilder::store_wait). The inner service is
+/// then called from that future, so it must be `Clone + Send + 'static`
+/// (axum's are): the future takes the service `poll_ready` readied and
+/// leaves a clone in its place. `docs/http.md` has the contract.
 ///
 /// Cheap to clone: the configuration is behind an `Arc`.
 ///
@@ -64,7 +68,7 @@ pub type RateLimitBody<B> = Either<Full<Bytes>, B>;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RateLimitLayer {
-    shared: Arc<Shared>,
+    config: Arc<Config>,
 }
 
 /// Configures a [`RateLimitLayer`].
@@ -85,7 +89,13 @@ pub struct RateLimitLayerBuilder {
     keys: Option<PartitionKeys>,
     jitter: Jitter,
     on_success: bool,
+    store_wait: Option<Duration>,
 }
+
+/// How long a request may wait for shared limits' stores unless set: a
+/// round trip or two to a nearby store, short enough that a store that
+/// hangs costs a client little.
+const DEFAULT_STORE_WAIT: Duration = Duration::from_millis(100);
 
 impl RateLimitLayer {
     /// Starts a layer with no rules, no jitter, random partition keys and
@@ -102,9 +112,11 @@ impl RateLimitLayer {
 }
 
 impl RateLimitLayerBuilder {
-    /// Adds a rule, charged after the ones added before it. Add them from
-    /// the most selective (per address) to the most shared (global), so a
-    /// request refused early never touches the shared limit.
+    /// Adds a rule, charged after the ones added before it, except that
+    /// rules over a budget shared by a fleet ([`Rule::shared`]) are charged
+    /// after every in-process rule. Add them from the most selective (per
+    /// address) to the most shared (global), so a request refused early
+    /// never touches the shared limit.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -164,6 +176,27 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// The longest a request waits, in all, for the tokens of its shared
+    /// rules ([`Rule::shared`]) when this node cannot decide them from a
+    /// lease (default: 100 ms): for a hot key's refill to land, or for a
+    /// cold key's budget to refill at the store. A request whose tokens do
+    /// not exist by then is refused (429); one whose store says they will
+    /// not exist within it is refused at once. Each store call is bounded
+    /// by its allowance's store timeout, and a store that cannot be reached
+    /// answers as its failure policy says (503, or through). In-process
+    /// rules never wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::http::tower::RateLimitLayer;
+    ///
+    /// let _layer = RateLimitLayer::builder().store_wait(Duration::from_millis(20)).build();
+    /// ```
+    pub fn store_wait(mut self, wait: Duration) -> Self {
+        self.store_wait = Some(wait);
+        self
+    }
+
     /// The layer.
     ///
     /// ```
@@ -172,14 +205,20 @@ impl RateLimitLayerBuilder {
     /// let layer = RateLimitLayer::builder().build();
     /// let _clone = layer.clone(); // shares the configuration
     /// ```
-    pub fn build(self) -> RateLimitLayer {
+    pub fn build(mut self) -> RateLimitLayer {
+        // Shared rules after the in-process ones, each group in the order
+        // added: a request refused in this process never costs the fleet's
+        // store a round trip, and the in-process chain is all or nothing on
+        // its own before any shared budget is touched.
+        self.rules.sort_by_key(Rule::is_shared);
         RateLimitLayer {
-            shared: Arc::new(Shared {
+            config: Arc::new(Config {
                 reads_costs: self.rules.iter().any(Rule::has_cost),
                 rules: self.rules,
                 keys: self.keys.unwrap_or_default(),
                 jitter: self.jitter,
                 on_success: self.on_success,
+                store_wait: self.store_wait.unwrap_or(DEFAULT_STORE_WAIT),
             }),
         }
     }
@@ -191,7 +230,7 @@ impl<S> Layer<S> for RateLimitLayer {
     fn layer(&self, inner: S) -> RateLimitService<S> {
         RateLimitService {
             inner,
-            shared: Arc::clone(&self.shared),
+            config: Arc::clone(&self.config),
         }
     }
 }
@@ -226,10 +265,10 @@ impl<S> Layer<S> for RateLimitLayer {
 #[derive(Clone, Debug)]
 pub struct RateLimitService<S> {
     inner: S,
-    shared: Arc<Shared>,
+    config: Arc<Config>,
 }
 
-struct Shared {
+struct Config {
     rules: Vec<Rule>,
     /// Whether a rule has a cost function, which may read the body's
     /// framing.
@@ -237,27 +276,18 @@ struct Shared {
     keys: PartitionKeys,
     jitter: Jitter,
     on_success: bool,
+    store_wait: Duration,
 }
 
-impl fmt::Debug for Shared {
+impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Shared")
+        f.debug_struct("Config")
             .field("rules", &self.rules)
             .field("jitter", &self.jitter)
             .field("on_success", &self.on_success)
+            .field("store_wait", &self.store_wait)
             .finish_non_exhaustive()
     }
-}
-
-/// A rule bound to one request: which rule, its limit, the cost, and once
-/// charged, the receipt.
-struct Charge {
-    rule: usize,
-    bound: Box<dyn Bound>,
-    cost: u64,
-    /// What charging took, kept until the response says whether to give
-    /// it back; `None` for a cost of 0, which charges nothing.
-    taken: Option<Taken>,
 }
 
 /// What the response future needs once the inner service answers. It has
@@ -265,21 +295,22 @@ struct Charge {
 /// outer timeout, an inner error or panic) keeps every charge, because its
 /// handler may have done the work and no response said otherwise.
 struct Admitted {
-    shared: Arc<Shared>,
+    config: Arc<Config>,
     charges: Vec<Charge>,
 }
 
 impl<S, ReqB, ResB> Service<Request<ReqB>> for RateLimitService<S>
 where
-    S: Service<Request<ReqB>, Response = Response<ResB>>,
-    ReqB: Body,
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    ReqB: Body + Send + 'static,
 {
     type Response = Response<RateLimitBody<ResB>>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        // The limiter never waits: a refusal is an answer from `call`.
+        // The limiter never waits here: a refusal is an answer from `call`,
+        // and a shared limit's store is asked by the response future.
         self.inner.poll_ready(cx)
     }
 
@@ -289,13 +320,13 @@ where
         // they run: the inner service gets the request as it came. Without
         // cost functions the extension map is left alone (an insert and a
         // remove cost some 300 instructions a request, measured).
-        let charges = if self.shared.reads_costs {
+        let charges = if self.config.reads_costs {
             parts.extensions.insert(Framing::of(&body));
-            let charges = self.shared.bind(&parts);
+            let charges = self.config.bind(&parts);
             parts.extensions.remove::<Framing>();
             charges
         } else {
-            self.shared.bind(&parts)
+            self.config.bind(&parts)
         };
         let mut charges = match charges {
             Ok(charges) => charges,
@@ -303,59 +334,38 @@ where
                 return ResponseFuture::refused(unchargeable.response().map(Full::new));
             }
         };
-        if let Err(refused) = charge(&mut charges) {
-            return ResponseFuture::refused(self.shared.refusal(&charges, refused));
+        if let Err(refused) = charge_local(&mut charges) {
+            return ResponseFuture::refused(self.config.refusal(&charges, refused));
         }
-        let future = self.inner.call(Request::from_parts(parts, body));
-        ResponseFuture {
-            state: State::Admitted {
-                future: Box::pin(future),
-                admitted: Admitted {
-                    shared: Arc::clone(&self.shared),
-                    charges,
-                },
-            },
-        }
+        let from = match charge_shared_now(&mut charges, self.config.store_wait) {
+            Progress::Admitted => {
+                let future = self.inner.call(Request::from_parts(parts, body));
+                return ResponseFuture::admitted(future, Arc::clone(&self.config), charges);
+            }
+            Progress::Refused(refused) => {
+                return ResponseFuture::refused(self.config.refusal(&charges, refused));
+            }
+            Progress::Waits(from) => from,
+        };
+        // The store decides after `call` returns, so the inner service is
+        // called later, from the future: it takes the service that
+        // `poll_ready` readied and leaves a clone in its place (tower's
+        // usual way).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let config = Arc::clone(&self.config);
+        let request = Request::from_parts(parts, body);
+        ResponseFuture::deciding(Box::pin(async move {
+            if let Err(refused) = charge_shared_waiting(&mut charges, from, config.store_wait).await
+            {
+                return Err(config.refusal(&charges, refused));
+            }
+            Ok((inner.call(request), Admitted { config, charges }))
+        }))
     }
 }
 
-/// Charges every step with a cost, all or nothing, and leaves each receipt
-/// in its charge. The refusal's `limit` is an index into `charges`.
-fn charge(charges: &mut [Charge]) -> Result<(), HierarchyError> {
-    // Zero-cost steps charge nothing (an empty body under a per-byte
-    // limit), so they are left out rather than refused as `ZeroCost`.
-    // Each step's receipt goes straight into its charge, through a `Cell`
-    // over the charge's own slot (the steps borrow the limits while the
-    // receipts arrive): two allocations a request here, not four, which
-    // measured 80 ns a request less on an axum server
-    // (`docs/benchmarks.md`, "A limit on a real server"). `take_all` hands
-    // receipts over only once every step passed, so a refused request
-    // leaves every slot empty.
-    let limits: Vec<(usize, LimitRef<'_>, u64, &Cell<Option<Taken>>)> = charges
-        .iter_mut()
-        .enumerate()
-        .filter(|(_, charge)| charge.cost > 0)
-        .map(|(i, charge)| {
-            let Charge {
-                bound, cost, taken, ..
-            } = charge;
-            let bound: &dyn Bound = &**bound;
-            (i, bound.limit(), *cost, Cell::from_mut(taken))
-        })
-        .collect();
-    let steps: Vec<Step<'_>> = limits
-        .iter()
-        .map(|(_, limit, cost, _)| Step::new(limit.as_limit(), *cost))
-        .collect();
-    take_all(&steps, |index, receipt| limits[index].3.set(Some(*receipt))).map_err(|refused| {
-        HierarchyError {
-            limit: limits.get(refused.limit).map_or(0, |step| step.0),
-            error: refused.error,
-        }
-    })
-}
-
-impl Shared {
+impl Config {
     /// Binds every rule that applies to the request, with its cost; or the
     /// 4xx for a request no rule can charge as it stands (no key, no
     /// readable cost), which charges nothing.
@@ -374,35 +384,35 @@ impl Shared {
             let cost = rule
                 .cost_of(parts)
                 .map_err(|error| Unchargeable::Cost(rule.policy(), error))?;
-            charges.push(Charge {
-                rule: index,
-                bound,
-                cost,
-                taken: None,
-            });
+            charges.push(Charge::new(index, bound, cost));
         }
         Ok(charges)
     }
 
-    /// The policies and live limits of the charged rules, each tagged with
-    /// the request's partition key.
+    /// The policies of the charged rules and the live limits this node can
+    /// vouch for, each tagged with the request's partition key.
     fn advertised(&self, charges: &[Charge]) -> (Vec<RateLimitPolicy>, Vec<ServiceLimit>) {
-        charges
-            .iter()
-            .map(|charge| {
-                let mut policy = self.rules[charge.rule].policy().clone();
-                let pk = charge.bound.partition(&self.keys, policy.name());
-                let mut limit = ServiceLimit::new(policy.name().clone(), charge.bound.available())
-                    .with_reset_seconds(
-                        self.jitter.apply(delay_seconds(next_token(&*charge.bound))),
-                    );
-                if let Some(pk) = pk {
-                    policy = policy.with_partition_key(pk);
-                    limit = limit.with_partition_key(pk);
-                }
-                (policy, limit)
-            })
-            .unzip()
+        let mut policies = Vec::with_capacity(charges.len());
+        let mut limits = Vec::with_capacity(charges.len());
+        for charge in charges {
+            let mut policy = self.rules[charge.rule].policy().clone();
+            let pk = charge.partition(&self.keys, policy.name());
+            let live = charge.live().map(|(remaining, next)| {
+                ServiceLimit::new(policy.name().clone(), remaining)
+                    .with_reset_seconds(self.jitter.apply(delay_seconds(next)))
+            });
+            if let Some(pk) = pk {
+                policy = policy.with_partition_key(pk);
+            }
+            if let Some(limit) = live {
+                limits.push(match pk {
+                    Some(pk) => limit.with_partition_key(pk),
+                    None => limit,
+                });
+            }
+            policies.push(policy);
+        }
+        (policies, limits)
     }
 
     fn refusal(&self, charges: &[Charge], refused: HierarchyError) -> Response<Full<Bytes>> {
@@ -422,13 +432,7 @@ impl Shared {
         let violated = charges
             .iter()
             .zip(&policies)
-            .filter(|(charge, _)| {
-                charge.cost > 0
-                    && charge
-                        .bound
-                        .wait(charge.cost)
-                        .is_ok_and(|w| w > Duration::ZERO)
-            })
+            .filter(|(charge, _)| charge.violated())
             .map(|(_, policy)| policy.name().clone())
             .collect::<Vec<_>>();
         Refusal::from_hierarchy(&refused, &policies)
@@ -437,21 +441,6 @@ impl Shared {
             .into_response()
             .map(Full::new)
     }
-}
-
-/// The wait until `bound` holds one more whole token: the draft's effective
-/// window, within which no more than what is available can be spent. A
-/// full bucket gains nothing until it is spent from, and then its next
-/// token takes one emission interval.
-fn next_token(bound: &dyn Bound) -> Duration {
-    let quota = bound.quota();
-    let available = bound.available();
-    if available < quota.capacity() {
-        return bound.wait(available + 1).unwrap_or(Duration::ZERO);
-    }
-    let (tokens, period) = quota.refill();
-    let nanos = period.as_nanos().div_ceil(u128::from(tokens.max(1)));
-    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
 }
 
 /// Why a rule cannot charge a request as it stands: it names the rule's
@@ -487,8 +476,14 @@ pub struct ResponseFuture<F> {
     state: State<F>,
 }
 
+/// What the decision of a shared limit's store comes to: the inner
+/// service's future, called once every limit took its cost, or the refusal.
+type Decided<F> = Result<(F, Admitted), Response<Full<Bytes>>>;
+
 enum State<F> {
     Refused(Response<Full<Bytes>>),
+    /// Waiting for a shared limit's store.
+    Deciding(Pin<Box<dyn Future<Output = Decided<F>> + Send>>),
     Admitted {
         // Boxed so this future is `Unpin` without unsafe pin projection.
         future: Pin<Box<F>>,
@@ -503,12 +498,28 @@ impl<F> ResponseFuture<F> {
             state: State::Refused(response),
         }
     }
+
+    fn deciding(decision: Pin<Box<dyn Future<Output = Decided<F>> + Send>>) -> Self {
+        ResponseFuture {
+            state: State::Deciding(decision),
+        }
+    }
+
+    fn admitted(future: F, config: Arc<Config>, charges: Vec<Charge>) -> Self {
+        ResponseFuture {
+            state: State::Admitted {
+                future: Box::pin(future),
+                admitted: Admitted { config, charges },
+            },
+        }
+    }
 }
 
 impl<F> fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
             State::Refused(_) => "refused",
+            State::Deciding(_) => "deciding",
             State::Admitted { .. } => "admitted",
             State::Done => "done",
         };
@@ -529,23 +540,42 @@ where
         // Taken out, so that whatever happens next (an answer, an error, a
         // panic in the inner future) leaves the future done: polled again,
         // it neither resumes the inner future nor gives anything back twice.
-        match std::mem::replace(&mut this.state, State::Done) {
-            State::Refused(response) => Poll::Ready(Ok(response.map(Either::Left))),
-            State::Done => Poll::Ready(Ok(spent().map(Either::Left))),
-            State::Admitted {
-                mut future,
-                admitted,
-            } => match future.as_mut().poll(cx) {
-                Poll::Pending => {
-                    this.state = State::Admitted { future, admitted };
-                    Poll::Pending
+        loop {
+            match std::mem::replace(&mut this.state, State::Done) {
+                State::Refused(response) => return Poll::Ready(Ok(response.map(Either::Left))),
+                State::Done => return Poll::Ready(Ok(spent().map(Either::Left))),
+                State::Deciding(mut decision) => match decision.as_mut().poll(cx) {
+                    Poll::Pending => {
+                        this.state = State::Deciding(decision);
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(Err(refusal)) => {
+                        return Poll::Ready(Ok(refusal.map(Either::Left)));
+                    }
+                    Poll::Ready(Ok((future, admitted))) => {
+                        this.state = State::Admitted {
+                            future: Box::pin(future),
+                            admitted,
+                        };
+                    }
+                },
+                State::Admitted {
+                    mut future,
+                    admitted,
+                } => {
+                    return match future.as_mut().poll(cx) {
+                        Poll::Pending => {
+                            this.state = State::Admitted { future, admitted };
+                            Poll::Pending
+                        }
+                        Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+                        Poll::Ready(Ok(mut response)) => {
+                            admitted.finish(&mut response);
+                            Poll::Ready(Ok(response.map(Either::Right)))
+                        }
+                    };
                 }
-                Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
-                Poll::Ready(Ok(mut response)) => {
-                    admitted.finish(&mut response);
-                    Poll::Ready(Ok(response.map(Either::Right)))
-                }
-            },
+            }
         }
     }
 }
@@ -560,20 +590,18 @@ impl Admitted {
     /// Gives back the charges of the rules configured to give back this
     /// status, each through its receipt (the one rule that never mints
     /// credit), then adds the fields if configured (never to 401 or 403).
-    fn finish<B>(self, response: &mut Response<B>) {
+    fn finish<B>(mut self, response: &mut Response<B>) {
         let status = response.status();
-        for charge in &self.charges {
-            if let Some(taken) = &charge.taken
-                && self.shared.rules[charge.rule].gives_back(status)
-            {
-                charge.bound.limit().as_limit().undo(taken);
+        for charge in &mut self.charges {
+            if self.config.rules[charge.rule].gives_back(status) {
+                charge.give_back();
             }
         }
         let private = status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN;
-        if !self.shared.on_success || private || self.charges.is_empty() {
+        if !self.config.on_success || private || self.charges.is_empty() {
             return;
         }
-        let (policies, limits) = self.shared.advertised(&self.charges);
+        let (policies, limits) = self.config.advertised(&self.charges);
         let headers = response.headers_mut();
         if let Some(value) = rate_limit_policy_value(&policies) {
             headers.insert(RATELIMIT_POLICY, value);

@@ -1,9 +1,11 @@
 //! Rate limiting as tower middleware (feature `tower`), for axum, hyper
 //! and any other tower-based server.
 //!
-//! A [`RateLimitLayer`] holds a list of [`Rule`]s: a global bucket, or a
-//! keyed limiter with a key [`extract`]ed from the request head (the peer
-//! address, the client behind trusted proxies, a principal from earlier
+//! A [`RateLimitLayer`] holds a list of [`Rule`]s: a global bucket, a
+//! keyed limiter, or a budget per key shared by a fleet of servers
+//! ([`Rule::shared`], over a [`KeyedAllowance`](crate::shared::KeyedAllowance)),
+//! with a key [`extract`]ed from the request head (the peer address, the
+//! client behind trusted proxies, an API key, a principal from earlier
 //! middleware, the route). Every rule that applies is charged, all or
 //! nothing; a refusal becomes the [`Refusal`](crate::http::Refusal)
 //! response. An admitted request stays charged unless its response has a
@@ -30,11 +32,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod charge;
 mod cost;
 pub mod extract;
 mod layer;
 mod length;
 mod rule;
+mod shared;
 
 pub use cost::CostError;
 pub use layer::{

@@ -11,7 +11,9 @@ use http::StatusCode;
 use http::request::Parts;
 
 use super::CostError;
+use super::shared::{SharedBound, SharedSource};
 use crate::http::{PartitionKey, PartitionKeys, PolicyName, RateLimitPolicy};
+use crate::shared::{KeyedAllowance, Store};
 use crate::{AcquireError, Clock, KeyedLimiter, Limit, Quota, TokenBucket};
 
 /// What the layer does with a request from which a rule cannot extract a
@@ -72,7 +74,7 @@ type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 #[derive(Clone)]
 pub struct Rule {
     policy: RateLimitPolicy,
-    source: Arc<dyn Source>,
+    source: Limiter,
     cost: Option<Arc<CostFn>>,
     when: Option<Arc<Predicate>>,
     missing: MissingKey,
@@ -95,7 +97,7 @@ impl Rule {
     /// ```
     pub fn global<C: Clock + 'static>(name: PolicyName, bucket: Arc<TokenBucket<C>>) -> Rule {
         let policy = RateLimitPolicy::from_quota(name, bucket.quota());
-        Rule::new(policy, Arc::new(GlobalSource(bucket)))
+        Rule::new(policy, Limiter::Local(Arc::new(GlobalSource(bucket))))
     }
 
     /// A bucket per key, the key taken from each request by `key`
@@ -124,14 +126,79 @@ impl Rule {
         let policy = RateLimitPolicy::from_quota(name, limiter.quota());
         Rule::new(
             policy,
-            Arc::new(KeyedSource {
+            Limiter::Local(Arc::new(KeyedSource {
                 limiter,
                 key: Arc::new(key) as Arc<KeyFn<K>>,
-            }),
+            })),
         )
     }
 
-    fn new(policy: RateLimitPolicy, source: Arc<dyn Source>) -> Rule {
+    /// A budget per key shared by every node of a fleet: one key of a
+    /// [`KeyedAllowance`] over a shared [`Store`] (Redis, say), the key
+    /// taken from each request by `key` (the same extractors as
+    /// [`keyed`](Self::keyed), its `Display` form naming the key in the
+    /// store), advertised as `quota`, which must be the quota the store
+    /// gives each key (a node cannot ask the store for it).
+    ///
+    /// A shared rule is charged after every in-process rule, whatever the
+    /// order rules were added in. A key this node holds a lease of is
+    /// decided in `call` (one compare-and-swap); any other key, or a lease
+    /// that ran short while its refill is on the way, is decided by the
+    /// response future, which waits for the store or the refill within the
+    /// layer's [`store_wait`](super::RateLimitLayerBuilder::store_wait):
+    /// a node's empty lease is never taken for the fleet's empty budget. A
+    /// refusal
+    /// gives back what the in-process rules took; a store that is down is a
+    /// 503 under [`FailurePolicy::Closed`](crate::shared::FailurePolicy),
+    /// and lets the request through under `Open`. What the shared budget
+    /// took stays spent, on a refusal by a later shared rule or a response
+    /// in [`give_back_on`](Self::give_back_on): the allowance hands out no
+    /// receipt to give back by, so those requests cost the fleet their
+    /// tokens (fewer admitted, never more). `docs/http.md` ("Shared
+    /// rules") has the contract.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use http::HeaderName;
+    /// use tollgate::Quota;
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::{RateLimitLayer, Rule, extract};
+    /// use tollgate::shared::{FailurePolicy, KeyedAllowance, KeyedAllowanceConfig, LocalStore};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// // 100 a minute per API key, across the fleet (here one in-process store).
+    /// let quota = Quota::new(100, 100, Duration::from_secs(60))?;
+    /// let store = Arc::new(LocalStore::new(quota));
+    /// let per_key = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// let api_key = extract::header(HeaderName::from_static("x-api-key"));
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::shared(PolicyName::new("per-api-key")?, &quota, per_key, api_key))
+    ///     .build();
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shared<S, K, F>(
+        name: PolicyName,
+        quota: &Quota,
+        allowance: KeyedAllowance<S>,
+        key: F,
+    ) -> Rule
+    where
+        S: Store,
+        K: fmt::Display,
+        F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+    {
+        let policy = RateLimitPolicy::from_quota(name, quota);
+        Rule::new(
+            policy,
+            Limiter::Shared(SharedSource::new(allowance, *quota, key)),
+        )
+    }
+
+    fn new(policy: RateLimitPolicy, source: Limiter) -> Rule {
         Rule {
             policy,
             source,
@@ -330,8 +397,17 @@ impl Rule {
         self.cost.as_ref().map_or(Ok(1), |cost| cost(parts))
     }
 
-    pub(super) fn bind(&self, parts: &Parts) -> Option<Box<dyn Bound>> {
-        self.source.bind(parts)
+    pub(super) fn bind(&self, parts: &Parts) -> Option<Binding> {
+        match &self.source {
+            Limiter::Local(source) => source.bind(parts).map(Binding::Local),
+            Limiter::Shared(source) => source.bind(parts).map(Binding::Shared),
+        }
+    }
+
+    /// Whether this rule's limit is shared by a fleet (charged after the
+    /// in-process ones).
+    pub(super) fn is_shared(&self) -> bool {
+        matches!(self.source, Limiter::Shared(_))
     }
 
     pub(super) fn gives_back(&self, status: StatusCode) -> bool {
@@ -349,7 +425,20 @@ impl fmt::Debug for Rule {
     }
 }
 
-/// A limiter that can be bound to one request's key.
+/// A rule's limiter: in this process, or shared by a fleet.
+#[derive(Clone)]
+enum Limiter {
+    Local(Arc<dyn Source>),
+    Shared(SharedSource),
+}
+
+/// A rule's limiter bound to one request.
+pub(super) enum Binding {
+    Local(Box<dyn Bound>),
+    Shared(SharedBound),
+}
+
+/// An in-process limiter that can be bound to one request's key.
 trait Source: Send + Sync {
     fn bind(&self, parts: &Parts) -> Option<Box<dyn Bound>>;
 }

@@ -6,6 +6,8 @@
 //! own clock. The details, and what a timed-out call means, are in
 //! `docs/redis.md`.
 
+mod config;
+mod connection;
 mod lua;
 #[cfg(test)]
 mod parity;
@@ -19,15 +21,17 @@ use std::future::Future;
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Client, RedisError, Script, ScriptInvocation, Value};
+use ::redis::{Cmd, RedisError, Script, Value};
 
+pub use self::config::RedisConfig;
+pub use self::connection::RedisConnection;
 use self::scale::{EPOCH_UNIX_SECS, Scale};
 use super::store::{Grant, Lease, Store, refill_interval};
 use crate::{InitialCredit, Quota};
 
-// Loaded by hash: `Script::invoke_async` sends EVALSHA and, on a NOSCRIPT
-// reply (a restarted or flushed server), loads the script and retries once.
+// Loaded by hash: each call is an EVALSHA and, on a NOSCRIPT reply (a
+// restarted or flushed server), the script is loaded and the call sent once
+// more (`connection.rs`).
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(lua::ACQUIRE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(lua::RELEASE));
 
@@ -50,10 +54,20 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(lua::RELEASE));
 #[non_exhaustive]
 pub enum RedisStoreError {
     /// The client or the server reported an error: no connection, a
-    /// dropped connection, a script error, a wrong-type key. A dropped
-    /// connection may have carried the call to the server first.
+    /// dropped connection, a script error, a wrong-type key, a cluster
+    /// slot without a reachable master. A dropped connection may have
+    /// carried the call to the server first.
     #[error("redis: {0}")]
-    Redis(#[from] RedisError),
+    Redis(#[source] RedisError),
+    /// The server refused the credentials: a wrong password, an unknown or
+    /// disabled ACL user, or none given to a server that requires them.
+    #[error("redis refused the credentials: {0}")]
+    AuthenticationFailed(String),
+    /// The TLS connection failed: the server's certificate does not verify
+    /// against the trusted roots (or the configured CA), names another
+    /// host, or has expired; or the handshake itself failed.
+    #[error("TLS with the redis server failed: {0}")]
+    Tls(String),
     /// No reply within the store's timeout. The call may still have reached
     /// the server and been applied: a timed-out `acquire` may have debited
     /// its tokens.
@@ -92,6 +106,9 @@ pub enum RedisStoreError {
     /// Redis Cluster hash tag into the prefix.
     #[error("the key prefix must not contain '{{' or '}}'")]
     InvalidPrefix,
+    /// A [`RedisConfig`] without any node URL.
+    #[error("no redis node to connect to")]
+    NoNodes,
     /// The server's clock is before 2025 or past the store's range
     /// ([`RedisStore::valid_until`]): the script refused to decide.
     #[error("the redis server's clock is outside the store's range (2025 to its valid_until)")]
@@ -112,9 +129,14 @@ pub enum RedisStoreError {
 ///   the processes calling them never matter.
 /// - **Expiry.** A key expires when its bucket is full again; an absent key
 ///   is a full bucket, so idle keys cost no memory and none lives forever.
-/// - **One key, one slot.** Key `k` is stored at `{prefix}{k}` with braces
-///   in `k` escaped ([`redis_key`](Self::redis_key)), so each bucket is one
-///   Redis key in one Redis Cluster slot.
+/// - **One server or a cluster.** [`connect_with`](Self::connect_with)
+///   takes a [`RedisConfig`]: one server or a Redis Cluster, over TCP or
+///   TLS (rustls), with ACL credentials. Key `k` is stored at `{prefix}{k}`
+///   with braces in `k` escaped ([`redis_key`](Self::redis_key)), so each
+///   bucket is one Redis key in one cluster slot, and each script call goes
+///   to that slot's master.
+/// - **Batches.** [`acquire_many`](Store::acquire_many) is one pipeline on
+///   one server, concurrent single calls on a cluster.
 /// - **Timeouts.** Every call is bounded by the store's timeout; a timed-out
 ///   call may still have been applied ([`RedisStoreError::Timeout`]).
 /// - **Runtime.** Calls run on tokio (the connection's tasks and the
@@ -145,7 +167,7 @@ pub enum RedisStoreError {
 /// ```
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: ConnectionManager,
+    connection: RedisConnection,
     quota: Quota,
     scale: Scale,
     prefix: String,
@@ -153,9 +175,10 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// A store on an existing connection manager (which reconnects on its
-    /// own after a failure), with `quota` for every key, Redis keys under
-    /// `prefix`, and every call bounded by `timeout`.
+    /// A store on an existing connection — a `redis` connection manager
+    /// (one server; it reconnects on its own after a failure) or cluster
+    /// connection ([`RedisConnection`]) — with `quota` for every key, Redis
+    /// keys under `prefix`, and every call bounded by `timeout`.
     ///
     /// The timeout bounds each call as a whole (an `EVALSHA`, and the
     /// script load after a `NOSCRIPT` reply); `Duration::MAX` waits as long
@@ -190,14 +213,14 @@ impl RedisStore {
     /// # }
     /// ```
     pub fn new(
-        connection: ConnectionManager,
+        connection: impl Into<RedisConnection>,
         quota: Quota,
         prefix: impl Into<String>,
         timeout: Duration,
     ) -> Result<Self, RedisStoreError> {
         let (scale, prefix) = validate(&quota, prefix.into(), timeout)?;
         Ok(RedisStore {
-            connection,
+            connection: connection.into(),
             quota,
             scale,
             prefix,
@@ -206,21 +229,13 @@ impl RedisStore {
     }
 
     /// Connects to the server at `url` (`redis://host:port/db`,
-    /// `rediss://...` with a TLS feature of `redis`, `redis+unix:///path`)
-    /// and builds a store as [`new`](Self::new) does.
-    ///
-    /// The connection manager is configured for a limiter: each connection
-    /// attempt is bounded by `timeout`, and reconnection attempts after a
-    /// failure are at most one second apart (the `redis` default backs off
-    /// to a minute). For other settings build the manager yourself and use
-    /// [`new`](Self::new).
+    /// `rediss://...` for TLS, `redis+unix:///path`) and builds a store as
+    /// [`new`](Self::new) does: [`connect_with`](Self::connect_with) for
+    /// `RedisConfig::node(url).timeout(timeout)`.
     ///
     /// # Errors
     ///
-    /// As [`new`](Self::new), checked before connecting; then
-    /// [`Redis`](RedisStoreError::Redis) for a bad URL or a refused
-    /// connection, [`Timeout`](RedisStoreError::Timeout) if the first
-    /// connection is not made within `timeout`.
+    /// As [`connect_with`](Self::connect_with).
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -240,18 +255,58 @@ impl RedisStore {
         prefix: impl Into<String>,
         timeout: Duration,
     ) -> Result<Self, RedisStoreError> {
+        RedisStore::connect_with(&RedisConfig::node(url).timeout(timeout), quota, prefix).await
+    }
+
+    /// Connects as `config` says — one server or a Redis Cluster, TLS,
+    /// credentials — and builds a store as [`new`](Self::new) does, every
+    /// call bounded by the configuration's timeout.
+    ///
+    /// A connection to one server reconnects on its own after a failure,
+    /// at most one second apart (the `redis` default backs off to a
+    /// minute); a cluster connection follows the slot map, reconnecting to
+    /// the nodes it finds. Each connection attempt is bounded by the
+    /// timeout. Before that, one plain connection to the first node and a
+    /// `PING` check the address, TLS and credentials, so that each fails
+    /// with its own error instead of a retry until the timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new), and [`NoNodes`](RedisStoreError::NoNodes),
+    /// checked before connecting; then
+    /// [`AuthenticationFailed`](RedisStoreError::AuthenticationFailed) for
+    /// refused credentials, [`Tls`](RedisStoreError::Tls) for a server
+    /// certificate that does not verify, [`Redis`](RedisStoreError::Redis)
+    /// for a bad URL or a refused connection,
+    /// [`Timeout`](RedisStoreError::Timeout) if no connection is made in
+    /// time.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::{RedisConfig, RedisStore};
+    ///
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ca = std::fs::read("/etc/redis/ca.pem")?;
+    /// let config = RedisConfig::cluster(["rediss://10.0.0.1:7000", "rediss://10.0.0.2:7000"])
+    ///     .credentials("limiter", std::env::var("REDIS_PASSWORD")?)
+    ///     .ca_certificate_pem(ca)
+    ///     .timeout(Duration::from_millis(200));
+    /// let store = RedisStore::connect_with(&config, Quota::per_second(100)?, "rl:api:").await?;
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_with(
+        config: &RedisConfig,
+        quota: Quota,
+        prefix: impl Into<String>,
+    ) -> Result<Self, RedisStoreError> {
         // Checked before connecting, so a bad quota or prefix fails at once.
         let prefix = prefix.into();
-        validate(&quota, prefix.clone(), timeout)?;
-        let client = Client::open(url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(timeout)
-            .set_max_delay(1000);
-        let connection =
-            tokio::time::timeout(timeout, ConnectionManager::new_with_config(client, config))
-                .await
-                .map_err(|_| RedisStoreError::Timeout(timeout))??;
-        RedisStore::new(connection, quota, prefix, timeout)
+        validate(&quota, prefix.clone(), config.timeout)?;
+        let connection = RedisConnection::open(config).await?;
+        RedisStore::new(connection, quota, prefix, config.timeout)
     }
 
     /// The Redis key that holds `key`'s bucket: the prefix, then `key` in
@@ -332,63 +387,109 @@ impl RedisStore {
         self.scale.valid_until()
     }
 
-    /// Runs one of the scripts on `key` with the shared arguments and
-    /// `extra`, bounded by the timeout, and checks the reply's shape:
-    /// `{code, value, now}` with `code >= 0`.
-    async fn run(
-        &self,
-        script: &Script,
-        key: &str,
-        extra: &[u64],
-    ) -> Result<[u64; 3], RedisStoreError> {
-        let redis_key = self.redis_key(key);
-        let mut invocation: ScriptInvocation<'_> = script.prepare_invoke();
-        invocation
-            .key(&redis_key)
+    /// One `EVALSHA` of `script` on `key` with the shared arguments and
+    /// `extra`.
+    fn call(&self, script: &Script, key: &str, extra: &[u64]) -> Cmd {
+        let mut call = ::redis::cmd("EVALSHA");
+        call.arg(script.get_hash())
+            .arg(1)
+            .arg(self.redis_key(key))
             .arg(EPOCH_UNIX_SECS)
             .arg(self.scale.ticks_per_micro)
             .arg(self.scale.token_ticks)
             .arg(self.scale.tolerance)
             .arg(self.scale.last_tick);
         for &value in extra {
-            invocation.arg(value);
+            call.arg(value);
         }
-        let mut connection = self.connection.clone();
-        let reply: Value =
-            tokio::time::timeout(self.timeout, invocation.invoke_async(&mut connection))
-                .await
-                .map_err(|_| RedisStoreError::Timeout(self.timeout))??;
-        match parse_reply(&reply)? {
+        call
+    }
+
+    /// Runs one of the scripts on `key` with the shared arguments and
+    /// `extra`, bounded by the timeout, and checks the reply's shape.
+    async fn run(
+        &self,
+        script: &Script,
+        key: &str,
+        extra: &[u64],
+    ) -> Result<[u64; 3], RedisStoreError> {
+        let call = self.call(script, key, extra);
+        let reply = self.connection.eval(script, &call, self.timeout).await?;
+        self.decode(key, &reply)
+    }
+
+    /// A script's reply, `{code, value, now}` with `code >= 0`, or the
+    /// error it stands for.
+    fn decode(&self, key: &str, reply: &Value) -> Result<[u64; 3], RedisStoreError> {
+        match parse_reply(reply)? {
             [-1, _, _] => Err(RedisStoreError::ServerClockOutOfRange),
-            [-2, _, _] => Err(RedisStoreError::ForeignValue(redis_key)),
+            [-2, _, _] => Err(RedisStoreError::ForeignValue(self.redis_key(key))),
             [code, value, now] if code >= 0 && value >= 0 && now >= 0 => {
                 // Lossless: all three are non-negative.
                 Ok([code as u64, value as u64, now as u64])
             }
-            _ => Err(bad_reply(&reply)),
+            _ => Err(bad_reply(reply)),
         }
     }
 
     async fn acquire_tokens(&self, key: &str, want: u64) -> Result<Grant, RedisStoreError> {
-        // The capacity is this store's own `B`, the one its scripts apply
-        // (they receive it as `BT / T`): every grant tells it, empty or not.
-        let capacity = self.scale.capacity;
         if want == 0 {
-            return Ok(Grant::nothing(Duration::ZERO, capacity));
+            return Ok(self.nothing(Duration::ZERO));
         }
         // No bucket ever holds more than B: asking for more is asking for B.
-        let want = want.min(capacity);
-        let [granted, wait, now] = self.run(&ACQUIRE, key, &[want]).await?;
-        let nothing = |retry_after| Grant {
+        let want = want.min(self.scale.capacity);
+        let reply = self.run(&ACQUIRE, key, &[want]).await?;
+        self.grant(want, reply)
+    }
+
+    /// Every key's acquire in one batch ([`RedisConnection::eval_many`]):
+    /// one round trip to one server, concurrent calls on a cluster.
+    async fn acquire_batch(&self, requests: &[(&str, u64)]) -> Vec<Result<Grant, RedisStoreError>> {
+        let asked: Vec<(usize, u64)> = requests
+            .iter()
+            .enumerate()
+            .filter(|&(_, &(_, want))| want > 0)
+            .map(|(i, &(_, want))| (i, want.min(self.scale.capacity)))
+            .collect();
+        let calls: Vec<Cmd> = asked
+            .iter()
+            .map(|&(i, want)| self.call(&ACQUIRE, requests[i].0, &[want]))
+            .collect();
+        let replies = self
+            .connection
+            .eval_many(&ACQUIRE, &calls, self.timeout)
+            .await;
+        let mut grants: Vec<Result<Grant, RedisStoreError>> = requests
+            .iter()
+            .map(|_| Ok(self.nothing(Duration::ZERO)))
+            .collect();
+        for (&(i, want), reply) in asked.iter().zip(replies) {
+            grants[i] = reply
+                .and_then(|reply| self.decode(requests[i].0, &reply))
+                .and_then(|reply| self.grant(want, reply));
+        }
+        grants
+    }
+
+    /// A grant of nothing, with the wait until one token exists. Every
+    /// grant, empty or not, tells the capacity — this store's own `B`, the
+    /// one its scripts apply (they receive it as `BT / T`) — and the refill
+    /// interval.
+    fn nothing(&self, retry_after: Duration) -> Grant {
+        Grant {
             refill_interval: refill_interval(&self.quota),
-            ..Grant::nothing(retry_after, capacity)
-        };
+            ..Grant::nothing(retry_after, self.scale.capacity)
+        }
+    }
+
+    /// The grant an acquire script's decoded reply stands for.
+    fn grant(&self, want: u64, [granted, wait, now]: [u64; 3]) -> Result<Grant, RedisStoreError> {
         match (granted, wait) {
-            (0, wait) if wait > 0 => Ok(nothing(self.scale.duration(wait))),
+            (0, wait) if wait > 0 => Ok(self.nothing(self.scale.duration(wait))),
             (granted, 0) if (1..=want).contains(&granted) => Ok(Grant {
                 tokens: granted,
                 lease: Lease { granted, at: now },
-                ..nothing(Duration::ZERO)
+                ..self.nothing(Duration::ZERO)
             }),
             _ => Err(RedisStoreError::BadReply(format!(
                 "acquire of {want} returned {granted} tokens with a wait of {wait} ticks"
@@ -490,6 +591,31 @@ impl Store for RedisStore {
         unused: u64,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send {
         self.release_tokens(key, lease, unused)
+    }
+
+    /// Acquires for every key in one batch: one pipeline of script calls
+    /// on one server (one round trip), or every call at once on a cluster,
+    /// each routed to its key's master. Each key is still decided by its
+    /// own atomic script; each outcome is as [`acquire`](Store::acquire)'s,
+    /// in order. The whole batch is bounded by one timeout (each call on a
+    /// cluster by its own, so a dead master fails only its keys).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use tollgate::Quota;
+    /// use tollgate::shared::{RedisStore, Store};
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = RedisStore::connect("redis://127.0.0.1/", Quota::per_second(5)?, "rl:", Duration::from_secs(1)).await?;
+    /// let grants = store.acquire_many(&[("alice", 3), ("bob", 9)]).await;
+    /// assert_eq!(grants.len(), 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn acquire_many<'a>(
+        &'a self,
+        requests: &'a [(&'a str, u64)],
+    ) -> impl Future<Output = Vec<Result<Grant, Self::Error>>> + Send + 'a {
+        self.acquire_batch(requests)
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use ::redis::aio::ConnectionManager;
+use ::redis::aio::MultiplexedConnection;
 
 use super::redis_server::RedisServer;
 use super::{ACQUIRE, RELEASE, RedisStore};
@@ -29,7 +29,7 @@ impl Rng {
 }
 
 /// Whole tokens in the Redis bucket at the server tick `now`, from its state.
-async fn redis_available(store: &RedisStore, admin: &mut ConnectionManager, now: u64) -> u64 {
+async fn redis_available(store: &RedisStore, admin: &mut MultiplexedConnection, now: u64) -> u64 {
     let state: Option<String> = ::redis::cmd("GET")
         .arg(store.redis_key(KEY))
         .query_async(admin)
@@ -54,7 +54,11 @@ async fn the_scripts_give_back_by_the_in_process_rule() {
         .await
         .unwrap();
     assert_eq!(redis.scale.ticks_per_micro, 1);
-    let mut admin = redis.connection.clone();
+    let mut admin = ::redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
     let clock = ManualClock::new();
     let local = LocalStore::from_limiter(KeyedLimiter::builder(quota).clock(clock.clone()).build());
     // The server tick the local clock's zero stands for.

@@ -1,0 +1,307 @@
+//! Charging one request's rules, all or nothing: the in-process ones first,
+//! in one chain, then the shared ones, each given back through its own
+//! receipt if a later one refuses.
+
+use std::time::Duration;
+
+use super::rule::{Binding, Bound};
+use super::shared::{Outcome, SharedBound};
+use crate::hierarchy::{Taken, take_all};
+use crate::http::{PartitionKey, PartitionKeys, PolicyName};
+use crate::shared::Source;
+use crate::{AcquireError, HierarchyError, Quota, Step};
+
+/// A rule bound to one request: which rule, its limit, the cost, and once
+/// charged, the receipt.
+pub(super) struct Charge {
+    pub(super) rule: usize,
+    pub(super) cost: u64,
+    pub(super) limit: Charged,
+}
+
+/// A charge's limit and what charging it came to.
+pub(super) enum Charged {
+    /// An in-process limit, with what charging took, kept until the
+    /// response says whether to give it back; `None` for a cost of 0 or a
+    /// charge not (yet) taken.
+    Local {
+        bound: Box<dyn Bound>,
+        taken: Option<Taken>,
+    },
+    /// A shared limit, with what charging it came to.
+    Shared {
+        bound: SharedBound,
+        outcome: Outcome,
+    },
+}
+
+impl Charge {
+    pub(super) fn new(rule: usize, binding: Binding, cost: u64) -> Charge {
+        let limit = match binding {
+            Binding::Local(bound) => Charged::Local { bound, taken: None },
+            Binding::Shared(bound) => Charged::Shared {
+                bound,
+                outcome: Outcome::Untried,
+            },
+        };
+        Charge { rule, cost, limit }
+    }
+
+    fn is_shared(&self) -> bool {
+        matches!(self.limit, Charged::Shared { .. })
+    }
+
+    /// Gives back what this charge took from an in-process limit, through
+    /// its receipt (the one rule that never mints credit), once. A shared
+    /// limit's charge stays: a keyed allowance hands out no receipt to give
+    /// back by, so its tokens stay spent (fewer admitted, never more).
+    pub(super) fn give_back(&mut self) {
+        if let Charged::Local { bound, taken } = &mut self.limit
+            && let Some(taken) = taken.take()
+        {
+            bound.limit().as_limit().undo(&taken);
+        }
+    }
+
+    /// What this node can tell a client of the limit's live state: the
+    /// tokens left and the wait until the next one. A shared limit's node
+    /// knows only the tokens it holds leased for the key and, once refused,
+    /// the store's wait; with neither (a cold key) it says nothing rather
+    /// than a number it cannot back.
+    pub(super) fn live(&self) -> Option<(u64, Duration)> {
+        match &self.limit {
+            Charged::Local { bound, .. } => {
+                let available = bound.available();
+                Some((
+                    available,
+                    next_token(bound.quota(), available, |cost| bound.wait(cost)),
+                ))
+            }
+            Charged::Shared { bound, outcome, .. } => match outcome {
+                Outcome::Refused(AcquireError::Insufficient { retry_after }) => {
+                    Some((0, *retry_after))
+                }
+                _ => {
+                    let pooled = bound.pooled();
+                    (pooled > 0).then(|| (pooled, emission_interval(bound.quota())))
+                }
+            },
+        }
+    }
+
+    /// The wait until this charge's limit would take its cost, if this
+    /// node can tell: zero if it fits now.
+    fn wait(&self) -> Option<Duration> {
+        match &self.limit {
+            Charged::Local { bound, .. } => bound.wait(self.cost).ok(),
+            Charged::Shared { outcome, .. } => match outcome {
+                Outcome::Refused(AcquireError::Insufficient { retry_after }) => Some(*retry_after),
+                _ => None,
+            },
+        }
+    }
+
+    /// Whether this charge's limit would refuse its cost now: every such
+    /// limit is violated, not only the first one that refused.
+    pub(super) fn violated(&self) -> bool {
+        self.cost > 0 && self.wait().is_some_and(|wait| wait > Duration::ZERO)
+    }
+
+    /// The partition key this charge is advertised under, if keyed.
+    pub(super) fn partition(
+        &self,
+        keys: &PartitionKeys,
+        name: &PolicyName,
+    ) -> Option<PartitionKey> {
+        match &self.limit {
+            Charged::Local { bound, .. } => bound.partition(keys, name),
+            Charged::Shared { bound, .. } => Some(bound.partition(keys, name)),
+        }
+    }
+}
+
+/// Charges every in-process step with a cost, all or nothing, and leaves
+/// each receipt in its charge. The refusal's `limit` is an index into
+/// `charges`.
+pub(super) fn charge_local(charges: &mut [Charge]) -> Result<(), HierarchyError> {
+    // Zero-cost steps charge nothing (an empty body under a per-byte
+    // limit), so they are left out rather than refused as `ZeroCost`.
+    let charged: Vec<usize> = (0..charges.len())
+        .filter(|&i| charges[i].cost > 0 && !charges[i].is_shared())
+        .collect();
+    let mut taken = Vec::with_capacity(charged.len());
+    {
+        let limits: Vec<_> = charged
+            .iter()
+            .map(|&i| match &charges[i].limit {
+                Charged::Local { bound, .. } => bound.limit(),
+                Charged::Shared { .. } => unreachable!("only local charges are chained"),
+            })
+            .collect();
+        let steps: Vec<Step<'_>> = charged
+            .iter()
+            .zip(&limits)
+            .map(|(&i, limit)| Step::new(limit.as_limit(), charges[i].cost))
+            .collect();
+        take_all(&steps, |index, receipt| {
+            taken.push((charged[index], *receipt))
+        })
+        .map_err(|refused| HierarchyError {
+            limit: charged.get(refused.limit).copied().unwrap_or(0),
+            error: refused.error,
+        })?;
+    }
+    for (i, receipt) in taken {
+        if let Charged::Local { taken, .. } = &mut charges[i].limit {
+            *taken = Some(receipt);
+        }
+    }
+    Ok(())
+}
+
+/// How far charging the shared limits got without awaiting.
+pub(super) enum Progress {
+    /// Every shared limit took its cost.
+    Admitted,
+    /// The shared limit at this index is worth waiting for: charge it, and
+    /// the ones after it, with [`charge_shared_waiting`].
+    Waits(usize),
+    /// A shared limit refused, and every in-process charge is given back.
+    Refused(HierarchyError),
+}
+
+/// Whether a shared limit's answer without awaiting is worth waiting on
+/// instead: only its store can decide (a key this node holds no lease of),
+/// or its lease is short but a refill may land within `max_wait`. A node's
+/// empty pool is not the fleet's empty budget, so it is never a 429 while
+/// the wait could still admit.
+fn worth_waiting(attempt: &Result<Source, AcquireError>, max_wait: Duration) -> bool {
+    match attempt {
+        Err(AcquireError::NotLocal) => true,
+        Err(AcquireError::Insufficient { retry_after }) => *retry_after <= max_wait,
+        _ => false,
+    }
+}
+
+/// Charges the shared limits in order without awaiting, from this node's
+/// leases. Stops at the first worth waiting for (`max_wait` in all).
+pub(super) fn charge_shared_now(charges: &mut [Charge], max_wait: Duration) -> Progress {
+    for index in 0..charges.len() {
+        let attempt = match &charges[index].limit {
+            Charged::Shared { bound, .. } if charges[index].cost > 0 => {
+                bound.try_take(charges[index].cost)
+            }
+            _ => continue,
+        };
+        if worth_waiting(&attempt, max_wait) {
+            return Progress::Waits(index);
+        }
+        if let Err(refused) = record(charges, index, attempt) {
+            return Progress::Refused(refused);
+        }
+    }
+    Progress::Admitted
+}
+
+/// Charges the shared limits from `from` on, waiting (`max_wait` in all)
+/// for the store or a refill for those worth it. A refusal gives every
+/// in-process charge back. Cancelling the future leaves every charge taken
+/// so far in place: the request stays charged, as one whose client hung
+/// up.
+pub(super) async fn charge_shared_waiting(
+    charges: &mut [Charge],
+    from: usize,
+    max_wait: Duration,
+) -> Result<(), HierarchyError> {
+    let deadline = tokio::time::Instant::now().checked_add(max_wait);
+    for index in from..charges.len() {
+        let cost = charges[index].cost;
+        let Charged::Shared { bound, .. } = &charges[index].limit else {
+            continue;
+        };
+        if cost == 0 {
+            continue;
+        }
+        let left = deadline.map_or(Duration::MAX, |at| {
+            at.saturating_duration_since(tokio::time::Instant::now())
+        });
+        // The first one is known to be worth waiting for; asking its lease
+        // again would count its demand twice.
+        let mut attempt = if index == from {
+            Err(AcquireError::NotLocal)
+        } else {
+            bound.try_take(cost)
+        };
+        if worth_waiting(&attempt, left) {
+            attempt = bound.take(cost, left).await;
+        }
+        record(charges, index, attempt)?;
+    }
+    Ok(())
+}
+
+/// Records what the shared limit at `index` answered; on a refusal, gives
+/// every charge back and reports it.
+fn record(
+    charges: &mut [Charge],
+    index: usize,
+    attempt: Result<Source, AcquireError>,
+) -> Result<(), HierarchyError> {
+    let outcome = match attempt {
+        Ok(_) => Outcome::Taken,
+        Err(error) => Outcome::Refused(error),
+    };
+    if let Charged::Shared { outcome: slot, .. } = &mut charges[index].limit {
+        *slot = outcome;
+    }
+    match attempt {
+        Ok(_) => Ok(()),
+        Err(error) => Err(give_all_back(charges, index, error)),
+    }
+}
+
+/// Gives back every charge (latest first) once the shared limit at `index`
+/// refused with `error`, and reports the refusal: for a shortage, with the
+/// longest wait among the limits that would refuse now, so a client that
+/// waits it out does not run into the next one at once.
+fn give_all_back(charges: &mut [Charge], index: usize, error: AcquireError) -> HierarchyError {
+    for charge in charges.iter_mut().rev() {
+        charge.give_back();
+    }
+    let error = match error {
+        AcquireError::Insufficient { retry_after } => AcquireError::Insufficient {
+            retry_after: charges
+                .iter()
+                .filter(|charge| charge.cost > 0)
+                .filter_map(Charge::wait)
+                .fold(retry_after, Duration::max),
+        },
+        other => other,
+    };
+    HierarchyError {
+        limit: index,
+        error,
+    }
+}
+
+/// The wait until a limit holds one more whole token: the draft's
+/// effective window, within which no more than what is available can be
+/// spent. A full bucket gains nothing until it is spent from, and then its
+/// next token takes one emission interval.
+fn next_token(
+    quota: &Quota,
+    available: u64,
+    wait: impl Fn(u64) -> Result<Duration, AcquireError>,
+) -> Duration {
+    if available < quota.capacity() {
+        return wait(available + 1).unwrap_or(Duration::ZERO);
+    }
+    emission_interval(quota)
+}
+
+/// The time one token takes to refill.
+fn emission_interval(quota: &Quota) -> Duration {
+    let (tokens, period) = quota.refill();
+    let nanos = period.as_nanos().div_ceil(u128::from(tokens.max(1)));
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,126 @@
+//! Rules whose limit is a budget shared by a fleet: one key of a
+//! [`KeyedAllowance`] per request, decided without awaiting when this node
+//! holds the key's lease, and by the store (within the layer's longest
+//! wait) when it does not.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::request::Parts;
+
+use crate::http::{PartitionKey, PartitionKeys, PolicyName};
+use crate::shared::{KeyedAllowance, Source, Store};
+use crate::{AcquireError, Quota};
+
+/// The future of a store decision.
+type Decision = Pin<Box<dyn Future<Output = Result<Source, AcquireError>> + Send>>;
+
+/// A keyed shared budget as the layer uses it, its store type erased so
+/// that rules over different stores sit in one list.
+trait SharedLimit: Send + Sync + 'static {
+    /// Takes `cost` from the key's local lease now, or refuses; never
+    /// awaits. [`AcquireError::NotLocal`] means only the store can decide.
+    fn try_take(&self, key: &str, cost: u64) -> Result<Source, AcquireError>;
+    /// Takes `cost`, going to the store if need be, waiting at most
+    /// `max_wait`.
+    fn take(&self, key: String, cost: u64, max_wait: Duration) -> Decision;
+    /// Tokens this node holds leased for `key` now.
+    fn pooled(&self, key: &str) -> u64;
+}
+
+impl<S: Store> SharedLimit for KeyedAllowance<S> {
+    fn try_take(&self, key: &str, cost: u64) -> Result<Source, AcquireError> {
+        self.try_acquire(key, cost)
+    }
+
+    fn take(&self, key: String, cost: u64, max_wait: Duration) -> Decision {
+        let allowance = self.clone();
+        Box::pin(async move { allowance.acquire(&key, cost, max_wait).await })
+    }
+
+    fn pooled(&self, key: &str) -> u64 {
+        KeyedAllowance::pooled(self, key)
+    }
+}
+
+type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
+
+/// A shared limit with its key extractor and the quota its store gives
+/// each key (which the node cannot ask the store for).
+#[derive(Clone)]
+pub(super) struct SharedSource {
+    limit: Arc<dyn SharedLimit>,
+    key: Arc<KeyFn>,
+    quota: Quota,
+}
+
+impl SharedSource {
+    pub(super) fn new<S, K, F>(allowance: KeyedAllowance<S>, quota: Quota, key: F) -> SharedSource
+    where
+        S: Store,
+        K: std::fmt::Display,
+        F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+    {
+        SharedSource {
+            limit: Arc::new(allowance),
+            key: Arc::new(move |parts: &Parts| key(parts).map(|key| key.to_string())),
+            quota,
+        }
+    }
+
+    pub(super) fn bind(&self, parts: &Parts) -> Option<SharedBound> {
+        Some(SharedBound {
+            limit: Arc::clone(&self.limit),
+            key: (self.key)(parts)?,
+            quota: self.quota,
+        })
+    }
+}
+
+/// A shared limit bound to one request's key.
+pub(super) struct SharedBound {
+    limit: Arc<dyn SharedLimit>,
+    key: String,
+    quota: Quota,
+}
+
+impl SharedBound {
+    /// Takes `cost` from this node's lease of the key, or refuses with
+    /// [`AcquireError::NotLocal`] when only the store can decide.
+    pub(super) fn try_take(&self, cost: u64) -> Result<Source, AcquireError> {
+        self.limit.try_take(&self.key, cost)
+    }
+
+    /// Takes `cost`, from the store if need be, within `max_wait`.
+    pub(super) fn take(&self, cost: u64, max_wait: Duration) -> Decision {
+        self.limit.take(self.key.clone(), cost, max_wait)
+    }
+
+    /// Tokens this node holds leased for the key: a lower bound of what the
+    /// fleet has left, and all this node can vouch for.
+    pub(super) fn pooled(&self) -> u64 {
+        self.limit.pooled(&self.key)
+    }
+
+    pub(super) fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    pub(super) fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> PartitionKey {
+        keys.key(name, self.key.as_str())
+    }
+}
+
+/// What charging a shared limit came to, for the fields and the refusal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// Not charged: a rule before it refused, or its cost is 0.
+    Untried,
+    /// Charged, from a lease or by the store, or let through by the
+    /// failure policy while the store is down.
+    Taken,
+    /// Refused.
+    Refused(AcquireError),
+}

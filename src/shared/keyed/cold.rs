@@ -1,0 +1,174 @@
+//! A cold key's decision: one store call for exactly the cost, all or
+//! nothing, that no cancellation can turn into lost or minted tokens.
+//!
+//! `Store::acquire` grants *up to* what it is asked. A cold request needs
+//! its whole cost or nothing, so a grant short of it is given back at once
+//! by the one rule (`Store::release` against its receipt) and the request
+//! is refused. The call runs as its own task, so a caller that stops
+//! waiting (a timeout, a dropped future) does not abandon a grant in
+//! flight: the task gives back whatever nobody will admit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use super::stats::Counters;
+use crate::shared::allowance::add;
+use crate::shared::{Lease, Store};
+
+/// What the store decided on a cold request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Decided {
+    /// The whole cost was debited; the receipt covers what may be given
+    /// back should nobody admit it.
+    Granted(Lease),
+    /// Fewer tokens than the cost (already given back).
+    Refused {
+        /// Tokens the store had (and granted, and got back).
+        had: u64,
+        /// The store's wait until one token exists (zero if it had some).
+        first_token: Duration,
+        /// The store's refill of one token (zero if it cannot tell).
+        refill_interval: Duration,
+        capacity: u64,
+    },
+    /// The call failed or timed out: it may have debited, and whatever it
+    /// did is stranded.
+    Failed,
+}
+
+/// The store, the key and the books a cold call and its give-backs need,
+/// owned so that they outlive the caller.
+pub(crate) struct ColdKey<S: Store> {
+    pub(crate) store: Arc<S>,
+    pub(crate) key: String,
+    pub(crate) timeout: Duration,
+    pub(crate) counters: Arc<Counters>,
+}
+
+/// A cold call in flight. Dropping it before its answer was taken (the
+/// caller's future cancelled) gives a grant that arrived, or arrives
+/// later, back to the store.
+pub(crate) struct ColdCall<S: Store> {
+    reply: oneshot::Receiver<Decided>,
+    key: Arc<ColdKey<S>>,
+    runtime: Handle,
+    cost: u64,
+    answered: bool,
+}
+
+impl<S: Store> ColdCall<S> {
+    /// Starts the call for `cost` tokens on `runtime`.
+    pub(crate) fn start(key: ColdKey<S>, cost: u64, runtime: &Handle) -> ColdCall<S> {
+        let key = Arc::new(key);
+        let (send, reply) = oneshot::channel();
+        runtime.spawn(decide(Arc::clone(&key), cost, send));
+        ColdCall {
+            reply,
+            key,
+            runtime: runtime.clone(),
+            cost,
+            answered: false,
+        }
+    }
+
+    /// The store's decision. The call is bounded by the store timeout, so
+    /// this ends within it.
+    pub(crate) async fn answer(mut self) -> Decided {
+        let decided = (&mut self.reply).await.unwrap_or(Decided::Failed);
+        self.answered = true;
+        decided
+    }
+}
+
+impl<S: Store> Drop for ColdCall<S> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        // Closed first: from now on the task cannot hand a grant over and
+        // gives it back itself; one handed over before is given back here.
+        self.reply.close();
+        if let Ok(Decided::Granted(lease)) = self.reply.try_recv() {
+            let key = Arc::clone(&self.key);
+            let cost = self.cost;
+            self.runtime
+                .spawn(async move { give_back(&key, lease, cost).await });
+        }
+    }
+}
+
+/// The task of one cold call.
+async fn decide<S: Store>(key: Arc<ColdKey<S>>, cost: u64, reply: oneshot::Sender<Decided>) {
+    add(&key.counters.cold_calls, 1);
+    let call = tokio::time::timeout(key.timeout, key.store.acquire(&key.key, cost)).await;
+    let Ok(Ok(grant)) = call else {
+        add(&key.counters.store_errors, 1);
+        let _ = reply.send(Decided::Failed);
+        return;
+    };
+    // Nothing beyond the ask is trusted: the excess is stranded, and the
+    // receipt kept covers at most the tokens accepted.
+    let kept = grant.tokens.min(cost);
+    let lease = Lease {
+        granted: grant.lease.granted.min(kept),
+        at: grant.lease.at,
+    };
+    add(&key.counters.stranded, grant.tokens - kept);
+    if kept == cost {
+        if let Err(Decided::Granted(lease)) = reply.send(Decided::Granted(lease)) {
+            give_back(&key, lease, kept).await;
+        }
+        return;
+    }
+    // Given back before the refusal is told, so a caller who sees it sees
+    // the store as it left it.
+    give_back(&key, lease, kept).await;
+    add(&key.counters.cold_refused, 1);
+    let _ = reply.send(Decided::Refused {
+        had: kept,
+        first_token: grant.retry_after,
+        refill_interval: grant.refill_interval,
+        capacity: grant.capacity,
+    });
+}
+
+/// The wait until `cost` tokens could fit in a bucket that `had` tokens
+/// and (if it had none) would have its first in `first_token`: the rest
+/// refill one `refill_interval` each after that.
+pub(crate) fn wait_for(
+    cost: u64,
+    had: u64,
+    first_token: Duration,
+    refill_interval: Duration,
+) -> Duration {
+    let counted = had.max(1).min(cost);
+    let missing = u32::try_from(cost - counted).unwrap_or(u32::MAX);
+    let rest = refill_interval
+        .checked_mul(missing)
+        .unwrap_or(Duration::MAX);
+    first_token.saturating_add(rest)
+}
+
+/// Gives back `tokens` nobody will admit against their receipt `lease`,
+/// by the one rule, once. What the receipt does not cover, or a return
+/// that fails, is stranded.
+async fn give_back<S: Store>(key: &ColdKey<S>, lease: Lease, tokens: u64) {
+    add(&key.counters.stranded, tokens - lease.granted);
+    if lease.granted == 0 {
+        return;
+    }
+    let sent = tokio::time::timeout(
+        key.timeout,
+        key.store.release(&key.key, lease, lease.granted),
+    )
+    .await;
+    if let Ok(Ok(())) = sent {
+        add(&key.counters.returned, lease.granted);
+    } else {
+        add(&key.counters.store_errors, 1);
+        add(&key.counters.stranded, lease.granted);
+    }
+}

@@ -1,0 +1,484 @@
+//! The keyed shared limiter: one budget per key, shared by every node
+//! through a [`Store`], with leases only for the keys whose demand pays for
+//! them.
+
+mod batch;
+mod cold;
+mod config;
+mod demand;
+mod outage;
+mod stats;
+mod store_key;
+mod table;
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+
+use crate::retry::JitterGenerator;
+use crate::shared::allowance::add;
+use crate::shared::pacing::{self, MIN_PAUSE};
+use crate::shared::{AllowanceError, FailurePolicy, LocalAllowance, Source, Store};
+use crate::{AcquireError, KeyedLimiter};
+use batch::Batched;
+use cold::{ColdCall, ColdKey, Decided};
+pub use config::KeyedAllowanceConfig;
+use outage::Outage;
+pub use stats::KeyedAllowanceStats;
+pub use store_key::{LITERAL_MAX as STORE_KEY_LITERAL_MAX, store_key};
+use table::Table;
+
+/// One budget per key, shared by every node through a [`Store`]: "100
+/// requests a minute per API key, across the fleet".
+///
+/// **Cold keys** (the many with little traffic) take one store decision per
+/// request, for exactly the cost, with nothing leased: a million mostly
+/// idle keys strand no tokens. **Hot keys** — those whose demand on this
+/// node reaches [`hot_at`](KeyedAllowanceConfig::hot_at) tokens a second —
+/// get a lease pool ([`LocalAllowance`]'s, one compare-and-swap per
+/// request), given back when their demand falls below
+/// [`cold_below`](KeyedAllowanceConfig::cold_below). Local state is
+/// bounded by a key cap, a byte bound and a cap on hot keys; idle keys are
+/// forgotten, and forgetting a key never gives it fresh credit, since the
+/// store holds its budget.
+///
+/// **The bound**, per key over all nodes: admitted ≤ granted by the store
+/// (net of returns) ≤ `B + r·t` on the store's clock, under every
+/// interleaving (admissions under [`FailurePolicy::Open`] and
+/// [`FailurePolicy::Fallback`] excepted, and counted). `docs/distributed.md`
+/// ("Keyed shared budgets") has the proof.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use tollgate::{AcquireError, Quota};
+/// use tollgate::shared::{FailurePolicy, KeyedAllowance, KeyedAllowanceConfig, LocalStore};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+/// // 100 a minute per API key, for every node sharing the store.
+/// let store = Arc::new(LocalStore::new(Quota::new(100, 100, Duration::from_secs(60))?));
+/// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+/// match node.try_acquire("api-key-7", 1) {
+///     Ok(_source) => { /* served from a lease */ }
+///     Err(AcquireError::NotLocal) => {
+///         // A cold key: one store decision.
+///         node.acquire("api-key-7", 1, Duration::from_millis(50)).await?;
+///     }
+///     Err(_refused) => { /* 429, 413 or 503 */ }
+/// }
+/// node.shutdown().await; // hot keys' unused tokens go back
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct KeyedAllowance<S: Store> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: Store> Clone for KeyedAllowance<S> {
+    /// Another handle on the same keys and leases.
+    fn clone(&self) -> Self {
+        KeyedAllowance {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner<S: Store> {
+    store: Arc<S>,
+    /// What hot keys' pools lease from: their refills batched into
+    /// `acquire_many` calls.
+    batched: Arc<Batched<S>>,
+    config: KeyedAllowanceConfig,
+    table: Table<S>,
+    /// Cold keys' admissions while the store is down, under
+    /// [`FailurePolicy::Fallback`]; bounded like the table.
+    fallback: Option<KeyedLimiter<String>>,
+    /// Holds cold calls back for a while after one failed.
+    outage: Outage,
+    counters: Arc<stats::Counters>,
+    runtime: Handle,
+}
+
+impl<S: Store> KeyedAllowance<S> {
+    /// A keyed allowance over `store`, with no key tracked yet. Must be
+    /// called inside a tokio runtime, on which cold calls, refills and the
+    /// demand sampler run.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let config = KeyedAllowanceConfig { hot_at: 5, cold_below: 5, ..KeyedAllowanceConfig::new(FailurePolicy::Closed) };
+    /// let built = KeyedAllowance::new(store, config);
+    /// assert_eq!(built.err(), Some(AllowanceError::DemandThresholds));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn new(store: Arc<S>, config: KeyedAllowanceConfig) -> Result<Self, AllowanceError> {
+        config.validate()?;
+        let runtime = Handle::try_current().map_err(|_| AllowanceError::NoRuntime)?;
+        let fallback = match config.allowance.on_failure {
+            FailurePolicy::Fallback(quota) => Some(
+                KeyedLimiter::builder(quota)
+                    .max_keys(NonZeroUsize::new(config.max_keys).unwrap_or(NonZeroUsize::MIN))
+                    .build(),
+            ),
+            FailurePolicy::Closed | FailurePolicy::Open => None,
+        };
+        let counters = Arc::new(stats::Counters::default());
+        let inner = Arc::new(Inner {
+            batched: Arc::new(Batched::new(Arc::clone(&store), &runtime)),
+            store,
+            table: Table::new(&config, Arc::clone(&counters)),
+            config,
+            fallback,
+            outage: Outage::new(),
+            counters,
+            runtime,
+        });
+        inner
+            .runtime
+            .spawn(sample_demand(Arc::downgrade(&inner), config.sample_every));
+        Ok(KeyedAllowance { inner })
+    }
+
+    /// Takes `cost` tokens of `key`'s budget from its local lease now, or
+    /// refuses; never waits, never calls the store. A cold key (or a cost
+    /// above `max_lease`) is refused with [`AcquireError::NotLocal`]:
+    /// route it to [`acquire`](Self::acquire). A hot key answers as
+    /// [`LocalAllowance::try_acquire`]. A cold key the store found empty
+    /// on this node's last call is refused here, with the wait for its
+    /// next token (at most 1 s ahead), and one above its capacity too.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{AcquireError, Quota};
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// assert_eq!(node.try_acquire("a new key", 1), Err(AcquireError::NotLocal));
+    /// assert_eq!(node.try_acquire("a new key", 0), Err(AcquireError::ZeroCost));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire(&self, key: &str, cost: u64) -> Result<Source, AcquireError> {
+        if cost == 0 {
+            return Err(AcquireError::ZeroCost);
+        }
+        let inner = &self.inner;
+        let name = store_key(key);
+        if cost > inner.config.allowance.max_lease {
+            inner.table.within_known_capacity(&name, cost)?;
+            return Err(AcquireError::NotLocal);
+        }
+        inner.table.try_hot(&name, cost)
+    }
+
+    /// Takes `cost` tokens of `key`'s budget, waiting up to `max_wait` for
+    /// them. A hot key waits for its refills as
+    /// [`LocalAllowance::acquire`]; a cold key is one store decision for
+    /// exactly `cost` (bounded by the store timeout, whatever `max_wait`),
+    /// asked again after the store's wait (spread by jitter, at most 1 s at
+    /// a time) while that wait fits in `max_wait`. A grant short of the cost is given back at once by the
+    /// one rule and the request refused: never half-used. Cancelling the
+    /// future gives back a grant it had not yet admitted.
+    ///
+    /// An admission is [`Source::Lease`] whether it came from the key's
+    /// pool or from a cold decision: either way a grant of the store,
+    /// within the shared bound.
+    ///
+    /// Refusals: [`AcquireError::Insufficient`] (with the store's wait, or
+    /// after a grant of part of the cost the refill of the rest; at least
+    /// 1 ms), [`AcquireError::ExceedsCapacity`] (above the key's
+    /// capacity), [`AcquireError::ZeroCost`], and while the store is
+    /// unreachable what the [`FailurePolicy`] says.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate::{AcquireError, Quota};
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// assert_eq!(node.acquire("k", 10, Duration::ZERO).await, Ok(Source::Lease));
+    /// assert!(matches!(node.acquire("k", 1, Duration::ZERO).await, Err(AcquireError::Insufficient { .. })));
+    /// assert!(matches!(node.acquire("k", 11, Duration::ZERO).await, Err(AcquireError::ExceedsCapacity { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn acquire(
+        &self,
+        key: &str,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Source, AcquireError> {
+        if cost == 0 {
+            return Err(AcquireError::ZeroCost);
+        }
+        let inner = &self.inner;
+        let name = store_key(key).into_owned();
+        // None past the end of tokio's clock: no deadline at all.
+        let deadline = tokio::time::Instant::now().checked_add(max_wait);
+        // Drawn only once a cold request has to wait.
+        let mut jitter: Option<JitterGenerator> = None;
+        loop {
+            let leased = if cost <= inner.config.allowance.max_lease {
+                inner.table.hot(&name)
+            } else {
+                None
+            };
+            if let Some(pool) = leased {
+                let left = deadline.map_or(Duration::MAX, |at| {
+                    at.saturating_duration_since(tokio::time::Instant::now())
+                });
+                let outcome = pool.acquire(cost, left).await;
+                if outcome.is_err() {
+                    inner.table.asked(&name, cost);
+                }
+                return outcome;
+            }
+            inner.table.within_known_capacity(&name, cost)?;
+            if !inner.table.track(&name, cost) {
+                add(&inner.counters.untracked, 1);
+            }
+            let outcome = match inner.table.refused_for(&name, cost) {
+                // The store said the key had no token until later: refused
+                // here, no round trip.
+                Some(retry_after) => Err(AcquireError::Insufficient { retry_after }),
+                None => inner.decide_cold(&name, cost).await,
+            };
+            let Err(AcquireError::Insufficient { retry_after }) = outcome else {
+                return outcome;
+            };
+            let jitter = jitter.get_or_insert_with(JitterGenerator::from_entropy);
+            let Some(pause) = pause_before_asking_again(retry_after, deadline, jitter) else {
+                return outcome;
+            };
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// Gives every hot key's unused tokens back to the store and makes the
+    /// keys cold; returns how many tokens were given back. Keys become hot
+    /// again as their demand is measured: this does not close the
+    /// allowance.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// assert_eq!(node.shutdown().await, 0); // nothing leased yet
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn shutdown(&self) -> u64 {
+        let mut returned = 0u64;
+        for pool in self.inner.table.cool_all() {
+            returned = returned.saturating_add(pool.shutdown().await);
+        }
+        returned
+    }
+
+    /// Whether `key` is hot (served from a lease pool) now.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// assert!(!node.is_hot("k"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn is_hot(&self, key: &str) -> bool {
+        self.inner.table.hot(&store_key(key)).is_some()
+    }
+
+    /// Tokens leased for `key` and not yet spent on this node (zero for a
+    /// cold key).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// assert_eq!(node.pooled("k"), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn pooled(&self, key: &str) -> u64 {
+        self.inner
+            .table
+            .hot(&store_key(key))
+            .map_or(0, |pool| pool.pooled())
+    }
+
+    /// A snapshot of the counters.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// node.acquire("k", 1, Duration::ZERO).await?;
+    /// let stats = node.stats();
+    /// assert_eq!((stats.cold_calls, stats.cold_admitted, stats.tracked_keys), (1, 1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stats(&self) -> KeyedAllowanceStats {
+        let mut stats = self.inner.counters.snapshot();
+        self.inner.table.fill_stats(&mut stats);
+        stats
+    }
+}
+
+impl<S: Store> Inner<S> {
+    /// One store decision for exactly `cost` tokens of the key named `name`.
+    async fn decide_cold(&self, name: &str, cost: u64) -> Result<Source, AcquireError> {
+        if self.outage.in_force() {
+            return self.when_down(name, cost);
+        }
+        let key = ColdKey {
+            store: Arc::clone(&self.store),
+            key: name.to_owned(),
+            timeout: self.config.allowance.timeout,
+            counters: Arc::clone(&self.counters),
+        };
+        let decided = ColdCall::start(key, cost, &self.runtime).answer().await;
+        match decided {
+            Decided::Failed => self.outage.failed(self.config.allowance.lease_period),
+            Decided::Granted(_) | Decided::Refused { .. } => self.outage.answered(),
+        }
+        match decided {
+            Decided::Granted(_) => {
+                add(&self.counters.cold_admitted, cost);
+                Ok(Source::Lease)
+            }
+            Decided::Refused {
+                had,
+                first_token,
+                refill_interval,
+                capacity,
+            } => {
+                self.table
+                    .learn_refusal(name, capacity, had, first_token, refill_interval);
+                if cost > capacity {
+                    Err(AcquireError::ExceedsCapacity { cost, capacity })
+                } else {
+                    let retry_after = cold::wait_for(cost, had, first_token, refill_interval);
+                    Err(AcquireError::Insufficient {
+                        retry_after: retry_after.max(MIN_PAUSE),
+                    })
+                }
+            }
+            Decided::Failed => self.when_down(name, cost),
+        }
+    }
+
+    /// The failure policy, for one cold request whose store call failed.
+    fn when_down(&self, name: &str, cost: u64) -> Result<Source, AcquireError> {
+        match (self.config.allowance.on_failure, &self.fallback) {
+            (FailurePolicy::Open, _) => {
+                add(&self.counters.failed_open, cost);
+                Ok(Source::FailedOpen)
+            }
+            (FailurePolicy::Fallback(_), Some(local)) => {
+                local.try_acquire(name, cost)?;
+                add(&self.counters.fallback, cost);
+                Ok(Source::Fallback)
+            }
+            _ => Err(AcquireError::StoreUnavailable),
+        }
+    }
+}
+
+/// How long a refused cold request sleeps before asking again, if the
+/// store's `retry_after` (at most 1 s of it, so that an endless one cannot
+/// park a caller under a wait with no deadline) fits before `deadline`:
+/// spread by jitter, so that callers refused together do not come back
+/// together, and never past the deadline.
+fn pause_before_asking_again(
+    retry_after: Duration,
+    deadline: Option<tokio::time::Instant>,
+    jitter: &mut JitterGenerator,
+) -> Option<Duration> {
+    let left = match deadline {
+        Some(at) => at.saturating_duration_since(tokio::time::Instant::now()),
+        None => Duration::MAX,
+    };
+    (retry_after.min(pacing::MAX_PAUSE) <= left)
+        .then(|| pacing::spread(retry_after, pacing::MAX_PAUSE, jitter).min(left))
+}
+
+/// Samples every tracked key's demand each `every`, switching keys
+/// between cold and hot and forgetting idle ones, until the allowance is
+/// dropped.
+async fn sample_demand<S: Store>(inner: Weak<Inner<S>>, every: Duration) {
+    let mut last = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let now = tokio::time::Instant::now();
+        let promoted = inner.table.sample(now.duration_since(last), &inner.config);
+        last = now;
+        for name in promoted {
+            inner.runtime.spawn(promote(Arc::downgrade(&inner), name));
+        }
+    }
+}
+
+/// Gives the key named `name` a lease pool, warmed by one lease before it
+/// serves, so the switch never refuses callers the store would admit.
+async fn promote<S: Store>(inner: Weak<Inner<S>>, name: String) {
+    let pool = {
+        let Some(inner) = inner.upgrade() else { return };
+        // The configuration was validated when the allowance was built, so
+        // this fails only outside a runtime, which a task is not.
+        LocalAllowance::new(
+            Arc::clone(&inner.batched),
+            name.clone(),
+            inner.config.allowance,
+        )
+        .ok()
+        .map(Arc::new)
+    };
+    if let Some(pool) = &pool {
+        // A failed warm-up leaves the pool to its own failure policy.
+        let _ = pool.refill().await;
+    }
+    if let Some(inner) = inner.upgrade() {
+        inner.table.install(&name, pool);
+    }
+    // Otherwise the pool drops here and gives its lease back.
+}

@@ -1,0 +1,375 @@
+//! The keys a keyed allowance tracks: each one's measured demand and, for
+//! hot keys, its lease pool; bounded in keys, bytes and hot keys.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+
+use tokio::time::Instant;
+
+use super::batch::Batched;
+use super::cold::wait_for;
+use super::config::KeyedAllowanceConfig;
+use super::demand::{Demand, Switch};
+use super::stats::{Counters, KeyedAllowanceStats, sum};
+use crate::AcquireError;
+use crate::clock::saturating_nanos;
+use crate::shared::allowance::add;
+use crate::shared::pacing;
+use crate::shared::{AllowanceStats, LocalAllowance, Source, Store};
+
+/// The fewest samples a key keeps its pool once installed (1 s at the
+/// default `sample_every`): a promotion costs a lease and a demotion a
+/// return, so a key whose demand wavers across both thresholds costs at
+/// most two extra store calls per this many samples.
+const MIN_HOT_SAMPLES: u32 = 10;
+
+/// What a table slot costs beyond the entry itself (hash and control bytes,
+/// load-factor slack): part of the byte bound's estimate.
+const SLOT_OVERHEAD: usize = 16;
+
+/// One tracked key.
+#[derive(Debug)]
+struct Tracked<S: Store> {
+    /// The key's lease pool while it is hot.
+    pool: Option<Arc<LocalAllowance<Batched<S>>>>,
+    /// A pool is being warmed for it; the hot reservation is held.
+    promoting: bool,
+    /// Tokens asked for since the last sample that the pool's books do not
+    /// show: every cold request, and refusals of a hot one.
+    asked: AtomicU64,
+    /// Tokens the pool had spent at the last sample.
+    spent_then: u64,
+    demand: Demand,
+    /// How long the key has asked for nothing.
+    idle_for: Duration,
+    /// Samples since the key's pool was installed.
+    hot_samples: u32,
+    /// The key's capacity as the store last told it (`u64::MAX`: unknown).
+    capacity: AtomicU64,
+    /// After the store had no token for the key: when its next one
+    /// refills, in nanoseconds since the table's epoch (0: no such
+    /// refusal), and the key's refill interval in nanoseconds. Requests
+    /// before then are refused here, without a round trip.
+    empty_until: AtomicU64,
+    refill_interval: AtomicU64,
+}
+
+impl<S: Store> Tracked<S> {
+    fn holds_hot_slot(&self) -> bool {
+        self.pool.is_some() || self.promoting
+    }
+}
+
+/// The tracked keys, by the store's name for them.
+#[derive(Debug)]
+pub(crate) struct Table<S: Store> {
+    keys: DashMap<Box<str>, Tracked<S>, ahash::RandomState>,
+    /// Keys tracked or about to be (reserved before inserting, so
+    /// concurrent inserts never overshoot the cap).
+    count: AtomicUsize,
+    bytes: AtomicUsize,
+    hot: AtomicUsize,
+    max_keys: usize,
+    max_bytes: usize,
+    max_hot: usize,
+    /// What `empty_until` counts from.
+    epoch: Instant,
+    counters: Arc<Counters>,
+}
+
+/// Tokens a pool has spent: leased, less what is pooled, returned or
+/// stranded; plus what its failure policy admitted.
+fn spent(stats: &AllowanceStats) -> u64 {
+    stats
+        .leased
+        .saturating_sub(stats.returned)
+        .saturating_sub(stats.stranded)
+        .saturating_sub(stats.pooled)
+        .saturating_add(stats.failed_open)
+        .saturating_add(stats.fallback)
+}
+
+/// What tracking a key named `name` counts against the byte bound.
+fn entry_bytes<S: Store>(name: &str) -> usize {
+    name.len() + size_of::<(Box<str>, Tracked<S>)>() + SLOT_OVERHEAD
+}
+
+/// Adds `n` to `counter` if it stays within `max`.
+fn reserve(counter: &AtomicUsize, n: usize, max: usize) -> bool {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+            c.checked_add(n).filter(|&next| next <= max)
+        })
+        .is_ok()
+}
+
+impl<S: Store> Table<S> {
+    pub(crate) fn new(config: &KeyedAllowanceConfig, counters: Arc<Counters>) -> Self {
+        Table {
+            keys: DashMap::with_hasher(ahash::RandomState::new()),
+            count: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
+            hot: AtomicUsize::new(0),
+            max_keys: config.max_keys,
+            max_bytes: config.max_bytes,
+            max_hot: config.max_hot_keys,
+            epoch: Instant::now(),
+            counters,
+        }
+    }
+
+    /// The hot path: a hot key's pool answers; any other key is not local.
+    #[inline]
+    pub(crate) fn try_hot(&self, name: &str, cost: u64) -> Result<Source, AcquireError> {
+        let Some(tracked) = self.keys.get(name) else {
+            return Err(AcquireError::NotLocal);
+        };
+        let Some(pool) = &tracked.pool else {
+            too_large(&tracked, cost)?;
+            return match self.empty_for(&tracked, cost) {
+                // Demand all the same: a key refused here may need a pool.
+                Some(retry_after) => {
+                    add(&tracked.asked, cost);
+                    add(&self.counters.refused_locally, 1);
+                    Err(AcquireError::Insufficient { retry_after })
+                }
+                None => Err(AcquireError::NotLocal),
+            };
+        };
+        let outcome = pool.try_acquire(cost);
+        if outcome.is_err() {
+            add(&tracked.asked, cost);
+        }
+        outcome
+    }
+
+    /// `ExceedsCapacity` for a cost above the key's capacity as the store
+    /// last told it, so that no store call is made (and no grant taken and
+    /// given back, emptying the bucket meanwhile) for what can never fit.
+    pub(crate) fn within_known_capacity(&self, name: &str, cost: u64) -> Result<(), AcquireError> {
+        match self.keys.get(name) {
+            Some(tracked) => too_large(&tracked, cost),
+            None => Ok(()),
+        }
+    }
+
+    /// The key's pool, if it is hot.
+    pub(crate) fn hot(&self, name: &str) -> Option<Arc<LocalAllowance<Batched<S>>>> {
+        self.keys.get(name).and_then(|tracked| tracked.pool.clone())
+    }
+
+    /// Counts `cost` tokens of demand the pool's books do not show.
+    pub(crate) fn asked(&self, name: &str, cost: u64) {
+        if let Some(tracked) = self.keys.get(name) {
+            add(&tracked.asked, cost);
+        }
+    }
+
+    /// Counts `cost` tokens of demand for a cold request, tracking the key
+    /// if the bounds allow; false if it could not be tracked.
+    pub(crate) fn track(&self, name: &str, cost: u64) -> bool {
+        if let Some(tracked) = self.keys.get(name) {
+            add(&tracked.asked, cost);
+            return true;
+        }
+        let bytes = entry_bytes::<S>(name);
+        if !reserve(&self.count, 1, self.max_keys) {
+            return false;
+        }
+        if !reserve(&self.bytes, bytes, self.max_bytes) {
+            self.count.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        match self.keys.entry(name.into()) {
+            Entry::Occupied(tracked) => {
+                self.release(bytes);
+                add(&tracked.get().asked, cost);
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(Tracked {
+                    pool: None,
+                    promoting: false,
+                    asked: AtomicU64::new(cost),
+                    spent_then: 0,
+                    demand: Demand::default(),
+                    idle_for: Duration::ZERO,
+                    hot_samples: 0,
+                    capacity: AtomicU64::new(u64::MAX),
+                    empty_until: AtomicU64::new(0),
+                    refill_interval: AtomicU64::new(0),
+                });
+            }
+        }
+        true
+    }
+
+    fn release(&self, bytes: usize) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+        self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// Remembers what a refusal by the store told about the key: its
+    /// capacity and, if it had no token at all, when the next one refills.
+    pub(crate) fn learn_refusal(
+        &self,
+        name: &str,
+        capacity: u64,
+        had: u64,
+        first_token: Duration,
+        refill_interval: Duration,
+    ) {
+        let Some(tracked) = self.keys.get(name) else {
+            return;
+        };
+        tracked.capacity.store(capacity, Ordering::Relaxed);
+        if had == 0 {
+            let until = (Instant::now() + first_token.min(pacing::MAX_PAUSE)) - self.epoch;
+            tracked
+                .empty_until
+                .store(saturating_nanos(until), Ordering::Relaxed);
+            tracked
+                .refill_interval
+                .store(saturating_nanos(refill_interval), Ordering::Relaxed);
+        }
+    }
+
+    /// The wait until `cost` fits for a key the store said was empty, if
+    /// that is still ahead (at least 1 ms).
+    pub(crate) fn refused_for(&self, name: &str, cost: u64) -> Option<Duration> {
+        let wait = self
+            .keys
+            .get(name)
+            .and_then(|tracked| self.empty_for(&tracked, cost));
+        if wait.is_some() {
+            add(&self.counters.refused_locally, 1);
+        }
+        wait
+    }
+
+    fn empty_for(&self, tracked: &Tracked<S>, cost: u64) -> Option<Duration> {
+        let until = Duration::from_nanos(tracked.empty_until.load(Ordering::Relaxed));
+        // Zero (never refused, or the token is due now): nothing to wait.
+        let first_token = until
+            .checked_sub(Instant::now() - self.epoch)
+            .filter(|wait| !wait.is_zero())?;
+        let interval = Duration::from_nanos(tracked.refill_interval.load(Ordering::Relaxed));
+        Some(wait_for(cost, 0, first_token, interval).max(pacing::MIN_PAUSE))
+    }
+
+    /// One demand sample over `over`: switches keys, forgets idle ones, and
+    /// returns the keys to promote (their hot slots reserved).
+    pub(crate) fn sample(&self, over: Duration, config: &KeyedAllowanceConfig) -> Vec<String> {
+        let counters = &self.counters;
+        let mut promote = Vec::new();
+        // Inside `retain` the shard is locked: nothing here touches the
+        // map, and a pool dropped here gives its tokens back on a task.
+        self.keys.retain(|name, tracked| {
+            let mut asked = tracked.asked.swap(0, Ordering::Relaxed);
+            if let Some(pool) = &tracked.pool {
+                let now = spent(&pool.stats());
+                asked = asked.saturating_add(now.saturating_sub(tracked.spent_then));
+                tracked.spent_then = now;
+            }
+            tracked.demand = tracked.demand.sample(asked, over);
+            tracked.idle_for = if asked == 0 {
+                tracked.idle_for.saturating_add(over)
+            } else {
+                Duration::ZERO
+            };
+            let hot = tracked.holds_hot_slot();
+            if tracked.pool.is_some() {
+                tracked.hot_samples = tracked.hot_samples.saturating_add(1);
+            }
+            match tracked.demand.switch(hot, config.hot_at, config.cold_below) {
+                Switch::ToHot if reserve(&self.hot, 1, self.max_hot) => {
+                    tracked.promoting = true;
+                    promote.push(name.to_string());
+                }
+                // A pool is kept a while once it has its lease: a demand
+                // that wavers around the thresholds must not cost a lease
+                // and a return every few samples.
+                Switch::ToCold if tracked.promoting || tracked.hot_samples >= MIN_HOT_SAMPLES => {
+                    tracked.pool = None;
+                    tracked.promoting = false;
+                    self.hot.fetch_sub(1, Ordering::AcqRel);
+                    add(&counters.became_cold, 1);
+                }
+                Switch::ToHot | Switch::ToCold | Switch::Stay => {}
+            }
+            let forget =
+                asked == 0 && !tracked.holds_hot_slot() && tracked.idle_for >= config.forget_after;
+            if forget {
+                self.release(entry_bytes::<S>(name));
+                add(&counters.forgotten, 1);
+            }
+            !forget
+        });
+        promote
+    }
+
+    /// Ends the promotion of the key named `name` with its warmed `pool`
+    /// (`None`: none could be built). A key that went cold meanwhile drops
+    /// the pool, which gives its lease back.
+    pub(crate) fn install(&self, name: &str, pool: Option<Arc<LocalAllowance<Batched<S>>>>) {
+        let counters = &self.counters;
+        let Some(mut tracked) = self.keys.get_mut(name) else {
+            return;
+        };
+        if !tracked.promoting {
+            return;
+        }
+        tracked.promoting = false;
+        match pool {
+            Some(pool) => {
+                tracked.spent_then = spent(&pool.stats());
+                tracked.hot_samples = 0;
+                tracked.pool = Some(pool);
+                add(&counters.became_hot, 1);
+            }
+            None => {
+                self.hot.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Makes every key cold and hands over their pools.
+    pub(crate) fn cool_all(&self) -> Vec<Arc<LocalAllowance<Batched<S>>>> {
+        let counters = &self.counters;
+        let mut pools = Vec::new();
+        for mut tracked in self.keys.iter_mut() {
+            if let Some(pool) = tracked.pool.take() {
+                pools.push(pool);
+                self.hot.fetch_sub(1, Ordering::AcqRel);
+                add(&counters.became_cold, 1);
+            }
+        }
+        pools
+    }
+
+    /// The table's part of a snapshot.
+    pub(crate) fn fill_stats(&self, stats: &mut KeyedAllowanceStats) {
+        let mut hot = AllowanceStats::default();
+        for tracked in self.keys.iter() {
+            if let Some(pool) = &tracked.pool {
+                sum(&mut hot, &pool.stats());
+                stats.hot_keys += 1;
+            }
+        }
+        stats.tracked_keys = self.keys.len() as u64;
+        stats.tracked_bytes = self.bytes.load(Ordering::Acquire) as u64;
+        stats.hot = hot;
+    }
+}
+
+/// `ExceedsCapacity` if `cost` is above the key's known capacity.
+fn too_large<S: Store>(tracked: &Tracked<S>, cost: u64) -> Result<(), AcquireError> {
+    let capacity = tracked.capacity.load(Ordering::Relaxed);
+    if cost > capacity {
+        return Err(AcquireError::ExceedsCapacity { cost, capacity });
+    }
+    Ok(())
+}
