@@ -124,26 +124,28 @@ struct Server {
     keys_seen: Option<KeysSeen>,
 }
 
+/// One tower_governor configuration of the shared quota, keyed by `$key`,
+/// with `$headers` (`use_headers`) if given.
+macro_rules! governor_config {
+    ($key:expr $(, $headers:ident)?) => {
+        GovernorConfigBuilder::default()
+            .period(REFILL_EVERY)
+            .burst_size(BURST)
+            .key_extractor($key)
+            $(.$headers())?
+            .finish()
+            .ok_or("tower_governor refused the quota")?
+    };
+}
+
 /// tower_governor's layers on `hello`, built as its README shows, with
 /// `$headers` (`use_headers`) if given: one per address, one global, the
-/// same quota as tollgate's rules. A macro because `use_headers` changes
+/// same quota as tollgate's rules. Macros because `use_headers` changes
 /// the configuration's type, and with it every bound the router asks of it.
 macro_rules! tower_governor {
     ($hello:expr $(, $headers:ident)?) => {{
-        let per_address = GovernorConfigBuilder::default()
-            .period(REFILL_EVERY)
-            .burst_size(BURST)
-            .key_extractor(PeerIpKeyExtractor)
-            $(.$headers())?
-            .finish()
-            .ok_or("tower_governor refused the quota")?;
-        let global = GovernorConfigBuilder::default()
-            .period(REFILL_EVERY)
-            .burst_size(BURST)
-            .key_extractor(GlobalKeyExtractor)
-            $(.$headers())?
-            .finish()
-            .ok_or("tower_governor refused the quota")?;
+        let per_address = governor_config!(PeerIpKeyExtractor $(, $headers)?);
+        let global = governor_config!(GlobalKeyExtractor $(, $headers)?);
         let table = Arc::clone(per_address.limiter());
         // The layer added last is the outer one: per address first, as
         // tollgate's rules are charged.
