@@ -1,25 +1,29 @@
 //! The cost of a limit on a real HTTP server: an axum "hello" server with no
-//! limiter, behind tollgate's tower layer, and behind tower_governor, each
-//! with a per-address rule and a global rule of the same quota, driven by a
-//! load generator in this file over keep-alive HTTP/1.1 connections.
+//! limiter, behind a tower layer that does nothing, behind tollgate's tower
+//! layer, and behind tower_governor, each limit with a per-address rule and
+//! a global rule of the same quota, driven by a load generator in this file
+//! over keep-alive HTTP/1.1 connections.
 //!
 //! Side by side in one run: every server listens on loopback at once, on
 //! one server runtime with one worker thread; the client is one more thread.
 //! Each round sends the same fixed number of requests to every server in
 //! turn, the order rotating from round to round, and every row is the
 //! median over rounds. On a 2-core machine the server and the client share
-//! the cores, so a request's time is the server's and the client's work
-//! together: a limiter's share of the server's work is larger than its
-//! share of the time measured here.
+//! the cores, so a request's wall-clock time is both sides' work and their
+//! scheduling; the server worker's CPU time per request, and each router
+//! called directly without a network (its CPU time per call), measure the
+//! limit's cost where the wall clock cannot.
 //!
-//!     cargo bench --bench server --features tower                 # full run
-//!     cargo bench --bench server --features tower -- --rounds 21 --requests 40000 --connections 8
-//!     cargo bench --bench server --features tower -- --test       # CI: tiny, asserts no timing
-//!     python3 benches/plot_server.py                              # docs/img/server_latency.svg
+//!     cargo bench --bench server --all-features -- --rounds 21      # docs/benchmarks.md's run
+//!     cargo bench --bench server --features tower                  # no tollgate_tsc row
+//!     cargo bench --bench server --all-features -- --only tollgate --calls 1000000   # to profile one
+//!     cargo bench --bench server --all-features -- --test          # CI: tiny, asserts no timing
+//!     python3 benches/plot_server.py                               # docs/img/server_latency.svg
 //!
 //! The full run writes `target/serverbench/server.json` (every round's
-//! throughput and percentiles, the medians, the ratios to the unlimited
-//! server and each server's latency distribution).
+//! throughput, percentiles and CPU times, the medians, the ratios to the
+//! unlimited server, each server's latency distribution and the direct
+//! calls' times).
 //!
 //! Every run checks what it can without a clock: every response is a 200
 //! with the handler's body, and each limited server's per-address table
