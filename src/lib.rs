@@ -52,6 +52,7 @@ mod error;
 #[cfg(feature = "metrics")]
 mod export;
 mod gcra;
+pub mod guide;
 mod hierarchy;
 #[cfg(feature = "http")]
 pub mod http;
