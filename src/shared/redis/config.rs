@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use ::redis::IntoConnectionInfo;
+
 /// How a [`RedisStore`](super::RedisStore) reaches Redis: one server or a
 /// Redis Cluster, the bound on every call, ACL credentials, and the
 /// certificates of a `rediss://` (TLS) connection.
@@ -194,7 +196,7 @@ impl RedisConfig {
 impl fmt::Debug for RedisConfig {
     /// Never shows the password, nor credentials inside the URLs.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let nodes: Vec<&str> = self.nodes.iter().map(|url| without_userinfo(url)).collect();
+        let nodes: Vec<String> = self.nodes.iter().map(|url| address(url)).collect();
         f.debug_struct("RedisConfig")
             .field("nodes", &nodes)
             .field("cluster", &self.cluster)
@@ -207,11 +209,14 @@ impl fmt::Debug for RedisConfig {
     }
 }
 
-/// The URL after its `user:password@`, if any: what may be logged.
-fn without_userinfo(url: &str) -> &str {
-    match url.rfind('@') {
-        Some(at) => &url[at + 1..],
-        None => url,
+/// What of `url` may be logged: the address the redis crate reads from it
+/// (`host:port`, or a socket's path). Credentials ride in the userinfo of a
+/// TCP URL but in the query of a `redis+unix://` one (`?pass=`), so the
+/// address is rebuilt from the parsed URL rather than cut out of its text.
+fn address(url: &str) -> String {
+    match url.into_connection_info() {
+        Ok(info) => info.addr.to_string(),
+        Err(_) => "<unparsable URL>".to_owned(),
     }
 }
 

@@ -80,7 +80,7 @@ impl RedisConnection {
         // client retry a failed connection until the timeout, and the
         // cluster client folds the cause into a string, so a wrong password
         // or an untrusted certificate would surface as a bare timeout.
-        bounded(timeout, probe(first.clone(), certificates.clone(), timeout)).await?;
+        probe_any(&nodes, certificates.as_ref(), timeout).await?;
         if config.cluster {
             let mut builder = ClusterClientBuilder::new(nodes)
                 .connection_timeout(timeout)
@@ -287,6 +287,29 @@ fn client(
         Some(certificates) => Client::build_with_tls(info, certificates),
         None => Client::open(info),
     }
+}
+
+/// [`probe`] of each node in turn until one answers, each bounded by
+/// `timeout`: a cluster's seeds are several so that one down (a master
+/// restarting, a seed since removed) does not keep a node from starting.
+/// Refused credentials or an untrusted certificate end the search at once:
+/// every seed shares them, so no other seed would accept them.
+async fn probe_any(
+    nodes: &[ConnectionInfo],
+    certificates: Option<&TlsCertificates>,
+    timeout: Duration,
+) -> Result<(), RedisStoreError> {
+    let mut failure = RedisStoreError::NoNodes;
+    for node in nodes {
+        match bounded(timeout, probe(node.clone(), certificates.cloned(), timeout)).await {
+            Ok(()) => return Ok(()),
+            Err(e @ (RedisStoreError::AuthenticationFailed(_) | RedisStoreError::Tls(_))) => {
+                return Err(e);
+            }
+            Err(e) => failure = e,
+        }
+    }
+    Err(failure)
 }
 
 /// One connection to `info` and a `PING`: connection, TLS handshake,
