@@ -797,7 +797,7 @@ impl<S: Store> Inner<S> {
             // node asks again sooner only to notice a change early.
             pause.max(grant.retry_after)
         } else {
-            books.pacer.after_full();
+            books.pacer.after_full(grant.capacity);
             started.elapsed()
         };
         self.retry_hint
@@ -821,7 +821,8 @@ impl<S: Store> Inner<S> {
     }
 
     /// The next lease's size from the smoothed demand, or what pacing asks
-    /// for while the budget is exhausted, within the bounds; also moves the
+    /// for if more (a second of demand up to a batch, and at least a batch
+    /// while the budget is exhausted), within the bounds; also moves the
     /// low-water mark to half the demand-sized lease (not the paced ask: a
     /// node whose demand is below its share of an exhausted budget refills
     /// when its pool runs low, instead of piling up batches it cannot
@@ -843,7 +844,7 @@ impl<S: Store> Inner<S> {
                 0.5 * old + 0.5 * rate
             };
             self.demand.store(smoothed, Ordering::Relaxed);
-            (smoothed, books.pacer.least_ask())
+            (smoothed, books.pacer.least_ask(smoothed))
         };
         let wanted = (demand * self.config.lease_period.as_secs_f64()).ceil();
         // `as` saturates for floats; the clamp bounds it either way. (Not

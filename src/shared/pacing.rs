@@ -51,14 +51,25 @@ pub(crate) const LONGEST_PACE: Duration = Duration::from_secs(10);
 /// random), so almost nothing is.
 const BATCHES_PER_CAPACITY: u64 = 8;
 
-/// After a scarce grant, the next ask is for at least this many batches
-/// (and a batch at most this fraction of `max_lease`): the refill between
-/// two of the fleet's asks exceeds it only about `e^-4` of the time, so a
-/// node rarely gets a full grant that leaves refill behind for it to come
-/// back for at once, a round trip more. A node's demand, measured by what
+/// After a scarce grant, the next ask is for at least one batch, and up to
+/// this many as the node's demand spends within [`LONGEST_HOLD`] (a batch
+/// is at most this fraction of `max_lease`): a node with the demand to
+/// spend them sweeps up refill the fleet left behind in one call instead
+/// of leaving it for a round trip more. A node's demand, measured by what
 /// it spends, is only its share of the refill while the budget is
-/// exhausted: asks sized by it would shrink as the fleet grows.
+/// exhausted: asks sized by it alone would shrink as the fleet grows,
+/// hence the floor of a batch.
 const BATCHES_PER_ASK: u64 = 4;
+
+/// A lease asks for at least what the node's demand spends in this long
+/// (up to a batch while the key has plenty, up to [`BATCHES_PER_ASK`]
+/// batches while it is scarce), not only `lease_period`'s worth: a node
+/// spending 40 tokens a second on a key of `B = 1000` asks for 40, not 4,
+/// so a burst drained by modest nodes costs one round trip per 40
+/// admissions, not per 4. Short, because tokens a node holds are tokens
+/// the rest of the fleet is refused: a modest node granted four batches
+/// of an exhausted key would sit on them for seconds.
+pub(crate) const LONGEST_HOLD: Duration = Duration::from_secs(1);
 
 /// The most a node's share estimate falls at one grant: a single empty
 /// grant (two nodes asking within one token's refill of each other) does
@@ -110,6 +121,9 @@ pub(crate) struct Pacer<J = JitterGenerator> {
     max_lease: u64,
     /// The batch of the last scarce grant; 0 once a grant left plenty.
     batch: u64,
+    /// The batch of the key as the last grant that left plenty told its
+    /// capacity; 0 before.
+    key_batch: u64,
     jitter: J,
 }
 
@@ -131,15 +145,24 @@ impl<J: JitterSource> Pacer<J> {
             last_call: None,
             max_lease,
             batch: 0,
+            key_batch: 0,
             jitter,
         }
     }
 
-    /// The fewest tokens the next lease should ask for: a few batches
-    /// while the budget is exhausted (see `BATCHES_PER_ASK`), nothing
-    /// otherwise.
-    pub(crate) fn least_ask(&self) -> u64 {
-        self.batch.saturating_mul(BATCHES_PER_ASK)
+    /// The fewest tokens the next lease should ask for, for a node whose
+    /// smoothed demand is `demand` tokens a second: what it spends in
+    /// [`LONGEST_HOLD`], at least one batch and at most
+    /// [`BATCHES_PER_ASK`] while the budget is exhausted; at most a batch
+    /// otherwise (nothing before the first grant told the key's
+    /// capacity).
+    pub(crate) fn least_ask(&self, demand: f64) -> u64 {
+        // `as` saturates (NaN reads as 0): a bounded ask whatever the rate.
+        let held = (demand * LONGEST_HOLD.as_secs_f64()).ceil() as u64;
+        if self.batch > 0 {
+            return held.clamp(self.batch, self.batch.saturating_mul(BATCHES_PER_ASK));
+        }
+        held.min(self.key_batch)
     }
 
     /// Whether `reply` says the key is exhausted or about to be: fewer
@@ -163,10 +186,12 @@ impl<J: JitterSource> Pacer<J> {
             .max(1)
     }
 
-    /// Notes a grant that left the key plenty: the budget had enough, and
-    /// the next ask follows demand alone.
-    pub(crate) fn after_full(&mut self) {
+    /// Notes a grant that left the key of `capacity` plenty: the budget
+    /// had enough, and the next ask follows demand, at least the batch
+    /// demand spends within [`LONGEST_HOLD`].
+    pub(crate) fn after_full(&mut self, capacity: u64) {
         self.batch = 0;
+        self.key_batch = self.batch_of(capacity);
     }
 
     /// Notes a store call starting at `now`; returns the time since the
@@ -388,20 +413,56 @@ mod tests {
     }
 
     #[test]
-    fn an_exhausted_node_asks_for_four_batches_until_a_grant_is_full() {
+    fn an_exhausted_node_asks_for_a_second_of_demand_from_one_to_four_batches() {
         let mut pacer = paced();
-        assert_eq!(pacer.least_ask(), 0);
+        // Before any grant told the capacity: demand alone.
+        assert_eq!(pacer.least_ask(1e9), 0);
         pacer.after_scarce(None, short(10, 5), MS);
-        assert_eq!(pacer.least_ask(), 400);
-        pacer.after_full();
-        assert_eq!(pacer.least_ask(), 0);
+        // Batches of 100: at least one, a second of demand up to four.
+        assert_eq!(pacer.least_ask(0.0), 100);
+        assert_eq!(pacer.least_ask(250.0), 250);
+        assert_eq!(pacer.least_ask(1e9), 400);
+        assert_eq!(pacer.least_ask(f64::NAN), 100);
+        pacer.after_full(8_000);
+        // Plenty: a second of demand, at most a batch (100).
+        assert_eq!(pacer.least_ask(0.0), 0);
+        assert_eq!(pacer.least_ask(42.5), 43);
+        assert_eq!(pacer.least_ask(1e9), 100);
+        assert_eq!(pacer.least_ask(f64::INFINITY), 100);
+        assert_eq!(pacer.least_ask(f64::NAN), 0);
         // A batch is at most a quarter of max_lease.
         let mut small = Pacer::with_jitter(8, || 0.5);
         assert_eq!(
             small.after_scarce(None, short(8, 5), Duration::ZERO),
             2 * MS
         );
-        assert_eq!(small.least_ask(), 8);
+        assert_eq!(small.least_ask(0.0), 2);
+        assert_eq!(small.least_ask(1e9), 8);
+    }
+
+    #[test]
+    fn a_grant_is_scarce_when_short_or_when_it_left_less_than_a_batch() {
+        let pacer = paced();
+        // Batches of 100 (a quarter of max_lease 400, under B/8 = 1000).
+        let full = |remaining| Reply {
+            remaining,
+            ..short(10, 10)
+        };
+        assert!(pacer.is_scarce(&short(10, 9)));
+        assert!(pacer.is_scarce(&full(Some(0))));
+        assert!(pacer.is_scarce(&full(Some(99))));
+        assert!(!pacer.is_scarce(&full(Some(100))));
+        // A store that cannot tell: only a short grant says it.
+        assert!(!pacer.is_scarce(&full(None)));
+        assert!(pacer.is_scarce(&Reply {
+            remaining: None,
+            ..short(10, 0)
+        }));
+        // A grant above the ask is not short.
+        assert!(!pacer.is_scarce(&Reply {
+            remaining: Some(u64::MAX),
+            ..short(10, u64::MAX)
+        }));
     }
 
     #[test]
