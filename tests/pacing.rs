@@ -185,11 +185,10 @@ async fn offer(quota: Quota, nodes: usize, fleet_demand: &[u64], steps: u32) -> 
 /// scarce grants (ones that left less than a batch) now pace them, and
 /// leases of a second of demand (at least a batch once scarce) drain the
 /// initial burst in few calls. Bounded round trips at every fleet size
-/// (measured 10, 13 and 19 per 1000 at 4, 8 and 16 nodes: each node's
-/// first calls, before its share estimate settles, weigh on a 20 s run;
-/// 520 to 1870 per 1000 before pacing, 13.5 to 36.5 with pacing on short
-/// grants alone), nearly all of `B + r·t` leased (97 to 99 %), and never
-/// more (checked per key).
+/// (about 10, 13 and 19 per 1000 at 4, 8 and 16 nodes in this
+/// simulation: each node's first calls, before its share estimate
+/// settles, weigh on a 20 s run), nearly all of `B + r·t` leased (95 to
+/// 99 %), and never more (checked per key).
 #[tokio::test(start_paused = true)]
 async fn modest_nodes_on_exhausted_keys_are_paced_too() {
     let quota = Quota::new(1_000, 250, Duration::from_secs(1)).unwrap();
