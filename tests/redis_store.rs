@@ -524,6 +524,46 @@ async fn every_grant_tells_the_capacity() {
     assert_eq!(store.acquire("k", 0).await.unwrap().capacity, 3);
 }
 
+/// Every grant tells the whole tokens its bucket holds after it, exactly
+/// (an hour per token: nothing refills during the test), through `acquire`
+/// and the pipelined `acquire_many` alike: a release shows in the next
+/// grant's count, an empty grant leaves nothing, an ask of zero (answered
+/// without calling the server) does not say.
+#[tokio::test]
+async fn every_grant_tells_the_tokens_left_behind() {
+    let server = start_server!("every_grant_tells_the_tokens_left_behind");
+    let quota = Quota::new(10, 1, Duration::from_secs(3600)).unwrap();
+    let store = store(&server, quota, "left:").await;
+    let first = store.acquire("k", 3).await.unwrap();
+    assert_eq!((first.tokens, first.remaining), (3, Some(7)));
+    let second = store.acquire("k", 4).await.unwrap();
+    assert_eq!((second.tokens, second.remaining), (4, Some(3)));
+    // Two of the second grant's tokens come back (held well under T).
+    store.release("k", second.lease, 2).await.unwrap();
+    let partial = store.acquire("k", 9).await.unwrap();
+    assert_eq!((partial.tokens, partial.remaining), (5, Some(0)));
+    let empty = store.acquire("k", 1).await.unwrap();
+    assert_eq!((empty.tokens, empty.remaining), (0, Some(0)));
+    assert_eq!(store.acquire("k", 0).await.unwrap().remaining, None);
+    let batch = store
+        .acquire_many(&[("a", 4), ("b", 10), ("a", 5), ("k", 1), ("c", 0)])
+        .await;
+    let told: Vec<_> = batch
+        .iter()
+        .map(|g| g.as_ref().map(|g| (g.tokens, g.remaining)).unwrap())
+        .collect();
+    assert_eq!(
+        told,
+        [
+            (4, Some(6)),
+            (10, Some(0)),
+            (5, Some(1)),
+            (0, Some(0)),
+            (0, None)
+        ]
+    );
+}
+
 /// Finding 3: the store's timeout at its extremes is a typed error or an
 /// unbounded wait, never a panic: zero is refused by both constructors
 /// (each call would time out), `Duration::MAX` waits as long as the server
@@ -633,24 +673,34 @@ async fn a_pipelined_batch_reloads_the_script_after_a_flush_and_counts_each_debi
 
 /// Replies no version of the scripts gives — the two-field reply of an
 /// older acquire, more tokens than asked, nothing granted without a wait,
-/// an unknown code, other types — are `BadReply` for every call, never a
-/// grant and never a panic; the scripts' own error codes keep their
-/// meaning.
+/// more tokens left than the bucket holds, an unknown code, other types —
+/// are `BadReply` for every call, never a grant and never a panic; the
+/// scripts' own error codes keep their meaning. The three-value grant of
+/// the acquire script before it told the tokens left is a bad reply to an
+/// acquire (a valid one to a release, whose reply keeps that shape).
 #[tokio::test]
 async fn malformed_or_old_format_replies_are_bad_replies_never_grants() {
     let quota = Quota::new(5, 1, Duration::from_secs(3600)).unwrap();
-    let malformed: [&[u8]; 9] = [
-        b"*2\r\n:1\r\n:0\r\n",
-        b"*3\r\n:9\r\n:0\r\n:7\r\n",
-        b"*3\r\n:0\r\n:0\r\n:7\r\n",
-        b"*3\r\n:-7\r\n:0\r\n:7\r\n",
-        b"*3\r\n:1\r\n$1\r\nx\r\n:7\r\n",
-        b"*4\r\n:1\r\n:0\r\n:7\r\n:0\r\n",
-        b"$5\r\nhello\r\n",
-        b":1\r\n",
-        b"*0\r\n",
+    // Each reply, and whether it is bad for a release too (a release's
+    // reply keeps the three-value shape the old acquire had).
+    let malformed: [(&[u8], bool); 13] = [
+        (b"*2\r\n:1\r\n:0\r\n", true),
+        (b"*3\r\n:9\r\n:0\r\n:7\r\n", true),
+        (b"*3\r\n:0\r\n:0\r\n:7\r\n", true),
+        (b"*3\r\n:-7\r\n:0\r\n:7\r\n", true),
+        (b"*3\r\n:1\r\n$1\r\nx\r\n:7\r\n", true),
+        (b"*4\r\n:1\r\n:0\r\n:7\r\n:5\r\n", true),
+        (b"$5\r\nhello\r\n", true),
+        (b":1\r\n", true),
+        (b"*0\r\n", true),
+        // The old acquire's grants; a refusal telling tokens left; a
+        // fifth value from no known script.
+        (b"*3\r\n:1\r\n:0\r\n:7\r\n", false),
+        (b"*3\r\n:3\r\n:0\r\n:7\r\n", true),
+        (b"*4\r\n:0\r\n:5\r\n:7\r\n:2\r\n", true),
+        (b"*5\r\n:1\r\n:0\r\n:7\r\n:0\r\n:0\r\n", true),
     ];
-    for reply in malformed {
+    for (reply, bad_release) in malformed {
         let fake = FakeRedis::start(ScriptAnswer::Reply(reply.to_vec()));
         let store = RedisStore::connect(&fake.url(), quota, "bad:", CALL_TIMEOUT)
             .await
@@ -668,11 +718,21 @@ async fn malformed_or_old_format_replies_are_bad_replies_never_grants() {
             );
         }
         let released = store.release("k", Lease { granted: 3, at: 1 }, 2).await;
-        assert!(
+        assert_eq!(
             matches!(released, Err(RedisStoreError::BadReply(_))),
+            bad_release,
             "{shown}: {released:?}"
         );
     }
+    // The new shape, for contrast: a grant of 1 leaving 0 is accepted.
+    let current = FakeRedis::start(ScriptAnswer::Reply(
+        b"*4\r\n:1\r\n:0\r\n:7\r\n:0\r\n".to_vec(),
+    ));
+    let store = RedisStore::connect(&current.url(), quota, "new:", CALL_TIMEOUT)
+        .await
+        .unwrap();
+    let grant = store.acquire("k", 3).await.unwrap();
+    assert_eq!((grant.tokens, grant.remaining), (1, Some(0)));
     let foreign = FakeRedis::start(ScriptAnswer::Reply(b"*3\r\n:-2\r\n:0\r\n:7\r\n".to_vec()));
     let store = RedisStore::connect(&foreign.url(), quota, "bad:", CALL_TIMEOUT)
         .await

@@ -9,7 +9,7 @@ use atomic_float::AtomicF64;
 use tokio::runtime::Handle;
 
 use crate::clock::saturating_nanos;
-use crate::shared::pacing::{MIN_PAUSE, Pacer, ShortGrant, failure_backoff};
+use crate::shared::pacing::{MIN_PAUSE, Pacer, Reply, failure_backoff};
 use crate::shared::pool::{LeasePool, Take};
 use crate::shared::{Grant, Lease, Store};
 use crate::{AcquireError, Quota, TokenBucket};
@@ -105,8 +105,9 @@ pub struct AllowanceConfig {
     pub max_lease: u64,
     /// A lease asks for the smoothed local demand over this long: longer
     /// means fewer round trips and more tokens held idle per node. After a
-    /// grant smaller than asked for (the shared budget is exhausted), the
-    /// next request waits until this node's share of the refill is worth
+    /// grant smaller than asked for, or one that left the store less than
+    /// a batch (the shared budget is exhausted, or about to be), the next
+    /// request waits until this node's share of the refill is worth
     /// a lease (`docs/distributed.md`, "Pacing"), and at least a quarter
     /// of this (taken between 1 ms and 1 s); keep a quarter of it below the
     /// shared bucket's fill time `B / r`, or refill is wasted while a lone
@@ -340,14 +341,15 @@ struct Inner<S: Store> {
 #[derive(Debug)]
 struct Books {
     last_lease: Lease,
-    /// The next lease request waits until then: after a grant smaller than
-    /// asked for, the shared budget is exhausted, and asking again at once
+    /// The next lease request waits until then: after a scarce grant, the
+    /// shared budget is exhausted or nearly so, and asking again at once
     /// would cost a round trip per trickle of refill; after a failure, the
     /// store is down, and asking at once would cost one per request.
     next_refill: tokio::time::Instant,
     /// Failed refills in a row.
     failures: u32,
-    /// When to ask again after a short grant or a failure.
+    /// When to ask again after a scarce grant (short, or leaving the key
+    /// nearly empty) or a failure.
     pacer: Pacer,
     /// When demand was last sampled (on tokio's clock, which tests can
     /// pause), and the tokens spent by then.
@@ -750,7 +752,7 @@ impl<S: Store> Inner<S> {
     /// returns the tokens for the pool. Nothing the store says is trusted
     /// beyond what was asked: at most `want` tokens enter the pool (any
     /// excess is stranded), the receipt kept for returns covers at most
-    /// those, and the pause a short grant sets (`pacing`) is at least 1 ms
+    /// those, and the pause a scarce grant sets (`pacing`) is at least 1 ms
     /// and at most 10 s, whatever its `retry_after` or refill interval. The
     /// store's capacity bounds every later cost.
     fn accept(
@@ -777,24 +779,25 @@ impl<S: Store> Inner<S> {
                 at: grant.lease.at,
             };
         }
-        let hint = if tokens < want {
-            let short = ShortGrant {
-                asked: want,
-                granted: tokens,
-                retry_after: grant.retry_after,
-                refill_interval: grant.refill_interval,
-                capacity: grant.capacity,
-            };
+        let reply = Reply {
+            asked: want,
+            granted: tokens,
+            remaining: grant.remaining,
+            retry_after: grant.retry_after,
+            refill_interval: grant.refill_interval,
+            capacity: grant.capacity,
+        };
+        let hint = if books.pacer.is_scarce(&reply) {
             let pause =
                 books
                     .pacer
-                    .after_short(since_last_call, short, self.config.lease_period / 4);
+                    .after_scarce(since_last_call, reply, self.config.lease_period / 4);
             books.next_refill = tokio::time::Instant::now() + pause;
             // Callers are told the store's own wait when it is longer: the
             // node asks again sooner only to notice a change early.
             pause.max(grant.retry_after)
         } else {
-            books.pacer.after_full();
+            books.pacer.after_full(grant.capacity);
             started.elapsed()
         };
         self.retry_hint
@@ -818,7 +821,8 @@ impl<S: Store> Inner<S> {
     }
 
     /// The next lease's size from the smoothed demand, or what pacing asks
-    /// for while the budget is exhausted, within the bounds; also moves the
+    /// for if more (a second of demand up to a batch, and at least a batch
+    /// while the budget is exhausted), within the bounds; also moves the
     /// low-water mark to half the demand-sized lease (not the paced ask: a
     /// node whose demand is below its share of an exhausted budget refills
     /// when its pool runs low, instead of piling up batches it cannot
@@ -840,7 +844,7 @@ impl<S: Store> Inner<S> {
                 0.5 * old + 0.5 * rate
             };
             self.demand.store(smoothed, Ordering::Relaxed);
-            (smoothed, books.pacer.least_ask())
+            (smoothed, books.pacer.least_ask(smoothed))
         };
         let wanted = (demand * self.config.lease_period.as_secs_f64()).ceil();
         // `as` saturates for floats; the clamp bounds it either way. (Not

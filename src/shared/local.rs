@@ -82,12 +82,18 @@ impl<C: Clock, S: BuildHasher + Clone> LocalStore<C, S> {
     fn grant(&self, key: &str, want: u64) -> Result<Grant, AcquireError> {
         // Every key of the limiter has its quota's capacity and refill.
         let capacity = self.buckets.quota().capacity();
+        // Nothing granted: the bucket holds less than one token.
         let nothing = |retry_after| Grant {
             refill_interval: refill_interval(self.buckets.quota()),
+            remaining: Some(0),
             ..Grant::nothing(retry_after, capacity)
         };
         if want == 0 {
-            return Ok(nothing(Duration::ZERO));
+            // Answered without looking at the bucket.
+            return Ok(Grant {
+                remaining: None,
+                ..nothing(Duration::ZERO)
+            });
         }
         match self.buckets.grant_up_to(key, want) {
             Ok((tokens, admission, _overflow)) => Ok(Grant {
@@ -97,6 +103,13 @@ impl<C: Clock, S: BuildHasher + Clone> LocalStore<C, S> {
                     granted: tokens,
                     at: admission.at,
                 },
+                // Exact: the state this grant wrote, read at its own tick.
+                remaining: Some(
+                    self.buckets
+                        .quota()
+                        .gcra()
+                        .available(admission.after, admission.at),
+                ),
                 ..nothing(Duration::ZERO)
             }),
             Err(AcquireError::Insufficient { retry_after }) => Ok(nothing(retry_after)),

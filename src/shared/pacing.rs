@@ -1,8 +1,9 @@
-//! When a local allowance asks its store again: after a grant short of its
-//! ask (the shared budget is exhausted), and after a failed call.
+//! When a local allowance asks its store again: after a grant that says
+//! the shared budget is exhausted or nearly so (short of its ask, or
+//! leaving less than a batch in the store), and after a failed call.
 //!
-//! The rule (`docs/distributed.md`, "Pacing"): a node whose grant came back
-//! short waits until its *share* of the key's refill has grown to a batch
+//! The rule (`docs/distributed.md`, "Pacing"): a node whose grant was
+//! scarce waits until its *share* of the key's refill has grown to a batch
 //! worth a round trip. It does not know how many nodes share the key, so it
 //! measures its share: of the `interval / refill_interval` tokens the store
 //! refilled since this node's previous call, it was granted `granted`. With
@@ -50,14 +51,25 @@ pub(crate) const LONGEST_PACE: Duration = Duration::from_secs(10);
 /// random), so almost nothing is.
 const BATCHES_PER_CAPACITY: u64 = 8;
 
-/// After a short grant, the next ask is for at least this many batches
-/// (and a batch at most this fraction of `max_lease`): the refill between
-/// two of the fleet's asks exceeds it only about `e^-4` of the time, so a
-/// node rarely gets a full grant that leaves refill behind for it to come
-/// back for at once, a round trip more. A node's demand, measured by what
+/// After a scarce grant, the next ask is for at least one batch, and up to
+/// this many as the node's demand spends within [`LONGEST_HOLD`] (a batch
+/// is at most this fraction of `max_lease`): a node with the demand to
+/// spend them sweeps up refill the fleet left behind in one call instead
+/// of leaving it for a round trip more. A node's demand, measured by what
 /// it spends, is only its share of the refill while the budget is
-/// exhausted: asks sized by it would shrink as the fleet grows.
+/// exhausted: asks sized by it alone would shrink as the fleet grows,
+/// hence the floor of a batch.
 const BATCHES_PER_ASK: u64 = 4;
+
+/// A lease asks for at least what the node's demand spends in this long
+/// (up to a batch while the key has plenty, up to [`BATCHES_PER_ASK`]
+/// batches while it is scarce), not only `lease_period`'s worth: a node
+/// spending 40 tokens a second on a key of `B = 1000` asks for 40, not 4,
+/// so a burst drained by modest nodes costs one round trip per 40
+/// admissions, not per 4. Short, because tokens a node holds are tokens
+/// the rest of the fleet is refused: a modest node granted four batches
+/// of an exhausted key would sit on them for seconds.
+pub(crate) const LONGEST_HOLD: Duration = Duration::from_secs(1);
 
 /// The most a node's share estimate falls at one grant: a single empty
 /// grant (two nodes asking within one token's refill of each other) does
@@ -70,13 +82,16 @@ const MOST_FALL: f64 = 8.0;
 /// bounded by [`MAX_PAUSE`] anyway.
 const LEAST_SHARE: f64 = 1.0 / 1024.0;
 
-/// What a store answered to one short lease request, as pacing needs it.
+/// What a store answered to one lease request, as pacing needs it.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ShortGrant {
+pub(crate) struct Reply {
     /// Tokens asked for.
     pub(crate) asked: u64,
-    /// Tokens granted (fewer than asked; more is read as `asked`).
+    /// Tokens granted (more is read as `asked`).
     pub(crate) granted: u64,
+    /// Whole tokens the key's bucket held after the grant; `None` from a
+    /// store that cannot tell.
+    pub(crate) remaining: Option<u64>,
     /// The store's wait until one token exists (for an empty grant).
     pub(crate) retry_after: Duration,
     /// The store's time to refill one token; zero when it cannot tell.
@@ -91,11 +106,11 @@ pub(crate) struct ShortGrant {
 #[derive(Debug)]
 pub(crate) struct Pacer<J = JitterGenerator> {
     /// This node's share of the key's refill, in `LEAST_SHARE..=1`; 1
-    /// until a short grant tells otherwise.
+    /// until a scarce grant tells otherwise.
     share: f64,
     /// Tokens granted to this node, and tokens the store refilled over
     /// the same intervals (each the time since this node's previous call),
-    /// both halved at every short grant: their ratio is the share,
+    /// both halved at every scarce grant: their ratio is the share,
     /// weighted by time, so a grant after a long wait counts for more than
     /// one right after another node's.
     received: f64,
@@ -104,14 +119,17 @@ pub(crate) struct Pacer<J = JitterGenerator> {
     last_call: Option<Instant>,
     /// The allowance's `max_lease`.
     max_lease: u64,
-    /// The batch of the last short grant; 0 once a grant was full.
+    /// The batch of the last scarce grant; 0 once a grant left plenty.
     batch: u64,
+    /// The batch of the key as the last grant that left plenty told its
+    /// capacity; 0 before.
+    key_batch: u64,
     jitter: J,
 }
 
 impl Pacer {
     /// A pacer for leases of at most `max_lease` tokens, that assumes it is
-    /// alone until a short grant says otherwise.
+    /// alone until a scarce grant says otherwise.
     pub(crate) fn new(max_lease: u64) -> Pacer {
         Pacer::with_jitter(max_lease, JitterGenerator::from_entropy())
     }
@@ -127,21 +145,53 @@ impl<J: JitterSource> Pacer<J> {
             last_call: None,
             max_lease,
             batch: 0,
+            key_batch: 0,
             jitter,
         }
     }
 
-    /// The fewest tokens the next lease should ask for: a few batches
-    /// while the budget is exhausted (see `BATCHES_PER_ASK`), nothing
-    /// otherwise.
-    pub(crate) fn least_ask(&self) -> u64 {
-        self.batch.saturating_mul(BATCHES_PER_ASK)
+    /// The fewest tokens the next lease should ask for, for a node whose
+    /// smoothed demand is `demand` tokens a second: what it spends in
+    /// [`LONGEST_HOLD`], at least one batch and at most
+    /// [`BATCHES_PER_ASK`] while the budget is exhausted; at most a batch
+    /// otherwise (nothing before the first grant told the key's
+    /// capacity).
+    pub(crate) fn least_ask(&self, demand: f64) -> u64 {
+        // `as` saturates (NaN reads as 0): a bounded ask whatever the rate.
+        let held = (demand * LONGEST_HOLD.as_secs_f64()).ceil() as u64;
+        if self.batch > 0 {
+            return held.clamp(self.batch, self.batch.saturating_mul(BATCHES_PER_ASK));
+        }
+        held.min(self.key_batch)
     }
 
-    /// Notes a grant of everything asked: the budget had enough, and the
-    /// next ask follows demand alone.
-    pub(crate) fn after_full(&mut self) {
+    /// Whether `reply` says the key is exhausted or about to be: fewer
+    /// tokens than asked, or (from a store that tells) less than a batch
+    /// left behind. A node asking for a modest lease is granted it in full
+    /// from the refill others leave, so a short grant alone would never
+    /// pace it: it would ask once per few requests while the key is as
+    /// exhausted for the fleet as for anyone.
+    pub(crate) fn is_scarce(&self, reply: &Reply) -> bool {
+        reply.granted < reply.asked
+            || reply
+                .remaining
+                .is_some_and(|left| left < self.batch_of(reply.capacity))
+    }
+
+    /// The batch a node paces for on a key of `capacity`: an eighth of
+    /// the capacity, a quarter of `max_lease`, at least one token.
+    fn batch_of(&self, capacity: u64) -> u64 {
+        (capacity / BATCHES_PER_CAPACITY)
+            .min(self.max_lease / BATCHES_PER_ASK)
+            .max(1)
+    }
+
+    /// Notes a grant that left the key of `capacity` plenty: the budget
+    /// had enough, and the next ask follows demand, at least the batch
+    /// demand spends within [`LONGEST_HOLD`].
+    pub(crate) fn after_full(&mut self, capacity: u64) {
         self.batch = 0;
+        self.key_batch = self.batch_of(capacity);
     }
 
     /// Notes a store call starting at `now`; returns the time since the
@@ -158,20 +208,20 @@ impl<J: JitterSource> Pacer<J> {
         self.share
     }
 
-    /// The pause after `short`, a grant that came back short of its ask
-    /// `since` the previous call (`None` for the first call): the fair
+    /// The pause after `reply`, a scarce grant ([`is_scarce`](Self::is_scarce))
+    /// received `since` the previous call (`None` for the first call): the fair
     /// pause of [`fair_pause`](Self::fair_pause), spread by jitter.
-    pub(crate) fn after_short(
+    pub(crate) fn after_scarce(
         &mut self,
         since: Option<Duration>,
-        short: ShortGrant,
+        reply: Reply,
         floor: Duration,
     ) -> Duration {
-        let (pause, longest) = self.fair_pause(since, short, floor);
+        let (pause, longest) = self.fair_pause(since, reply, floor);
         spread(pause, longest, &mut self.jitter)
     }
 
-    /// The pause after `short` before jitter, and the longest it may be
+    /// The pause after `reply` before jitter, and the longest it may be
     /// once jittered: until this node's share of the refill has grown to a
     /// batch (an eighth of the capacity, a quarter of `max_lease`, at least
     /// one token), at most [`LONGEST_PACE`]; at least `floor` (the
@@ -180,20 +230,20 @@ impl<J: JitterSource> Pacer<J> {
     ///
     /// Updates the share first: the tokens granted over the tokens
     /// refilled (`since / refill_interval`), both summed over this node's
-    /// recent short grants (halved at each), at most 1, and at least an
+    /// recent scarce grants (halved at each), at most 1, and at least an
     /// eighth of the previous estimate. An empty grant adds refill and no
     /// tokens (other nodes took them): a node crowded out waits longer next
     /// time.
     fn fair_pause(
         &mut self,
         since: Option<Duration>,
-        short: ShortGrant,
+        reply: Reply,
         floor: Duration,
     ) -> (Duration, Duration) {
         // Guards against an absurd store or configuration: neither can
         // hold a node more than MAX_PAUSE, nor make it spin.
-        let least = short.retry_after.max(floor).clamp(MIN_PAUSE, MAX_PAUSE);
-        let interval = short.refill_interval;
+        let least = reply.retry_after.max(floor).clamp(MIN_PAUSE, MAX_PAUSE);
+        let interval = reply.refill_interval;
         // A store that cannot tell its interval is paced by the floor and
         // its retry_after alone.
         if interval.is_zero() {
@@ -203,7 +253,7 @@ impl<J: JitterSource> Pacer<J> {
         // below 2^53 (104 days), close enough beyond.
         let interval_ns = interval.as_nanos() as f64;
         if let Some(since) = since {
-            let granted = short.granted.min(short.asked);
+            let granted = reply.granted.min(reply.asked);
             self.received = 0.5 * self.received + granted as f64;
             self.refilled = 0.5 * self.refilled + since.as_nanos() as f64 / interval_ns;
             // Nothing refilled yet (calls at one instant) says nothing;
@@ -215,9 +265,7 @@ impl<J: JitterSource> Pacer<J> {
             };
             self.share = measured.clamp(self.share / MOST_FALL, 1.0).max(LEAST_SHARE);
         }
-        let batch = (short.capacity / BATCHES_PER_CAPACITY)
-            .min(self.max_lease / BATCHES_PER_ASK)
-            .max(1);
+        let batch = self.batch_of(reply.capacity);
         self.batch = batch;
         let fair_ns = interval_ns * batch as f64 / self.share;
         // Compared in floats first: an absurd interval gives values no
@@ -265,10 +313,11 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
-    fn short(asked: u64, granted: u64) -> ShortGrant {
-        ShortGrant {
+    fn short(asked: u64, granted: u64) -> Reply {
+        Reply {
             asked,
             granted,
+            remaining: Some(0),
             retry_after: Duration::ZERO,
             refill_interval: MS,
             capacity: 8_000,
@@ -286,23 +335,23 @@ mod tests {
     fn the_pause_lets_the_nodes_share_grow_to_a_batch() {
         let mut pacer = paced();
         // Alone so far: a batch of 100 at 1 ms a token is 100 ms.
-        assert_eq!(pacer.after_short(None, short(100, 40), MS), 100 * MS);
+        assert_eq!(pacer.after_scarce(None, short(100, 40), MS), 100 * MS);
         assert_eq!(pacer.share(), 1.0);
         // 25 of the 100 tokens refilled in 100 ms: a share of 1/4, so
         // four nodes' worth, 100 ms / (1/4) = 400 ms.
         assert_eq!(
-            pacer.after_short(Some(100 * MS), short(100, 25), MS),
+            pacer.after_scarce(Some(100 * MS), short(100, 25), MS),
             400 * MS
         );
         assert_eq!(pacer.share(), 0.25);
         // 50 of 200 next: (25/2 + 50) / (100/2 + 200), still 1/4.
         assert_eq!(
-            pacer.after_short(Some(200 * MS), short(100, 50), MS),
+            pacer.after_scarce(Some(200 * MS), short(100, 50), MS),
             400 * MS
         );
         // Then 75 of 100: the sums weigh it by its 100 ms, against the
         // 250 ms behind it halved: (62.5/2 + 75) / (250/2 + 100) = 0.4722..
-        pacer.after_short(Some(100 * MS), short(100, 75), MS);
+        pacer.after_scarce(Some(100 * MS), short(100, 75), MS);
         assert_eq!(pacer.share(), 106.25 / 225.0);
     }
 
@@ -315,7 +364,7 @@ mod tests {
             let since = 100 * MS * nodes;
             let mut pause = Duration::ZERO;
             for _ in 0..60 {
-                pause = pacer.after_short(Some(since), short(100, 99), Duration::ZERO);
+                pause = pacer.after_scarce(Some(since), short(100, 99), Duration::ZERO);
             }
             // 99 of 100·n tokens: the pause is 100 ms · n · 100/99.
             let expected = (100 * MS * nodes).mul_f64(100.0 / 99.0);
@@ -327,54 +376,93 @@ mod tests {
     #[test]
     fn an_empty_grant_lowers_the_share_at_most_eightfold() {
         let mut pacer = paced();
-        let empty = ShortGrant {
+        let empty = Reply {
             retry_after: 900 * MS,
             ..short(100, 0)
         };
         // Nothing of 10 tokens: a share of 0, taken as 1/8; the store's
         // longer retry_after wins over 100 ms / (1/8).
-        assert_eq!(pacer.after_short(Some(10 * MS), empty, MS), 900 * MS);
+        assert_eq!(pacer.after_scarce(Some(10 * MS), empty, MS), 900 * MS);
         assert_eq!(pacer.share(), 0.125);
-        let soon = ShortGrant {
+        let soon = Reply {
             retry_after: 30 * MS,
             ..empty
         };
-        assert_eq!(pacer.after_short(None, soon, MS), 800 * MS);
+        assert_eq!(pacer.after_scarce(None, soon, MS), 800 * MS);
         // A full share over the next second outweighs the empty 10 ms:
         // (0 + 1000) / (10/2 + 1000).
-        pacer.after_short(Some(1000 * MS), short(2000, 1000), MS);
+        pacer.after_scarce(Some(1000 * MS), short(2000, 1000), MS);
         assert_eq!(pacer.share(), 1000.0 / 1005.0);
     }
 
     #[test]
     fn a_batch_is_at_most_an_eighth_of_the_capacity_and_at_least_one() {
         let mut pacer = paced();
-        let small = ShortGrant {
+        let small = Reply {
             capacity: 80,
             ..short(100, 5)
         };
-        assert_eq!(pacer.after_short(None, small, Duration::ZERO), 10 * MS);
-        let tiny = ShortGrant {
+        assert_eq!(pacer.after_scarce(None, small, Duration::ZERO), 10 * MS);
+        let tiny = Reply {
             capacity: 3,
             ..short(100, 1)
         };
-        assert_eq!(pacer.after_short(None, tiny, Duration::ZERO), MS);
+        assert_eq!(pacer.after_scarce(None, tiny, Duration::ZERO), MS);
         // The configured floor wins over a shorter fair pause.
-        assert_eq!(pacer.after_short(None, tiny, 25 * MS), 25 * MS);
+        assert_eq!(pacer.after_scarce(None, tiny, 25 * MS), 25 * MS);
     }
 
     #[test]
-    fn an_exhausted_node_asks_for_four_batches_until_a_grant_is_full() {
+    fn an_exhausted_node_asks_for_a_second_of_demand_from_one_to_four_batches() {
         let mut pacer = paced();
-        assert_eq!(pacer.least_ask(), 0);
-        pacer.after_short(None, short(10, 5), MS);
-        assert_eq!(pacer.least_ask(), 400);
-        pacer.after_full();
-        assert_eq!(pacer.least_ask(), 0);
+        // Before any grant told the capacity: demand alone.
+        assert_eq!(pacer.least_ask(1e9), 0);
+        pacer.after_scarce(None, short(10, 5), MS);
+        // Batches of 100: at least one, a second of demand up to four.
+        assert_eq!(pacer.least_ask(0.0), 100);
+        assert_eq!(pacer.least_ask(250.0), 250);
+        assert_eq!(pacer.least_ask(1e9), 400);
+        assert_eq!(pacer.least_ask(f64::NAN), 100);
+        pacer.after_full(8_000);
+        // Plenty: a second of demand, at most a batch (100).
+        assert_eq!(pacer.least_ask(0.0), 0);
+        assert_eq!(pacer.least_ask(42.5), 43);
+        assert_eq!(pacer.least_ask(1e9), 100);
+        assert_eq!(pacer.least_ask(f64::INFINITY), 100);
+        assert_eq!(pacer.least_ask(f64::NAN), 0);
         // A batch is at most a quarter of max_lease.
         let mut small = Pacer::with_jitter(8, || 0.5);
-        assert_eq!(small.after_short(None, short(8, 5), Duration::ZERO), 2 * MS);
-        assert_eq!(small.least_ask(), 8);
+        assert_eq!(
+            small.after_scarce(None, short(8, 5), Duration::ZERO),
+            2 * MS
+        );
+        assert_eq!(small.least_ask(0.0), 2);
+        assert_eq!(small.least_ask(1e9), 8);
+    }
+
+    #[test]
+    fn a_grant_is_scarce_when_short_or_when_it_left_less_than_a_batch() {
+        let pacer = paced();
+        // Batches of 100 (a quarter of max_lease 400, under B/8 = 1000).
+        let full = |remaining| Reply {
+            remaining,
+            ..short(10, 10)
+        };
+        assert!(pacer.is_scarce(&short(10, 9)));
+        assert!(pacer.is_scarce(&full(Some(0))));
+        assert!(pacer.is_scarce(&full(Some(99))));
+        assert!(!pacer.is_scarce(&full(Some(100))));
+        // A store that cannot tell: only a short grant says it.
+        assert!(!pacer.is_scarce(&full(None)));
+        assert!(pacer.is_scarce(&Reply {
+            remaining: None,
+            ..short(10, 0)
+        }));
+        // A grant above the ask is not short.
+        assert!(!pacer.is_scarce(&Reply {
+            remaining: Some(u64::MAX),
+            ..short(10, u64::MAX)
+        }));
     }
 
     #[test]
@@ -391,24 +479,25 @@ mod tests {
             (Duration::MAX, Duration::MAX, u64::MAX, LONGEST_PACE),
         ];
         for (retry_after, refill_interval, granted, expected) in cases {
-            let reply = ShortGrant {
+            let reply = Reply {
                 asked: 10,
                 granted,
+                remaining: None,
                 retry_after,
                 refill_interval,
                 capacity: u64::MAX,
             };
-            let pause = pacer.after_short(Some(Duration::ZERO), reply, Duration::ZERO);
+            let pause = pacer.after_scarce(Some(Duration::ZERO), reply, Duration::ZERO);
             assert_eq!(pause, expected, "{reply:?}");
             assert!((LEAST_SHARE..=1.0).contains(&pacer.share()));
         }
         // A grant above the ask counts as the ask: a share of at most 1.
         let mut pacer = paced();
-        pacer.after_short(Some(MS), short(10, u64::MAX), MS);
+        pacer.after_scarce(Some(MS), short(10, u64::MAX), MS);
         assert_eq!(pacer.share(), 1.0);
         // Empty grants in a row floor the share instead of reaching zero.
         for _ in 0..100 {
-            pacer.after_short(Some(MS), short(10, 0), MS);
+            pacer.after_scarce(Some(MS), short(10, 0), MS);
         }
         assert_eq!(pacer.share(), LEAST_SHARE);
     }

@@ -37,12 +37,24 @@ pub struct Grant {
     /// asking again on a fixed beat (`docs/distributed.md`, "Pacing");
     /// `Duration::ZERO` from a store that cannot tell.
     pub refill_interval: Duration,
+    /// Whole tokens the key's bucket still holds right after this grant,
+    /// on the store's clock: `Some(0)` when it was emptied (or nothing was
+    /// granted), `None` from a store that cannot tell (a custom store
+    /// built on [`Grant::nothing`] says `None` until it sets this) and for
+    /// an ask of zero tokens, answered without looking. A
+    /// grant of everything asked that left little behind tells a node the
+    /// key is near exhaustion as surely as a short grant does: pacing
+    /// (`docs/distributed.md`, "Pacing") reads it so that nodes asking
+    /// for modest leases, always granted in full, still space their asks.
+    pub remaining: Option<u64>,
 }
 
 impl Grant {
     /// A grant of nothing, with the wait until one token could be granted
     /// and the key's capacity, from a store that cannot tell its refill
-    /// interval (set [`refill_interval`](Self::refill_interval) if it can).
+    /// interval nor what the bucket holds (set
+    /// [`refill_interval`](Self::refill_interval) and
+    /// [`remaining`](Self::remaining) if it can).
     ///
     /// ```
     /// use std::time::Duration;
@@ -57,6 +69,7 @@ impl Grant {
             lease: Lease::NONE,
             capacity,
             refill_interval: Duration::ZERO,
+            remaining: None,
         }
     }
 
@@ -72,6 +85,7 @@ impl Grant {
     ///     lease: Lease { granted: 3, at: 0 },
     ///     capacity: 10,
     ///     refill_interval: Duration::from_millis(100),
+    ///     remaining: Some(7),
     /// };
     /// assert!(!grant.is_empty());
     /// ```

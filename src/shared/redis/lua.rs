@@ -7,7 +7,8 @@
 //! with their own float arithmetic and need the module installed).
 //!
 //! Every script runs atomically on the server: it reads the server's clock
-//! with `TIME`, reads and writes one key, and returns `{code, value, now}`.
+//! with `TIME`, reads and writes one key, and returns `{code, value, now}`
+//! (and, from `acquire`, the tokens left).
 //! Numbers are Lua doubles; every value computed stays within `2^53`, where
 //! doubles hold integers exactly (the Rust side checks the quota for that,
 //! and the scripts refuse to run past `last`).
@@ -94,10 +95,13 @@ end
 
 /// `acquire`: `ARGV[6]` is `want`, `1 <= want <= B`.
 ///
-/// Returns `{granted, 0, now}` with `granted >= 1`, or `{0, wait, now}`
-/// where `wait` is the ticks until one token exists; `{-1, 0, 0}` when the
-/// server clock is outside the store's range; `{-2, 0, now}` when the key
-/// holds a value this store did not write.
+/// Returns `{granted, 0, now, left}` with `granted >= 1` and `left` the
+/// whole tokens the bucket still holds after the grant, or
+/// `{0, wait, now, 0}` where `wait` is the ticks until one token exists;
+/// `{-1, 0, 0}` when the server clock is outside the store's range;
+/// `{-2, 0, now}` when the key holds a value this store did not write.
+/// (Before `left`, grants were three values: the store refuses that shape
+/// as a bad reply rather than guess what is left.)
 pub(super) const ACQUIRE: &str = concat!(
     prelude!(),
     r#"
@@ -110,10 +114,10 @@ if not tat then born = idiv(now, d) end
 if not tat or tat < now then tat = now end
 -- Refilled credit, in ticks: at most B*T since tat >= now.
 local room = now + BT - tat
-if room < T then return {0, T - room, now} end
+if room < T then return {0, T - room, now, 0} end
 local granted = math.min(want, idiv(room, T))
 save(KEYS[1], tat + granted * T, born)
-return {granted, 0, now}
+return {granted, 0, now, idiv(room - granted * T, T)}
 "#
 );
 

@@ -406,35 +406,46 @@ impl RedisStore {
     }
 
     /// Runs one of the scripts on `key` with the shared arguments and
-    /// `extra`, bounded by the timeout, and checks the reply's shape.
-    async fn run(
+    /// `extra`, bounded by the timeout, and checks the reply's shape: `N`
+    /// values (4 from `acquire`, 3 from `release`).
+    async fn run<const N: usize>(
         &self,
         script: &Script,
         key: &str,
         extra: &[u64],
-    ) -> Result<[u64; 3], RedisStoreError> {
+    ) -> Result<[u64; N], RedisStoreError> {
         let call = self.call(script, key, extra);
         let reply = self.connection.eval(script, &call, self.timeout).await?;
         self.decode(key, &reply)
     }
 
-    /// A script's reply, `{code, value, now}` with `code >= 0`, or the
-    /// error it stands for.
-    fn decode(&self, key: &str, reply: &Value) -> Result<[u64; 3], RedisStoreError> {
-        match parse_reply(reply)? {
-            [-1, _, _] => Err(RedisStoreError::ServerClockOutOfRange),
-            [-2, _, _] => Err(RedisStoreError::ForeignValue(self.redis_key(key))),
-            [code, value, now] if code >= 0 && value >= 0 && now >= 0 => {
-                // Lossless: all three are non-negative.
-                Ok([code as u64, value as u64, now as u64])
-            }
-            _ => Err(bad_reply(reply)),
+    /// A script's reply, `N` non-negative integers (`{code, value, now}`,
+    /// then `acquire`'s tokens left), or the error its code stands for.
+    fn decode<const N: usize>(
+        &self,
+        key: &str,
+        reply: &Value,
+    ) -> Result<[u64; N], RedisStoreError> {
+        let values = parse_reply(reply)?;
+        // The scripts' own error replies have one shape for both scripts.
+        match values.first() {
+            Some(-1) => return Err(RedisStoreError::ServerClockOutOfRange),
+            Some(-2) => return Err(RedisStoreError::ForeignValue(self.redis_key(key))),
+            _ => {}
         }
+        let unsigned: Vec<u64> = values
+            .iter()
+            .map(|&v| u64::try_from(v))
+            .collect::<Result<_, _>>()
+            .map_err(|_| bad_reply(reply))?;
+        // A reply of another length is another script version's (the
+        // three values of an acquire before it told the tokens left).
+        <[u64; N]>::try_from(unsigned).map_err(|_| bad_reply(reply))
     }
 
     async fn acquire_tokens(&self, key: &str, want: u64) -> Result<Grant, RedisStoreError> {
         if want == 0 {
-            return Ok(self.nothing(Duration::ZERO));
+            return Ok(self.unasked());
         }
         // No bucket ever holds more than B: asking for more is asking for B.
         let want = want.min(self.scale.capacity);
@@ -459,10 +470,8 @@ impl RedisStore {
             .connection
             .eval_many(&ACQUIRE, &calls, self.timeout)
             .await;
-        let mut grants: Vec<Result<Grant, RedisStoreError>> = requests
-            .iter()
-            .map(|_| Ok(self.nothing(Duration::ZERO)))
-            .collect();
+        let mut grants: Vec<Result<Grant, RedisStoreError>> =
+            requests.iter().map(|_| Ok(self.unasked())).collect();
         for (&(i, want), reply) in asked.iter().zip(replies) {
             grants[i] = reply
                 .and_then(|reply| self.decode(requests[i].0, &reply))
@@ -471,28 +480,46 @@ impl RedisStore {
         grants
     }
 
-    /// A grant of nothing, with the wait until one token exists. Every
-    /// grant, empty or not, tells the capacity — this store's own `B`, the
-    /// one its scripts apply (they receive it as `BT / T`) — and the refill
-    /// interval.
+    /// A grant of nothing, with the wait until one token exists (so the
+    /// bucket holds none). Every grant, empty or not, tells the capacity —
+    /// this store's own `B`, the one its scripts apply (they receive it as
+    /// `BT / T`) — and the refill interval.
     fn nothing(&self, retry_after: Duration) -> Grant {
         Grant {
             refill_interval: refill_interval(&self.quota),
+            remaining: Some(0),
             ..Grant::nothing(retry_after, self.scale.capacity)
         }
     }
 
-    /// The grant an acquire script's decoded reply stands for.
-    fn grant(&self, want: u64, [granted, wait, now]: [u64; 3]) -> Result<Grant, RedisStoreError> {
-        match (granted, wait) {
-            (0, wait) if wait > 0 => Ok(self.nothing(self.scale.duration(wait))),
-            (granted, 0) if (1..=want).contains(&granted) => Ok(Grant {
+    /// The answer to an ask of nothing, given without calling the server:
+    /// nothing granted, and what is left untold.
+    fn unasked(&self) -> Grant {
+        Grant {
+            remaining: None,
+            ..self.nothing(Duration::ZERO)
+        }
+    }
+
+    /// The grant an acquire script's decoded reply stands for. A reply
+    /// telling more tokens left than the bucket can hold besides the grant
+    /// is no script's: refused, as is any other impossible combination.
+    fn grant(
+        &self,
+        want: u64,
+        [granted, wait, now, left]: [u64; 4],
+    ) -> Result<Grant, RedisStoreError> {
+        let fits = left <= self.scale.capacity - granted.min(self.scale.capacity);
+        match (granted, wait, left) {
+            (0, wait, 0) if wait > 0 => Ok(self.nothing(self.scale.duration(wait))),
+            (granted, 0, left) if (1..=want).contains(&granted) && fits => Ok(Grant {
                 tokens: granted,
                 lease: Lease { granted, at: now },
+                remaining: Some(left),
                 ..self.nothing(Duration::ZERO)
             }),
             _ => Err(RedisStoreError::BadReply(format!(
-                "acquire of {want} returned {granted} tokens with a wait of {wait} ticks"
+                "acquire of {want} returned {granted} tokens, {left} left, with a wait of {wait} ticks"
             ))),
         }
     }
@@ -674,14 +701,21 @@ fn redis_key(prefix: &str, key: &str) -> String {
     out
 }
 
-/// A script's `{code, value, now}`.
-fn parse_reply(reply: &Value) -> Result<[i64; 3], RedisStoreError> {
-    if let Value::Array(items) = reply
-        && let [Value::Int(a), Value::Int(b), Value::Int(c)] = items.as_slice()
-    {
-        return Ok([*a, *b, *c]);
-    }
-    Err(bad_reply(reply))
+/// A script's reply: a non-empty array of integers.
+fn parse_reply(reply: &Value) -> Result<Vec<i64>, RedisStoreError> {
+    let Value::Array(items) = reply else {
+        return Err(bad_reply(reply));
+    };
+    let numbers: Option<Vec<i64>> = items
+        .iter()
+        .map(|item| match item {
+            Value::Int(n) => Some(*n),
+            _ => None,
+        })
+        .collect();
+    numbers
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| bad_reply(reply))
 }
 
 fn bad_reply(reply: &Value) -> RedisStoreError {
@@ -757,7 +791,7 @@ mod tests {
         for reply in [
             Value::Nil,
             Value::Int(3),
-            Value::Array(vec![Value::Int(1), Value::Int(0)]),
+            Value::Array(vec![]),
             Value::Array(vec![Value::Int(1), Value::Nil, Value::Int(0)]),
         ] {
             assert!(matches!(

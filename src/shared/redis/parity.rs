@@ -81,10 +81,15 @@ async fn the_scripts_give_back_by_the_in_process_rule() {
         }
         let now = if outstanding.is_empty() || rng.below(5) < 3 {
             let want = 1 + rng.below(6);
-            let [granted, wait, now] = redis.run(&ACQUIRE, KEY, &[want]).await.unwrap();
+            let [granted, wait, now, left] = redis.run(&ACQUIRE, KEY, &[want]).await.unwrap();
             follow(now);
             let grant = local.acquire(KEY, want).await.unwrap();
             assert_eq!(grant.tokens, granted, "step {step}: grant of {want}");
+            assert_eq!(
+                grant.remaining,
+                Some(left),
+                "step {step}: left after {want}"
+            );
             if granted == 0 {
                 assert_eq!(grant.retry_after, redis.scale.duration(wait), "step {step}");
             } else {
