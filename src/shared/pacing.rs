@@ -235,7 +235,11 @@ impl<J: JitterSource> Pacer<J> {
 /// `pause`), then bounded to [`MIN_PAUSE`]..=`longest`: nodes refused at
 /// the same moment come back at different ones, and the fleet's asks stay
 /// spread over time rather than in waves.
-pub(crate) fn spread(pause: Duration, longest: Duration, source: &mut impl JitterSource) -> Duration {
+pub(crate) fn spread(
+    pause: Duration,
+    longest: Duration,
+    source: &mut impl JitterSource,
+) -> Duration {
     let nanos = pause.min(longest).as_nanos();
     // A source may answer above its bound: the min keeps the draw in range.
     let drawn = source.draw_up_to(nanos).min(nanos);
