@@ -160,6 +160,25 @@ impl<S: Store> KeyedReceipt<S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn undo(self) -> u64 {
+        match self.give_back_locally() {
+            Ok(given) => given,
+            Err(to_store) => to_store.send().await,
+        }
+    }
+
+    /// [`undo`](Self::undo) without waiting: tokens of the key's pool go
+    /// back at once, a cold grant's return runs on the allowance's runtime
+    /// (for callers that cannot await, such as a response's completion).
+    pub(crate) fn undo_in_background(self) {
+        let runtime = self.inner.runtime.clone();
+        if let Err(to_store) = self.give_back_locally() {
+            runtime.spawn(to_store.send());
+        }
+    }
+
+    /// Gives back what needs no store call, returning the tokens given;
+    /// or the return to the store still to make.
+    fn give_back_locally(self) -> Result<u64, StoreReturn<S>> {
         let KeyedReceipt {
             inner,
             name,
@@ -170,22 +189,23 @@ impl<S: Store> KeyedReceipt<S> {
         match origin {
             Origin::Pool(pool) => {
                 if inner.table.give_to_pool(&name, &pool, tokens) {
-                    tokens
+                    Ok(tokens)
                 } else {
                     add(&inner.counters.stranded, tokens);
-                    0
+                    Ok(0)
                 }
             }
-            Origin::Store(lease) => {
-                let key = ColdKey {
+            Origin::Store(lease) => Err(StoreReturn {
+                key: ColdKey {
                     store: Arc::clone(&inner.store),
                     key: name,
                     timeout: inner.config.allowance.timeout,
                     counters: Arc::clone(&inner.counters),
-                };
-                give_back(&key, lease, tokens).await
-            }
-            Origin::Unbacked => 0,
+                },
+                lease,
+                tokens,
+            }),
+            Origin::Unbacked => Ok(0),
         }
     }
 
@@ -213,6 +233,19 @@ impl<S: Store> KeyedReceipt<S> {
     /// receipt-less calls' answer.
     pub(super) fn kept(self) -> Source {
         self.source
+    }
+}
+
+/// A cold grant's tokens on their way back to the store.
+struct StoreReturn<S: Store> {
+    key: ColdKey<S>,
+    lease: Lease,
+    tokens: u64,
+}
+
+impl<S: Store> StoreReturn<S> {
+    async fn send(self) -> u64 {
+        give_back(&self.key, self.lease, self.tokens).await
     }
 }
 
