@@ -983,3 +983,298 @@ async fn nodes_over_a_real_redis_hold_each_keys_envelope() {
     let allowed = capacity + rate * elapsed_ns / 1_000_000_000;
     assert!(admitted[0] * 2 >= allowed, "{} of {allowed}", admitted[0]);
 }
+
+/// Keys that never go hot: every admission is a cold store decision.
+fn always_cold() -> KeyedAllowanceConfig {
+    KeyedAllowanceConfig {
+        hot_at: u32::MAX,
+        cold_below: 1,
+        ..config(FailurePolicy::Closed)
+    }
+}
+
+/// Drives 100 requests a second at `key` on `node` for a second, so that
+/// it goes hot and holds a pool.
+async fn make_hot(node: &KeyedAllowance<Ledger>, key: &str) -> u64 {
+    let mut admitted = 0;
+    for _ in 0..100 {
+        if node.acquire(key, 1, Duration::from_millis(5)).await.is_ok() {
+            admitted += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(node.is_hot(key));
+    admitted
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hot_receipt_goes_back_into_its_pool_and_no_further() {
+    let store = Ledger::new(Quota::per_second(1000).unwrap());
+    let node = KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed)).unwrap();
+    let admitted = make_hot(&node, "busy").await;
+    settle().await;
+    let pooled = node.pooled("busy");
+    assert!(pooled >= 3, "{pooled}");
+    let books = store.books(&store_key("busy"));
+    let receipt = node.try_take("busy", 3).unwrap();
+    assert_eq!(node.pooled("busy"), pooled - 3);
+    assert_eq!(receipt.undo().await, 3);
+    // Back in the pool, exactly; nothing asked of or sent to the store.
+    assert_eq!(node.pooled("busy"), pooled);
+    assert_eq!(store.books(&store_key("busy")), books);
+    // And spent from there first: the pool's own tokens are untouched.
+    let again = node.try_take("busy", 3).unwrap();
+    assert_eq!(node.pooled("busy"), pooled - 3);
+    again.keep();
+    node.shutdown().await;
+    let (granted, sent_back) = store.books(&store_key("busy"));
+    assert_eq!(admitted + 3 + sent_back, granted);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_receipt_undone_after_its_key_was_demoted_forgotten_or_repromoted_mints_nothing() {
+    let store = Ledger::new(Quota::per_second(1000).unwrap());
+    let node = KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed)).unwrap();
+    make_hot(&node, "busy").await;
+    let demoted = node.try_take("busy", 2).unwrap();
+    let forgotten = node.try_take("busy", 1).unwrap();
+    let repromoted = node.try_take("busy", 1).unwrap();
+    // Silence: the key goes cold and its pool goes back to the store.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    settle().await;
+    assert!(!node.is_hot("busy"));
+    let name = store_key("busy");
+    let (books, available) = (store.books(&name), store.available(&name));
+    let stranded = node.stats().stranded;
+    assert_eq!(demoted.undo().await, 0);
+    assert_eq!((store.books(&name), store.available(&name)), (books, available));
+    assert_eq!(node.stats().stranded, stranded + 2);
+    // Forgotten too: still nothing.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    settle().await;
+    assert_eq!(node.stats().forgotten, 1);
+    assert_eq!(forgotten.undo().await, 0);
+    assert_eq!(node.pooled("busy"), 0);
+    // Hot again with a new pool: the old pool's receipt does not feed it.
+    make_hot(&node, "busy").await;
+    settle().await;
+    let pooled = node.pooled("busy");
+    assert_eq!(repromoted.undo().await, 0);
+    assert_eq!(node.pooled("busy"), pooled);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cold_receipt_goes_back_to_the_store_exactly_at_once_and_less_the_time_held() {
+    // 10 a second: a token every 100 ms.
+    let store = Ledger::new(Quota::per_second(10).unwrap());
+    let node = KeyedAllowance::new(Arc::clone(&store), always_cold()).unwrap();
+    let receipt = node.take("k", 4, Duration::ZERO).await.unwrap();
+    assert_eq!(store.available("k"), 6);
+    // Nothing admitted since and no time passed: all of it.
+    assert_eq!(receipt.undo().await, 4);
+    assert_eq!(store.available("k"), 10);
+    // Held 300 ms while someone else emptied the bucket: 400 ms owed less
+    // 300 ms held is one token back, not four.
+    let held = node.take("k", 4, Duration::ZERO).await.unwrap();
+    node.take("k", 6, Duration::ZERO).await.unwrap().keep();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.available("k"), 3);
+    held.undo().await;
+    assert_eq!(store.available("k"), 4);
+    // Held past its cost's refill (the bucket never full meanwhile):
+    // nothing back.
+    let held = node.take("k", 4, Duration::ZERO).await.unwrap();
+    assert_eq!(store.available("k"), 0);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(store.available("k"), 5);
+    held.undo().await;
+    assert_eq!(store.available("k"), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_failure_policys_admissions_give_nothing_back() {
+    let store = Ledger::new(Quota::per_second(10).unwrap());
+    let node = KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Open)).unwrap();
+    store.failing.store(true, Ordering::SeqCst);
+    let receipt = node.take("k", 3, Duration::ZERO).await.unwrap();
+    assert_eq!(receipt.source(), Source::FailedOpen);
+    store.failing.store(false, Ordering::SeqCst);
+    let releases = store.releases.load(Ordering::SeqCst);
+    assert_eq!(receipt.undo().await, 0);
+    assert_eq!(store.releases.load(Ordering::SeqCst), releases);
+    assert_eq!(store.available("k"), 10);
+}
+
+/// Receipts held across time, refills, demotions and node restarts, and
+/// undone in random order: per key, what stays admitted (taken, less what
+/// an undo said went back) never exceeds `B + r·t`.
+#[tokio::test(start_paused = true)]
+async fn receipts_undone_in_random_interleavings_stay_within_each_keys_envelope() {
+    let (capacity, rate) = (20, 200);
+    let envelope = Envelope {
+        capacity,
+        tokens: rate,
+        period_ns: 1_000_000_000,
+    };
+    for seed in 0..6 {
+        let store = Ledger::new(Quota::new(capacity, rate, Duration::from_secs(1)).unwrap());
+        let mut rng = Rng(seed);
+        let new_node = || KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed));
+        let mut nodes: Vec<_> = (0..3).map(|_| new_node().unwrap()).collect();
+        let keys: Vec<String> = (0..6).map(|i| format!("tenant-{i}")).collect();
+        let mut admitted: HashMap<&str, u64> = HashMap::new();
+        let mut held = Vec::new();
+        let mut undone_into_pools = 0u64;
+        for _step in 0..3000 {
+            let node = rng.below(nodes.len() as u64) as usize;
+            let key = &keys[rng.below(6).min(rng.below(6)) as usize];
+            let cost = 1 + rng.below(3);
+            let taken = match rng.below(14) {
+                0..=4 => nodes[node].try_take(key, cost),
+                5..=6 => {
+                    let wait = Duration::from_millis(rng.below(3) * 10);
+                    nodes[node].take(key, cost, wait).await
+                }
+                7..=9 if !held.is_empty() => {
+                    let (key, receipt): (&str, tollgate::shared::KeyedReceipt<Ledger>) =
+                        held.swap_remove(rng.below(held.len() as u64) as usize);
+                    let pooled = receipt.source() == Source::Lease;
+                    let back = receipt.undo().await;
+                    if pooled {
+                        *admitted.get_mut(key).unwrap() -= back;
+                        undone_into_pools += back;
+                    }
+                    continue;
+                }
+                10 => {
+                    tokio::time::sleep(Duration::from_micros(rng.below(20_000))).await;
+                    continue;
+                }
+                11 => {
+                    settle().await;
+                    continue;
+                }
+                12 if rng.below(4) == 0 => {
+                    nodes[node] = new_node().unwrap();
+                    continue;
+                }
+                _ => {
+                    nodes[node].shutdown().await;
+                    continue;
+                }
+            };
+            if let Ok(receipt) = taken {
+                if receipt.source() == Source::Lease {
+                    *admitted.entry(key).or_default() += cost;
+                }
+                // Most are kept; some held, to be undone later.
+                if rng.below(3) == 0 {
+                    held.push((key.as_str(), receipt));
+                } else {
+                    receipt.keep();
+                }
+            }
+            let elapsed = store.clock.now_nanos();
+            for (&key, &spent) in &admitted {
+                assert!(
+                    envelope.admits(u128::from(spent), elapsed),
+                    "seed {seed}: {key} admitted {spent} in {elapsed} ns"
+                );
+            }
+        }
+        assert!(undone_into_pools > 0, "seed {seed}: no receipt went back");
+    }
+}
+
+/// Real threads take and undo receipts of a few hot keys at once, racing
+/// each other, refills and demotions: per key, what stays admitted never
+/// exceeds `B + r·t`, nor what the store granted less what it got back.
+#[test]
+fn concurrent_undos_on_real_threads_hold_each_keys_bounds() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (capacity, rate) = (20, 400);
+        let store = Ledger::new(Quota::new(capacity, rate, Duration::from_secs(1)).unwrap());
+        let keys: Arc<Vec<String>> = Arc::new((0..4).map(|i| format!("tenant-{i}")).collect());
+        let mut tasks = Vec::new();
+        for _ in 0..2 {
+            let node =
+                KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed)).unwrap();
+            for task in 0..4usize {
+                let (node, keys) = (node.clone(), Arc::clone(&keys));
+                tasks.push(tokio::spawn(async move {
+                    let mut admitted = vec![0u64; keys.len()];
+                    let mut undone = 0u64;
+                    let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
+                    let mut turn = task;
+                    while tokio::time::Instant::now() < deadline {
+                        turn += 1;
+                        let index = turn % keys.len();
+                        let key = &keys[index];
+                        let taken = match node.try_take(key, 1) {
+                            Err(AcquireError::NotLocal) => {
+                                node.take(key, 1, Duration::from_millis(2)).await
+                            }
+                            answered => answered,
+                        };
+                        let Ok(receipt) = taken else {
+                            tokio::task::yield_now().await;
+                            continue;
+                        };
+                        let leased = receipt.source() == Source::Lease;
+                        let mut kept = u64::from(leased);
+                        // Every third admission is undone, half at once and
+                        // half after a pause that lets refills land.
+                        if turn % 3 == 0 {
+                            if turn % 2 == 0 {
+                                tokio::task::yield_now().await;
+                            }
+                            let back = receipt.undo().await;
+                            if leased {
+                                kept -= back;
+                                undone += back;
+                            }
+                        } else {
+                            receipt.keep();
+                        }
+                        admitted[index] += kept;
+                    }
+                    node.shutdown().await;
+                    (admitted, undone)
+                }));
+            }
+        }
+        let mut admitted = vec![0u64; keys.len()];
+        let mut undone = 0;
+        for task in tasks {
+            let (one, back) = task.await.unwrap();
+            undone += back;
+            for (total, one) in admitted.iter_mut().zip(one) {
+                *total += one;
+            }
+        }
+        let elapsed = store.clock.now_nanos();
+        let envelope = Envelope {
+            capacity,
+            tokens: rate,
+            period_ns: 1_000_000_000,
+        };
+        assert!(undone > 0, "no receipt went back");
+        for (key, &spent) in keys.iter().zip(&admitted) {
+            assert!(
+                envelope.admits(u128::from(spent), elapsed),
+                "{key}: {spent} in {elapsed} ns"
+            );
+            let (granted, sent_back) = store.books(key);
+            assert!(
+                spent + sent_back <= granted,
+                "{key}: {spent} + {sent_back} > {granted}"
+            );
+            assert!(spent > 0, "{key} admitted nothing");
+        }
+    });
+}

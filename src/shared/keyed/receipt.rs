@@ -60,7 +60,21 @@ impl<S: Store> Origin<S> {
 ///
 /// A receipt undoes once (`undo` consumes it) and only on the key and
 /// allowance that issued it (it holds both). Dropping it keeps the tokens
-/// spent, as [`keep`](Self::keep) says explicitly.
+/// spent, as [`keep`](Self::keep) says explicitly. A second `undo` does
+/// not compile:
+///
+/// ```compile_fail
+/// # use std::sync::Arc;
+/// # use std::time::Duration;
+/// # use tollgate::Quota;
+/// # use tollgate::shared::*;
+/// # async fn twice(node: KeyedAllowance<LocalStore>) -> Result<(), tollgate::AcquireError> {
+/// let receipt = node.take("k", 1, Duration::ZERO).await?;
+/// receipt.undo().await;
+/// receipt.undo().await; // error[E0382]: use of moved value
+/// # Ok(())
+/// # }
+/// ```
 ///
 /// ```
 /// use std::sync::Arc;
