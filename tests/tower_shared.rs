@@ -297,8 +297,15 @@ async fn a_shared_refusal_gives_back_everything_the_local_rules_took() {
     assert_eq!(global.available(), 3);
 }
 
+/// Lets give-backs to the store, which run in the background, land.
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_later_shared_refusal_leaves_the_earlier_shared_charge_spent() {
+async fn a_later_shared_refusal_gives_the_earlier_shared_charge_back() {
     let clock = ManualClock::new();
     let keys = store(hourly(10), &clock);
     let tenants = store(hourly(1), &clock);
@@ -325,10 +332,69 @@ async fn a_later_shared_refusal_leaves_the_earlier_shared_charge_spent() {
         let doc = problem(refused).await;
         assert_eq!(doc["violated-policies"], serde_json::json!(["per-tenant"]));
     }
-    // A keyed allowance gives no receipt back: what the per-key budget took
-    // for the refused requests stays spent. Fewer admitted, never more.
+    // What the per-key budget took for each refused request went back
+    // through its receipt: only the admitted request is spent.
+    settle().await;
     assert_eq!(left(&tenants, "acme"), 0);
-    assert_eq!(left(&keys, "alice"), 10 - 4);
+    assert_eq!(left(&keys, "alice"), 10 - 1);
+}
+
+/// The first shared rule's key is hot (decided from its lease pool), the
+/// second's is cold and empty: each refusal gives the hot key's token back
+/// into its pool, and the store's books show only the admitted requests.
+#[tokio::test(start_paused = true)]
+async fn a_later_shared_refusal_gives_a_hot_keys_token_back_into_its_pool() {
+    let clock = ManualClock::new();
+    let keys = store(hourly(1000), &clock);
+    let tenants = store(hourly(1), &clock);
+    let per_key_node = KeyedAllowance::new(
+        Arc::clone(&keys),
+        KeyedAllowanceConfig {
+            hot_at: 20,
+            cold_below: 1,
+            ..KeyedAllowanceConfig::new(FailurePolicy::Closed)
+        },
+    )
+    .unwrap();
+    let alone = RateLimitLayer::builder()
+        .rule(per_key(hourly(1000), per_key_node.clone()))
+        .build();
+    let mut admitted = 0u64;
+    for _ in 0..5 {
+        admit(&alone, "alice", 20).await;
+        admitted += 20;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(per_key_node.is_hot("alice"));
+    let layer = RateLimitLayer::builder()
+        .rule(per_key(hourly(1000), per_key_node.clone()))
+        .rule(Rule::shared(
+            PolicyName::new("per-tenant").unwrap(),
+            &hourly(1),
+            node(Arc::clone(&tenants), FailurePolicy::Closed),
+            extract::header(TENANT),
+        ))
+        .build();
+    let request = || {
+        let mut request = with_key("alice");
+        request
+            .headers_mut()
+            .insert(TENANT, "acme".parse().unwrap());
+        request
+    };
+    assert_eq!(send(&layer, request()).await.status(), StatusCode::OK);
+    admitted += 1;
+    settle().await;
+    let pooled = per_key_node.pooled("alice");
+    for _ in 0..5 {
+        let refused = send(&layer, request()).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    }
+    assert_eq!(per_key_node.pooled("alice"), pooled);
+    assert_eq!(
+        left(&keys, "alice"),
+        1000 - admitted - per_key_node.pooled("alice")
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -560,7 +626,7 @@ async fn a_request_refused_in_process_never_reaches_the_store() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_response_given_back_returns_the_local_charge_and_keeps_the_shared_one() {
+async fn a_response_given_back_returns_the_local_and_the_shared_charge() {
     let clock = ManualClock::new();
     let store = store(hourly(5), &clock);
     let local = Arc::new(TokenBucket::with_clock(hourly(5), clock.clone()));
@@ -580,7 +646,12 @@ async fn a_response_given_back_returns_the_local_charge_and_keeps_the_shared_one
         StatusCode::UNAUTHORIZED
     );
     assert_eq!(local.available(), 5);
-    // No receipt from the allowance: the shared token stays spent.
+    // The shared token too, to the store by the one rule (no time held).
+    settle().await;
+    assert_eq!(left(&store, "alice"), 5);
+    // A status the rule does not give back on keeps it spent.
+    admit(&layer, "alice", 1).await;
+    settle().await;
     assert_eq!(left(&store, "alice"), 4);
 }
 

@@ -63,7 +63,7 @@ impl<S: Store> Origin<S> {
 /// spent, as [`keep`](Self::keep) says explicitly. A second `undo` does
 /// not compile:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0382
 /// # use std::sync::Arc;
 /// # use std::time::Duration;
 /// # use tollgate::Quota;
