@@ -1047,7 +1047,10 @@ async fn a_receipt_undone_after_its_key_was_demoted_forgotten_or_repromoted_mint
     let (books, available) = (store.books(&name), store.available(&name));
     let stranded = node.stats().stranded;
     assert_eq!(demoted.undo().await, 0);
-    assert_eq!((store.books(&name), store.available(&name)), (books, available));
+    assert_eq!(
+        (store.books(&name), store.available(&name)),
+        (books, available)
+    );
     assert_eq!(node.stats().stranded, stranded + 2);
     // Forgotten too: still nothing.
     tokio::time::sleep(Duration::from_secs(1)).await;
