@@ -185,6 +185,39 @@ impl Rng {
     }
 }
 
+/// `B + r·t` for a bucket of `capacity` refilling `rate` a second.
+fn per_second(capacity: u64, rate: u64) -> Envelope {
+    Envelope {
+        capacity,
+        tokens: rate,
+        period_ns: 1_000_000_000,
+    }
+}
+
+/// Asserts, for every key, that what was admitted fits `envelope` over the
+/// store's clock so far, and (with `books`) that it and what was sent back
+/// fit in what the store granted.
+fn assert_keys_within<'a>(
+    store: &Ledger,
+    envelope: &Envelope,
+    admitted: impl IntoIterator<Item = (&'a str, u64)>,
+    books: bool,
+    context: &str,
+) {
+    let elapsed = store.clock.now_nanos();
+    for (key, spent) in admitted {
+        assert!(
+            envelope.admits(u128::from(spent), elapsed),
+            "{context}: {key} admitted {spent} in {elapsed} ns"
+        );
+        let (granted, sent_back) = store.books(key);
+        assert!(
+            !books || spent + sent_back <= granted,
+            "{context}: {key}: {spent} + {sent_back} > {granted}"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn cold_keys_take_one_store_decision_each_and_lease_nothing() {
     let store = Ledger::new(Quota::per_second(10).unwrap());
@@ -377,11 +410,7 @@ async fn a_key_goes_hot_with_demand_and_cold_again_without() {
 #[tokio::test(start_paused = true)]
 async fn nodes_and_keys_in_random_interleavings_stay_within_each_keys_envelope() {
     let (capacity, rate) = (20, 200);
-    let envelope = Envelope {
-        capacity,
-        tokens: rate,
-        period_ns: 1_000_000_000,
-    };
+    let envelope = per_second(capacity, rate);
     for seed in 0..6 {
         let store = Ledger::new(Quota::new(capacity, rate, Duration::from_secs(1)).unwrap());
         let mut rng = Rng(seed);
@@ -422,15 +451,8 @@ async fn nodes_and_keys_in_random_interleavings_stay_within_each_keys_envelope()
             if outcome == Ok(Source::Lease) {
                 *admitted.entry(key).or_default() += cost;
             }
-            let elapsed = store.clock.now_nanos();
-            for (&key, &spent) in &admitted {
-                assert!(
-                    envelope.admits(u128::from(spent), elapsed),
-                    "seed {seed}: {key} admitted {spent} in {elapsed} ns"
-                );
-                let (granted, sent_back) = store.books(key);
-                assert!(spent + sent_back <= granted, "seed {seed}: {key}");
-            }
+            let context = format!("seed {seed}");
+            assert_keys_within(&store, &envelope, admitted.clone(), true, &context);
         }
         // Keys went hot, and the busiest admitted most of its envelope.
         let hot: u64 = nodes.iter().map(|n| n.stats().became_hot).sum();
@@ -858,22 +880,10 @@ fn real_threads_as_nodes_hold_each_keys_bounds() {
                 *total += one;
             }
         }
-        let elapsed = store.clock.now_nanos();
-        let envelope = Envelope {
-            capacity,
-            tokens: rate,
-            period_ns: 1_000_000_000,
-        };
-        for (key, &spent) in keys.iter().zip(&admitted) {
-            assert!(
-                envelope.admits(u128::from(spent), elapsed),
-                "{key}: {spent} in {elapsed} ns"
-            );
-            let (granted, sent_back) = store.books(key);
-            assert!(
-                spent + sent_back <= granted,
-                "{key}: {spent} + {sent_back} > {granted}"
-            );
+        let envelope = per_second(capacity, rate);
+        let admitted = keys.iter().map(String::as_str).zip(admitted);
+        assert_keys_within(&store, &envelope, admitted.clone(), true, "real threads");
+        for (key, spent) in admitted {
             assert!(spent > 0, "{key} admitted nothing");
         }
     });
@@ -965,11 +975,7 @@ async fn nodes_over_a_real_redis_hold_each_keys_envelope() {
         became_hot += stats.became_hot;
     }
     let elapsed_ns = (server_micros().await - start) * 1000;
-    let envelope = Envelope {
-        capacity,
-        tokens: rate,
-        period_ns: 1_000_000_000,
-    };
+    let envelope = per_second(capacity, rate);
     for (key, &spent) in keys.iter().zip(&admitted) {
         assert!(
             envelope.admits(u128::from(spent), elapsed_ns),
@@ -1114,11 +1120,7 @@ async fn the_failure_policys_admissions_give_nothing_back() {
 #[tokio::test(start_paused = true)]
 async fn receipts_undone_in_random_interleavings_stay_within_each_keys_envelope() {
     let (capacity, rate) = (20, 200);
-    let envelope = Envelope {
-        capacity,
-        tokens: rate,
-        period_ns: 1_000_000_000,
-    };
+    let envelope = per_second(capacity, rate);
     for seed in 0..6 {
         let store = Ledger::new(Quota::new(capacity, rate, Duration::from_secs(1)).unwrap());
         let mut rng = Rng(seed);
@@ -1177,13 +1179,8 @@ async fn receipts_undone_in_random_interleavings_stay_within_each_keys_envelope(
                     receipt.keep();
                 }
             }
-            let elapsed = store.clock.now_nanos();
-            for (&key, &spent) in &admitted {
-                assert!(
-                    envelope.admits(u128::from(spent), elapsed),
-                    "seed {seed}: {key} admitted {spent} in {elapsed} ns"
-                );
-            }
+            let context = format!("seed {seed}");
+            assert_keys_within(&store, &envelope, admitted.clone(), false, &context);
         }
         assert!(undone_into_pools > 0, "seed {seed}: no receipt went back");
     }
@@ -1260,23 +1257,11 @@ fn concurrent_undos_on_real_threads_hold_each_keys_bounds() {
                 *total += one;
             }
         }
-        let elapsed = store.clock.now_nanos();
-        let envelope = Envelope {
-            capacity,
-            tokens: rate,
-            period_ns: 1_000_000_000,
-        };
+        let envelope = per_second(capacity, rate);
         assert!(undone > 0, "no receipt went back");
-        for (key, &spent) in keys.iter().zip(&admitted) {
-            assert!(
-                envelope.admits(u128::from(spent), elapsed),
-                "{key}: {spent} in {elapsed} ns"
-            );
-            let (granted, sent_back) = store.books(key);
-            assert!(
-                spent + sent_back <= granted,
-                "{key}: {spent} + {sent_back} > {granted}"
-            );
+        let admitted = keys.iter().map(String::as_str).zip(admitted);
+        assert_keys_within(&store, &envelope, admitted.clone(), true, "real threads");
+        for (key, spent) in admitted {
             assert!(spent > 0, "{key} admitted nothing");
         }
     });

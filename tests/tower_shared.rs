@@ -297,6 +297,26 @@ async fn a_shared_refusal_gives_back_everything_the_local_rules_took() {
     assert_eq!(global.available(), 3);
 }
 
+/// A node over `store` whose keys go hot at 20 requests a second.
+fn hot_soon(store: &Arc<Shared>) -> KeyedAllowance<Shared> {
+    let config = KeyedAllowanceConfig {
+        hot_at: 20,
+        cold_below: 1,
+        ..KeyedAllowanceConfig::new(FailurePolicy::Closed)
+    };
+    KeyedAllowance::new(Arc::clone(store), config).unwrap()
+}
+
+/// Demand well above `hot_at` for a few samples, each request admitted,
+/// makes `key` hot; returns the requests admitted.
+async fn make_hot(layer: &RateLimitLayer, key: &str) -> u64 {
+    for _ in 0..5 {
+        admit(layer, key, 20).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    100
+}
+
 /// Lets give-backs to the store, which run in the background, land.
 async fn settle() {
     for _ in 0..20 {
@@ -347,24 +367,11 @@ async fn a_later_shared_refusal_gives_a_hot_keys_token_back_into_its_pool() {
     let clock = ManualClock::new();
     let keys = store(hourly(1000), &clock);
     let tenants = store(hourly(1), &clock);
-    let per_key_node = KeyedAllowance::new(
-        Arc::clone(&keys),
-        KeyedAllowanceConfig {
-            hot_at: 20,
-            cold_below: 1,
-            ..KeyedAllowanceConfig::new(FailurePolicy::Closed)
-        },
-    )
-    .unwrap();
+    let per_key_node = hot_soon(&keys);
     let alone = RateLimitLayer::builder()
         .rule(per_key(hourly(1000), per_key_node.clone()))
         .build();
-    let mut admitted = 0u64;
-    for _ in 0..5 {
-        admit(&alone, "alice", 20).await;
-        admitted += 20;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut admitted = make_hot(&alone, "alice").await;
     assert!(per_key_node.is_hot("alice"));
     let layer = RateLimitLayer::builder()
         .rule(per_key(hourly(1000), per_key_node.clone()))
@@ -551,30 +558,11 @@ async fn a_flood_of_fresh_api_keys_keeps_the_node_bounded_and_each_key_within_it
 async fn a_hot_key_is_decided_without_awaiting_and_an_empty_lease_waits_for_its_refill() {
     let clock = ManualClock::new();
     let store = store(hourly(1000), &clock);
-    let allowance = KeyedAllowance::new(
-        Arc::clone(&store),
-        KeyedAllowanceConfig {
-            hot_at: 20,
-            cold_below: 1,
-            ..KeyedAllowanceConfig::new(FailurePolicy::Closed)
-        },
-    )
-    .unwrap();
+    let allowance = hot_soon(&store);
     let layer = RateLimitLayer::builder()
         .rule(per_key(hourly(1000), allowance.clone()))
         .build();
-    // Demand well above `hot_at` for a few samples makes the key hot.
-    let mut admitted = 0u64;
-    for _ in 0..5 {
-        for _ in 0..20 {
-            assert_eq!(
-                send(&layer, with_key("alice")).await.status(),
-                StatusCode::OK
-            );
-            admitted += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut admitted = make_hot(&layer, "alice").await;
     assert!(allowance.is_hot("alice"));
     let reached = Arc::new(AtomicUsize::new(0));
     let mut service = layer.layer(inner(&reached));
