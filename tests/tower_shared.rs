@@ -317,6 +317,24 @@ async fn make_hot(layer: &RateLimitLayer, key: &str) -> u64 {
     100
 }
 
+/// A per-tenant shared rule over `tenants`, tenants holding one token.
+fn per_tenant(tenants: &Arc<Shared>) -> Rule {
+    Rule::shared(
+        PolicyName::new("per-tenant").unwrap(),
+        &hourly(1),
+        node(Arc::clone(tenants), FailurePolicy::Closed),
+        extract::header(TENANT),
+    )
+}
+
+/// `request`, for `tenant`.
+fn for_tenant(mut request: Request<Full<Bytes>>, tenant: &str) -> Request<Full<Bytes>> {
+    request
+        .headers_mut()
+        .insert(TENANT, tenant.parse().unwrap());
+    request
+}
+
 /// Lets give-backs to the store, which run in the background, land.
 async fn settle() {
     for _ in 0..20 {
@@ -331,20 +349,9 @@ async fn a_later_shared_refusal_gives_the_earlier_shared_charge_back() {
     let tenants = store(hourly(1), &clock);
     let layer = RateLimitLayer::builder()
         .rule(closed_per_key(&keys, 10))
-        .rule(Rule::shared(
-            PolicyName::new("per-tenant").unwrap(),
-            &hourly(1),
-            node(Arc::clone(&tenants), FailurePolicy::Closed),
-            extract::header(TENANT),
-        ))
+        .rule(per_tenant(&tenants))
         .build();
-    let request = || {
-        let mut request = with_key("alice");
-        request
-            .headers_mut()
-            .insert(TENANT, "acme".parse().unwrap());
-        request
-    };
+    let request = || for_tenant(with_key("alice"), "acme");
     assert_eq!(send(&layer, request()).await.status(), StatusCode::OK);
     for _ in 0..3 {
         let refused = send(&layer, request()).await;
@@ -375,20 +382,9 @@ async fn a_later_shared_refusal_gives_a_hot_keys_token_back_into_its_pool() {
     assert!(per_key_node.is_hot("alice"));
     let layer = RateLimitLayer::builder()
         .rule(per_key(hourly(1000), per_key_node.clone()))
-        .rule(Rule::shared(
-            PolicyName::new("per-tenant").unwrap(),
-            &hourly(1),
-            node(Arc::clone(&tenants), FailurePolicy::Closed),
-            extract::header(TENANT),
-        ))
+        .rule(per_tenant(&tenants))
         .build();
-    let request = || {
-        let mut request = with_key("alice");
-        request
-            .headers_mut()
-            .insert(TENANT, "acme".parse().unwrap());
-        request
-    };
+    let request = || for_tenant(with_key("alice"), "acme");
     assert_eq!(send(&layer, request()).await.status(), StatusCode::OK);
     admitted += 1;
     settle().await;
