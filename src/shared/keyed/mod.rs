@@ -53,6 +53,12 @@ use table::Table;
 /// [`FailurePolicy::Fallback`] excepted, and counted). `docs/distributed.md`
 /// ("Keyed shared budgets") has the proof.
 ///
+/// **Giving back**: [`take`](Self::take) and [`try_take`](Self::try_take)
+/// answer with a [`KeyedReceipt`], whose `undo` returns the tokens to the
+/// key's pool they came from or to the store by the one give-back rule,
+/// for work that was not done (a later limit refused, the response says
+/// so); `acquire` and `try_acquire` are the same calls, receipt kept.
+///
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
