@@ -26,8 +26,9 @@
 //!
 //! Clock classes: `monotonic` (`Instant`; governor's `MonotonicClock`),
 //! `coarse` (a background thread stores the time, a reading is one load;
-//! governor's `QuantaUpkeepClock`) and, with `--features tsc`, `tsc` (the
-//! time-stamp counter through `quanta`; governor's `QuantaClock`).
+//! governor's `QuantaUpkeepClock`) and `default` (each crate's default, on
+//! both the time-stamp counter through `quanta`: tollgate's `DefaultClock`,
+//! governor's `QuantaClock`).
 //! `ratelimit` reads tollgate's clock of the class through its own clock
 //! trait (`common::RatelimitClock`).
 //!
@@ -239,7 +240,6 @@ fn clock(c: &mut Criterion) {
     group.bench_function("tollgate_coarse", |b| {
         b.iter(|| black_box(&coarse).now_nanos())
     });
-    #[cfg(feature = "tsc")]
     {
         let tsc = tollgate::TscClock::new();
         group.bench_function("tollgate_tsc", |b| b.iter(|| black_box(&tsc).now_nanos()));

@@ -22,9 +22,7 @@
 //! Run with `cargo bench --bench contention`; see `docs/benchmarks.md`.
 
 use std::hint::black_box;
-use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use crossbeam_utils::CachePadded;
@@ -32,32 +30,9 @@ use governor::RateLimiter;
 use tollgate::{Clock, StripedBucket, TokenBucket};
 
 mod common;
-use common::{OPEN, coarse_clock, quanta_upkeep_clock};
+use common::{OPEN, coarse_clock, quanta_upkeep_clock, timed};
 
 const THREADS: [usize; 4] = [1, 2, 4, 8];
-
-/// Runs `decide` `iters` times in total over `threads` threads released
-/// together, and returns the time from release to the last one's end.
-fn timed<F: Fn() + Sync>(threads: usize, iters: u64, decide: F) -> Duration {
-    let barrier = Barrier::new(threads + 1);
-    let per_thread = iters.div_ceil(threads as u64);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            let (barrier, decide) = (&barrier, &decide);
-            s.spawn(move || {
-                barrier.wait();
-                for _ in 0..per_thread {
-                    decide();
-                }
-            });
-        }
-        barrier.wait();
-        let started = Instant::now();
-        // The scope joins every thread before returning.
-        started
-    })
-    .elapsed()
-}
 
 fn contention(c: &mut Criterion) {
     let mut group = c.benchmark_group("contention");
@@ -66,7 +41,7 @@ fn contention(c: &mut Criterion) {
         let word = CachePadded::new(AtomicU64::new(0));
         group.bench_function(BenchmarkId::new("floor", threads), |b| {
             b.iter_custom(|iters| {
-                timed(threads, iters, || {
+                timed(threads, iters, |_| {
                     let now = black_box(&clock).now_nanos();
                     let current = word.load(Ordering::Acquire);
                     let _ =
@@ -78,7 +53,7 @@ fn contention(c: &mut Criterion) {
         let bucket = TokenBucket::with_clock(OPEN.tollgate(), &clock);
         group.bench_function(BenchmarkId::new("tollgate", threads), |b| {
             b.iter_custom(|iters| {
-                timed(threads, iters, || {
+                timed(threads, iters, |_| {
                     black_box(black_box(&bucket).try_acquire(1)).unwrap()
                 })
             })
@@ -87,7 +62,7 @@ fn contention(c: &mut Criterion) {
         let striped = StripedBucket::with_clock(OPEN.tollgate(), &clock, threads, 1024);
         group.bench_function(BenchmarkId::new("striped", threads), |b| {
             b.iter_custom(|iters| {
-                timed(threads, iters, || {
+                timed(threads, iters, |_| {
                     black_box(black_box(&striped).try_acquire(1)).unwrap()
                 })
             })
@@ -96,7 +71,7 @@ fn contention(c: &mut Criterion) {
         let ratelimit = OPEN.ratelimit(&clock);
         group.bench_function(BenchmarkId::new("ratelimit", threads), |b| {
             b.iter_custom(|iters| {
-                timed(threads, iters, || {
+                timed(threads, iters, |_| {
                     black_box(black_box(&ratelimit).try_wait()).unwrap()
                 })
             })
@@ -105,7 +80,7 @@ fn contention(c: &mut Criterion) {
         let mutex = OPEN.mutex(clock.now_nanos());
         group.bench_function(BenchmarkId::new("mutex", threads), |b| {
             b.iter_custom(|iters| {
-                timed(threads, iters, || {
+                timed(threads, iters, |_| {
                     assert!(black_box(&mutex).try_acquire(black_box(&clock).now_nanos(), 1));
                 })
             })
@@ -118,7 +93,7 @@ fn contention(c: &mut Criterion) {
         let limiter = RateLimiter::direct_with_clock(OPEN.governor(), upkeep.clone());
         group.bench_function(BenchmarkId::new("governor", threads), |b| {
             b.iter_custom(|iters| {
-                timed(threads, iters, || {
+                timed(threads, iters, |_| {
                     black_box(black_box(&limiter).check()).unwrap()
                 })
             })

@@ -8,15 +8,23 @@
 //!   cache);
 //! - `keyed_100k`: 100 000 keys, all created before measuring, visited in a
 //!   scattered order, so most decisions miss the caches;
-//! - `keyed_1m` (coarse clock only): 1 000 000 keys, likewise;
-//! - `keyed_zipf` (coarse clock only): 100 000 keys visited with Zipf-like
-//!   skew (exponent 1): a few keys take most decisions, as real traffic
-//!   does;
+//! - `keyed_1m`: 1 000 000 keys, likewise (default and coarse clocks);
+//! - `keyed_zipf`: 100 000 keys visited with Zipf-like skew (exponent 1): a
+//!   few keys take most decisions, as real traffic does (default and coarse
+//!   clocks);
 //! - `keyed_churn` (simulated time): every decision is on a key never
 //!   seen before, in bounded memory (see [`keyed_churn`]).
 //!
 //! In the first four the quota never denies during a run (see `bucket.rs`),
-//! so all measure the admission path. Implementations:
+//! so all measure the admission path. Each of them has a `default_2t` row:
+//! two threads deciding at once on the default clock (spawned outside the
+//! timed region, released by a barrier, a fixed total of decisions split
+//! between them), each walking the same visiting order from a different
+//! point, so on one key they contend for it and on many they mostly do
+//! not; its time is the wall time per decision of both together. Clock
+//! classes are those of `common::for_each_clock_class`; `default` is what
+//! `KeyedLimiter::new` and governor's `RateLimiter::keyed` read (the
+//! time-stamp counter through `quanta` on both). Implementations:
 //!
 //! - `tollgate`: `KeyedLimiter` with its default hasher (`ahash`);
 //! - `governor`: `RateLimiter::dashmap_with_clock`, governor's default keyed
@@ -27,7 +35,15 @@
 //! - `mutex`: one global lock over a std `HashMap` of `FloatBucket`s (a
 //!   floating-point balance), hashed with `ahash` like tollgate, so that the
 //!   design, not the hasher, is what differs. It reads the class's clock
-//!   (tollgate's own instance) before locking.
+//!   (tollgate's own instance) before locking;
+//! - `bucket` (`keyed_hot` only): a `TokenBucket` on the same clock, the
+//!   floor a keyed decision on one hot key is held to (within 1.3x).
+//!
+//! The two-thread rows run tollgate and governor only.
+//!
+//! Under contention (`keyed_disjoint`, `keyed_shared`, `keyed_churn_threads`;
+//! see [`keyed_threads`]): 1, 2, 4 and 8 threads on the default clock,
+//! tollgate beside governor's default keyed limiter and the mutex map.
 //!
 //! Keys are `u64`. Run with `cargo bench --bench keyed --all-features`; see
 //! `docs/benchmarks.md`.
@@ -37,17 +53,19 @@ use std::collections::HashMap;
 use std::hint::black_box;
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use criterion::{
-    BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
+    BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main, measurement::WallTime,
 };
+use crossbeam_utils::CachePadded;
 use governor::RateLimiter;
 use governor::clock::{Clock as GovernorClock, FakeRelativeClock};
-use tollgate::{Clock, KeyedLimiter, ManualClock};
+use tollgate::{Clock, DefaultClock, KeyedLimiter, ManualClock, TokenBucket};
 
 mod common;
-use common::{FloatBucket, OPEN, SameQuota, for_each_clock_class};
+use common::{FloatBucket, OPEN, SameQuota, for_each_clock_class, timed};
 
 const MANY_KEYS: u64 = 100_000;
 const MILLION_KEYS: u64 = 1_000_000;
@@ -177,7 +195,8 @@ fn zipf_ranks(n: u64, draws: usize) -> Vec<u64> {
         .collect()
 }
 
-/// Benchmarks the four keyed limiters for one clock class.
+/// Benchmarks the keyed limiters for one clock class on one thread, and on
+/// the default class also on two.
 fn keyed_class<C, G>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     class: &str,
@@ -186,7 +205,7 @@ fn keyed_class<C, G>(
     keys: Keys,
 ) where
     C: Clock,
-    G: GovernorClock + Clone,
+    G: GovernorClock + Clone + Sync,
 {
     // The visiting order, computed before measuring: each iteration costs
     // the same index step and load for every implementation.
@@ -229,11 +248,56 @@ fn keyed_class<C, G>(
     group.bench_function(format!("{class}/mutex"), |b| {
         b.iter(|| black_box(&mutex).try_acquire(key(), clock.now_nanos(), 1))
     });
+    if matches!(keys, Keys::Hot) {
+        let bucket = TokenBucket::with_clock(OPEN.tollgate(), clock);
+        group.bench_function(format!("{class}/bucket"), |b| {
+            b.iter(|| black_box(&bucket).try_acquire(1))
+        });
+    }
+    if class == "default" {
+        let row = format!("{class}_2t");
+        two_threads(group, &row, "tollgate", &order, |key| {
+            assert!(black_box(&tollgate).try_acquire(&key, 1).is_ok())
+        });
+        two_threads(group, &row, "governor", &order, |key| {
+            assert!(black_box(&governor).check_key(&key).is_ok())
+        });
+    }
     assert_eq!(tollgate.len(), all.len(), "a key was created");
     assert_eq!(mutex.len(), all.len(), "a key was created");
 }
 
-fn hot_class<C: Clock, G: GovernorClock + Clone>(
+/// Two threads deciding at once, each walking `order` from its own point
+/// (thread `t` from `t / 2` of the way along): a fixed total of decisions
+/// split evenly, timed from their release to the last one's end.
+fn two_threads(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    row: &str,
+    name: &str,
+    order: &[u64],
+    decide: impl Fn(u64) + Sync,
+) {
+    const THREADS: usize = 2;
+    let cursors: Vec<AtomicUsize> = (0..THREADS)
+        .map(|t| AtomicUsize::new(t * order.len() / THREADS))
+        .collect();
+    group.bench_function(format!("{row}/{name}"), |b| {
+        b.iter_custom(|iters| {
+            timed(THREADS, iters, |thread| {
+                // Each cursor is one thread's own: relaxed, uncontended.
+                let cursor = &cursors[thread];
+                let i = cursor.load(Ordering::Relaxed);
+                cursor.store(
+                    if i + 1 == order.len() { 0 } else { i + 1 },
+                    Ordering::Relaxed,
+                );
+                decide(order[i]);
+            })
+        })
+    });
+}
+
+fn hot_class<C: Clock, G: GovernorClock + Clone + Sync>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     class: &str,
     clock: C,
@@ -242,7 +306,7 @@ fn hot_class<C: Clock, G: GovernorClock + Clone>(
     keyed_class(group, class, clock, governor_clock, Keys::Hot);
 }
 
-fn many_class<C: Clock, G: GovernorClock + Clone>(
+fn many_class<C: Clock, G: GovernorClock + Clone + Sync>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     class: &str,
     clock: C,
@@ -269,27 +333,28 @@ fn keyed_100k(c: &mut Criterion) {
     group.finish();
 }
 
-/// The larger and skewed key sets, on the coarse clock class only: the
-/// clock reading is the same for every implementation and the map is what
-/// these groups measure.
-fn keyed_1m(c: &mut Criterion) {
-    let mut group = c.benchmark_group("keyed_1m");
-    let (clock, upkeep) = (common::coarse_clock(), common::quanta_upkeep_clock());
+/// The larger and skewed key sets, on the default and the coarse clock
+/// classes: the map, not the clock, is what these groups are about.
+fn large_group(c: &mut Criterion, name: &str, keys: Keys) {
+    let mut group = c.benchmark_group(name);
     keyed_class(
         &mut group,
-        "coarse",
-        clock,
-        upkeep,
-        Keys::Uniform(MILLION_KEYS),
+        "default",
+        DefaultClock::new(),
+        governor::clock::DefaultClock::default(),
+        keys,
     );
+    let (clock, upkeep) = (common::coarse_clock(), common::quanta_upkeep_clock());
+    keyed_class(&mut group, "coarse", clock, upkeep, keys);
     group.finish();
 }
 
+fn keyed_1m(c: &mut Criterion) {
+    large_group(c, "keyed_1m", Keys::Uniform(MILLION_KEYS));
+}
+
 fn keyed_zipf(c: &mut Criterion) {
-    let mut group = c.benchmark_group("keyed_zipf");
-    let (clock, upkeep) = (common::coarse_clock(), common::quanta_upkeep_clock());
-    keyed_class(&mut group, "coarse", clock, upkeep, Keys::Zipf(MANY_KEYS));
-    group.finish();
+    large_group(c, "keyed_zipf", Keys::Zipf(MANY_KEYS));
 }
 
 /// New keys arriving continuously, in bounded memory: every decision is on
@@ -402,9 +467,183 @@ fn churn_report(name: &str, created: u64, held: usize) {
     }
 }
 
+/// Thread counts of the contention groups. The machine has 2 cores: 4 and
+/// 8 threads are over-subscribed, and show how throughput changes when
+/// threads are preempted, not what more cores would give.
+const CONTENTION_THREADS: [usize; 4] = [1, 2, 4, 8];
+/// Keys of each thread's own in `keyed_disjoint`.
+const KEYS_PER_THREAD: u64 = 10_000;
+/// Keys every thread visits in `keyed_shared`.
+const SHARED_KEYS: u64 = 4;
+
+/// Keyed limiters under contention: a fixed total of decisions split over
+/// 1, 2, 4 and 8 threads (spawned outside the timed region, released by a
+/// barrier, every thread's decisions counted), on the default clock, with
+/// tollgate's `KeyedLimiter::new`, governor's `RateLimiter::keyed` and the
+/// mutex map. Criterion's time is the wall time per decision of all threads
+/// together; its inverse is the throughput.
+///
+/// - `keyed_disjoint`: each thread decides on [`KEYS_PER_THREAD`] keys of
+///   its own (shards, not buckets, are shared);
+/// - `keyed_shared`: every thread decides on the same [`SHARED_KEYS`] keys;
+/// - `keyed_churn_threads`: every decision is on a key never seen before,
+///   in bounded memory, as in [`keyed_churn`] but on the real clock (a
+///   bucket is full, so sweepable, a microsecond after its decision):
+///   tollgate sweeps itself at its cap, governor and the mutex map are
+///   pruned every [`CHURN_CAP`] new keys by the thread that reaches the
+///   count. A decision on a new key is always admitted; the bench counts
+///   refusals (a full table that no sweep could yet empty) and prints
+///   them.
+fn keyed_threads(c: &mut Criterion) {
+    for (name, shared) in [("keyed_disjoint", false), ("keyed_shared", true)] {
+        let mut group = c.benchmark_group(name);
+        for threads in CONTENTION_THREADS {
+            let orders: Vec<Vec<u64>> = (0..threads as u64)
+                .map(|t| match shared {
+                    true => (0..SHARED_KEYS).map(mix).collect(),
+                    false => (0..KEYS_PER_THREAD)
+                        .map(|i| mix(t * KEYS_PER_THREAD + scattered_key(i, KEYS_PER_THREAD)))
+                        .collect(),
+                })
+                .collect();
+            let tollgate = KeyedLimiter::builder(OPEN.tollgate()).build::<u64>();
+            let governor = RateLimiter::keyed(OPEN.governor());
+            let mutex = MutexMap::new(OPEN);
+            let clock = tollgate.clock();
+            for key in orders.iter().flatten() {
+                assert!(tollgate.try_acquire(key, 1).is_ok());
+                assert!(governor.check_key(key).is_ok());
+                assert!(mutex.try_acquire(*key, clock.now_nanos(), 1));
+            }
+            threads_row(&mut group, "tollgate", &orders, |key| {
+                assert!(black_box(&tollgate).try_acquire(&key, 1).is_ok())
+            });
+            threads_row(&mut group, "governor", &orders, |key| {
+                assert!(black_box(&governor).check_key(&key).is_ok())
+            });
+            threads_row(&mut group, "mutex", &orders, |key| {
+                assert!(black_box(&mutex).try_acquire(key, clock.now_nanos(), 1))
+            });
+        }
+        group.finish();
+    }
+    churn_threads(c);
+}
+
+/// One row of a contention group: thread `t` walks `orders[t]` round and
+/// round, deciding on each key.
+fn threads_row(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    orders: &[Vec<u64>],
+    decide: impl Fn(u64) + Sync,
+) {
+    let threads = orders.len();
+    // One cursor per thread, each on its own cache line.
+    let cursors: Vec<CachePadded<AtomicUsize>> = (0..threads)
+        .map(|_| CachePadded::new(AtomicUsize::new(0)))
+        .collect();
+    group.bench_function(BenchmarkId::new(name, threads), |b| {
+        b.iter_custom(|iters| {
+            timed(threads, iters, |thread| {
+                let (order, cursor) = (&orders[thread], &cursors[thread]);
+                let i = cursor.load(Ordering::Relaxed);
+                cursor.store(
+                    if i + 1 == order.len() { 0 } else { i + 1 },
+                    Ordering::Relaxed,
+                );
+                decide(order[i]);
+            })
+        })
+    });
+}
+
+/// `keyed_churn_threads`; see [`keyed_threads`].
+fn churn_threads(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_churn_threads");
+    for threads in CONTENTION_THREADS {
+        // New keys: thread `t`'s `n`-th is `mix(n * 8 + t)`, distinct across
+        // threads and runs.
+        let created: Vec<CachePadded<AtomicU64>> = (0..threads)
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
+            .collect();
+        let new_key = |thread: usize| {
+            let n = created[thread].fetch_add(1, Ordering::Relaxed);
+            (mix(n * 8 + thread as u64), n)
+        };
+        let prune_every = CHURN_CAP.get() as u64 / threads as u64;
+        let refused = AtomicU64::new(0);
+
+        let tollgate = KeyedLimiter::builder(CHURN_QUOTA.tollgate())
+            .max_keys(CHURN_CAP)
+            .sweep_interval(Some(CHURN_TICK))
+            .build::<u64>();
+        group.bench_function(BenchmarkId::new("tollgate", threads), |b| {
+            b.iter_custom(|iters| {
+                timed(threads, iters, |thread| {
+                    let (key, _) = new_key(thread);
+                    if black_box(&tollgate).try_acquire(&key, 1).is_err() {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+        });
+        churn_threads_report("tollgate", threads, &created, &refused);
+
+        let governor = RateLimiter::keyed(CHURN_QUOTA.governor());
+        group.bench_function(BenchmarkId::new("governor", threads), |b| {
+            b.iter_custom(|iters| {
+                timed(threads, iters, |thread| {
+                    let (key, n) = new_key(thread);
+                    if black_box(&governor).check_key(&key).is_err() {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if n % prune_every == 0 {
+                        governor.retain_recent();
+                    }
+                })
+            })
+        });
+        churn_threads_report("governor", threads, &created, &refused);
+
+        let mutex = MutexMap::new(CHURN_QUOTA);
+        let clock = DefaultClock::new();
+        group.bench_function(BenchmarkId::new("mutex", threads), |b| {
+            b.iter_custom(|iters| {
+                timed(threads, iters, |thread| {
+                    let (key, n) = new_key(thread);
+                    if !black_box(&mutex).try_acquire(key, clock.now_nanos(), 1) {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if n % prune_every == 0 {
+                        mutex.retain_recent(clock.now_nanos());
+                    }
+                })
+            })
+        });
+        churn_threads_report("mutex", threads, &created, &refused);
+    }
+    group.finish();
+}
+
+/// Prints how many keys a `keyed_churn_threads` row created and how many of
+/// their decisions were refused, and starts the counts again.
+fn churn_threads_report(
+    name: &str,
+    threads: usize,
+    created: &[CachePadded<AtomicU64>],
+    refused: &AtomicU64,
+) {
+    let total: u64 = created.iter().map(|c| c.swap(0, Ordering::Relaxed)).sum();
+    let refused = refused.swap(0, Ordering::Relaxed);
+    if total > 0 {
+        eprintln!("keyed_churn_threads/{name}/{threads}: {total} keys created, {refused} refused");
+    }
+}
+
 criterion_group! {
     name = benches;
     config = common::config();
-    targets = keyed_hot, keyed_100k, keyed_1m, keyed_zipf, keyed_churn
+    targets = keyed_hot, keyed_100k, keyed_1m, keyed_zipf, keyed_churn, keyed_threads
 }
 criterion_main!(benches);

@@ -23,7 +23,6 @@ fn main() -> std::io::Result<()> {
         "clock", "ns/read", "resolution ns", "backward steps", "largest step"
     );
     measure("MonotonicClock", &MonotonicClock::new());
-    #[cfg(feature = "tsc")]
     measure("TscClock", &tollgate::TscClock::new());
     for resolution in [Duration::from_micros(100), Duration::from_millis(1)] {
         let clock = CoarseClock::new(resolution)?;

@@ -6,7 +6,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::state::{Admission, Tat};
 use crate::timeline::Timeline;
-use crate::{AcquireError, Clock, MonotonicClock, Quota};
+use crate::{AcquireError, Clock, DefaultClock, Quota};
 
 /// A token bucket whose whole state is one cache-padded `AtomicU64`.
 ///
@@ -39,7 +39,7 @@ use crate::{AcquireError, Clock, MonotonicClock, Quota};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
-pub struct TokenBucket<C = MonotonicClock> {
+pub struct TokenBucket<C = DefaultClock> {
     /// The GCRA theoretical arrival time, in the quota's ticks since the
     /// timeline's origin.
     tat: CachePadded<Tat>,
@@ -47,8 +47,8 @@ pub struct TokenBucket<C = MonotonicClock> {
     timeline: Timeline<C>,
 }
 
-impl TokenBucket<MonotonicClock> {
-    /// A bucket on the default monotonic clock.
+impl TokenBucket<DefaultClock> {
+    /// A bucket on the [`DefaultClock`].
     ///
     /// ```
     /// use tollgate::{Quota, TokenBucket};
@@ -58,7 +58,7 @@ impl TokenBucket<MonotonicClock> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn new(quota: Quota) -> Self {
-        TokenBucket::with_clock(quota, MonotonicClock::new())
+        TokenBucket::with_clock(quota, DefaultClock::new())
     }
 }
 

@@ -70,9 +70,7 @@ mod timeline;
 mod waiting;
 
 pub use bucket::TokenBucket;
-#[cfg(feature = "tsc")]
-pub use clock::TscClock;
-pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock};
+pub use clock::{Clock, CoarseClock, DefaultClock, ManualClock, MonotonicClock, TscClock};
 pub use counted::{Counted, DecisionStats};
 pub use error::{AcquireError, QuotaError};
 pub use hierarchy::{HierarchyError, Limit, MAX_STEPS, Step, try_acquire_all};

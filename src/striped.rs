@@ -5,7 +5,7 @@ mod slots;
 
 use crossbeam_utils::CachePadded;
 
-use crate::{AcquireError, Clock, MonotonicClock, Quota, TokenBucket};
+use crate::{AcquireError, Clock, DefaultClock, Quota, TokenBucket};
 use slots::{Slots, Take};
 
 /// A [`TokenBucket`] striped over per-thread pools: each thread takes from
@@ -50,7 +50,7 @@ use slots::{Slots, Take};
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 #[derive(Debug)]
-pub struct StripedBucket<C = MonotonicClock> {
+pub struct StripedBucket<C = DefaultClock> {
     bucket: TokenBucket<C>,
     stripes: Box<[CachePadded<Slots>]>,
     lease: u64,
@@ -61,7 +61,7 @@ pub struct StripedBucket<C = MonotonicClock> {
 }
 
 impl StripedBucket {
-    /// A striped bucket on the monotonic clock.
+    /// A striped bucket on the [`DefaultClock`].
     ///
     /// ```
     /// use tollgate::{Quota, StripedBucket};
@@ -71,7 +71,7 @@ impl StripedBucket {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn new(quota: Quota, stripes: usize, lease: u64) -> Self {
-        StripedBucket::with_clock(quota, MonotonicClock::new(), stripes, lease)
+        StripedBucket::with_clock(quota, DefaultClock::new(), stripes, lease)
     }
 }
 

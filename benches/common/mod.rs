@@ -36,7 +36,10 @@ pub fn coarse_clock() -> CoarseClock {
 }
 
 /// Runs `$class` once per clock class, each tollgate clock beside governor's
-/// equivalent. A macro because each class instantiates the generic function
+/// equivalent: `monotonic` (`Instant` on both), `default` (what each crate
+/// reads when no clock is chosen: on both, the time-stamp counter through
+/// `quanta`, tollgate's `DefaultClock` and governor's `QuantaClock`) and
+/// `coarse`. A macro because each class instantiates the generic function
 /// with different clock types.
 macro_rules! for_each_clock_class {
     ($group:expr, $class:ident) => {{
@@ -46,12 +49,11 @@ macro_rules! for_each_clock_class {
             tollgate::MonotonicClock::new(),
             governor::clock::MonotonicClock,
         );
-        #[cfg(feature = "tsc")]
         $class(
             $group,
-            "tsc",
-            tollgate::TscClock::new(),
-            governor::clock::QuantaClock::default(),
+            "default",
+            tollgate::DefaultClock::new(),
+            governor::clock::DefaultClock::default(),
         );
         $class(
             $group,
@@ -62,6 +64,30 @@ macro_rules! for_each_clock_class {
     }};
 }
 pub(crate) use for_each_clock_class;
+
+/// Runs `iters` decisions in total over `threads` threads released together
+/// by a barrier (spawned before it, outside the timed region), thread `t`
+/// calling `decide(t)` `iters / threads` times (rounded up), and returns the
+/// time from the release to the last thread's end.
+pub fn timed<F: Fn(usize) + Sync>(threads: usize, iters: u64, decide: F) -> Duration {
+    let barrier = std::sync::Barrier::new(threads + 1);
+    let per_thread = iters.div_ceil(threads as u64);
+    std::thread::scope(|s| {
+        for thread in 0..threads {
+            let (barrier, decide) = (&barrier, &decide);
+            s.spawn(move || {
+                barrier.wait();
+                for _ in 0..per_thread {
+                    decide(thread);
+                }
+            });
+        }
+        barrier.wait();
+        // The scope joins every thread before returning.
+        std::time::Instant::now()
+    })
+    .elapsed()
+}
 
 /// A token bucket with a floating-point balance, the textbook design: the
 /// state a lock-based limiter keeps per bucket.

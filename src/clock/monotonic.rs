@@ -2,8 +2,10 @@ use std::time::Instant;
 
 use super::{Clock, saturating_nanos};
 
-/// The default clock: the operating system's monotonic clock
-/// (`std::time::Instant`), measured from the moment this clock was created.
+/// The operating system's monotonic clock (`std::time::Instant`), measured
+/// from the moment this clock was created: exact to the nanosecond, never
+/// behind another core's reading, at about three times the cost of the
+/// [`DefaultClock`](crate::DefaultClock)'s.
 ///
 /// ```
 /// use tollgate::{Clock, MonotonicClock};

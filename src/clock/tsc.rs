@@ -2,14 +2,16 @@ use super::Clock;
 
 /// A clock read from the CPU's time-stamp counter through `quanta`, which
 /// calibrates the counter against the OS clock and falls back to the OS clock
-/// where the counter is not invariant.
+/// where the counter is not invariant. It is the [`DefaultClock`](crate::DefaultClock).
 ///
 /// Trade-offs (measured in `docs/clocks.md`): about 40 % of the cost of
 /// `Instant::now()` on the development machine. The counters of different
 /// cores disagree by up to tens of nanoseconds there; a reading that appears
-/// to go backwards only makes a bucket see less credit, never more.
+/// to go backwards only makes a bucket see less credit, never more, and a
+/// reading below the epoch counts as the epoch rather than wrapping.
 /// Calibration error against the OS clock is a rate error of parts per
-/// million, far inside any quota's precision.
+/// million, far inside any quota's precision. The first clock of a process
+/// calibrates the counter (up to 200 ms, once); later ones copy that.
 ///
 /// ```
 /// use tollgate::{Clock, TscClock};
@@ -33,7 +35,12 @@ impl TscClock {
     /// # let _ = clock;
     /// ```
     pub fn new() -> Self {
-        let clock = quanta::Clock::new();
+        TscClock::from_quanta(quanta::Clock::new())
+    }
+
+    /// Reads `clock` from its current reading on: the tests drive a mocked
+    /// counter through it.
+    fn from_quanta(clock: quanta::Clock) -> Self {
         let epoch = clock.raw();
         TscClock { clock, epoch }
     }
@@ -49,8 +56,34 @@ impl Clock for TscClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
         // Raw counter and one scaling multiply, with no `Duration` round
-        // trip. A reading below the epoch (counters of other cores behind
-        // this one) scales to 0: early, so it can only deny.
+        // trip. A reading at or below the epoch (the counter of another core
+        // behind this one's) scales to 0 (`delta_as_nanos` clamps rather
+        // than wrapping): early, so it can only deny.
         self.clock.delta_as_nanos(self.epoch, self.clock.raw())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A counter that steps back below the epoch must read as the epoch: a
+    /// wrapped difference would be a time centuries ahead, a full bucket
+    /// for the caller and a state no later reading could ever catch up with.
+    #[test]
+    fn a_counter_behind_the_epoch_reads_as_the_epoch() {
+        let (counter, mock) = quanta::Clock::mock();
+        mock.increment(Duration::from_secs(10));
+        let clock = TscClock::from_quanta(counter);
+        mock.increment(Duration::from_nanos(250));
+        assert_eq!(clock.now_nanos(), 250);
+        mock.decrement(Duration::from_nanos(251));
+        assert_eq!(clock.now_nanos(), 0);
+        mock.decrement(Duration::from_secs(5));
+        assert_eq!(clock.now_nanos(), 0);
+        mock.increment(Duration::from_secs(5) + Duration::from_nanos(1 + 40));
+        assert_eq!(clock.now_nanos(), 40);
     }
 }

@@ -4,7 +4,7 @@ use std::hash::{BuildHasher, Hash};
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use crate::{Clock, KeyedLimiter, MonotonicClock, Quota};
+use crate::{Clock, DefaultClock, KeyedLimiter, Quota};
 
 /// What a keyed limiter does with a new key once it tracks
 /// [`max_keys`](KeyedBuilder::max_keys) keys and no bucket can be dropped
@@ -88,7 +88,7 @@ const DEFAULT_MAX_EXACT_KEY_BYTES: usize = 64;
 /// ```
 #[derive(Debug)]
 #[must_use]
-pub struct KeyedBuilder<C = MonotonicClock, S = ahash::RandomState> {
+pub struct KeyedBuilder<C = DefaultClock, S = ahash::RandomState> {
     quota: Quota,
     clock: C,
     hasher: S,
@@ -99,7 +99,7 @@ impl KeyedBuilder {
     pub(crate) fn new(quota: Quota) -> Self {
         KeyedBuilder {
             quota,
-            clock: MonotonicClock::new(),
+            clock: DefaultClock::new(),
             hasher: ahash::RandomState::new(),
             bound: KeyBound {
                 max_keys: DEFAULT_MAX_KEYS,
@@ -112,7 +112,7 @@ impl KeyedBuilder {
 }
 
 impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S> {
-    /// The clock every key's bucket reads (default: [`MonotonicClock`]).
+    /// The clock every key's bucket reads (default: [`DefaultClock`]).
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, ManualClock, Quota};

@@ -24,7 +24,7 @@ pub use tiers::Tiered;
 use crate::hierarchy::Taken;
 use crate::state::{Admission, Tat};
 use crate::timeline::Timeline;
-use crate::{AcquireError, Clock, MonotonicClock, Quota};
+use crate::{AcquireError, Clock, DefaultClock, Quota};
 use config::KeyBound;
 use fingerprint::{Fingerprint, Fingerprinter, PassThrough, hashed_len};
 use table::Table;
@@ -99,7 +99,7 @@ macro_rules! in_table {
 /// assert!(limiter.try_acquire(&bob, 1).is_ok());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct KeyedLimiter<K, C = MonotonicClock, S = ahash::RandomState> {
+pub struct KeyedLimiter<K, C = DefaultClock, S = ahash::RandomState> {
     /// Keys whose `Hash` writes at most `bound.max_exact_key_bytes` bytes,
     /// kept as they are.
     exact: Table<K, S>,

@@ -3,7 +3,7 @@
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
-use crate::{AcquireError, Clock, KeyedLimiter, MonotonicClock};
+use crate::{AcquireError, Clock, DefaultClock, KeyedLimiter};
 
 /// Keyed limiters with different quotas, and a resolver that decides which
 /// one a key belongs to (a plan, a tier, an operation class).
@@ -37,7 +37,7 @@ use crate::{AcquireError, Clock, KeyedLimiter, MonotonicClock};
 /// tiers.try_acquire(&Account { id: 2, pro: true }, 100)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct Tiered<K, F, const N: usize, C = MonotonicClock, S = ahash::RandomState> {
+pub struct Tiered<K, F, const N: usize, C = DefaultClock, S = ahash::RandomState> {
     tiers: [KeyedLimiter<K, C, S>; N],
     resolve: F,
 }

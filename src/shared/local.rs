@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::shared::store::refill_interval;
 use crate::shared::{Grant, Lease, Store};
-use crate::{AcquireError, Clock, KeyedLimiter, MonotonicClock, Quota};
+use crate::{AcquireError, Clock, DefaultClock, KeyedLimiter, Quota};
 
 /// A [`Store`] in this process: one lock-free bucket per key, from a
 /// [`KeyedLimiter`]. The embedded default: everything works with no server,
@@ -32,12 +32,12 @@ use crate::{AcquireError, Clock, KeyedLimiter, MonotonicClock, Quota};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
-pub struct LocalStore<C = MonotonicClock, S = ahash::RandomState> {
+pub struct LocalStore<C = DefaultClock, S = ahash::RandomState> {
     buckets: KeyedLimiter<String, C, S>,
 }
 
 impl LocalStore {
-    /// A store giving every key `quota`, on the monotonic clock.
+    /// A store giving every key `quota`, on the [`DefaultClock`].
     ///
     /// ```
     /// use tollgate::{Quota, shared::LocalStore};
