@@ -180,7 +180,10 @@ impl<S: Store> KeyedAllowance<S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_acquire(&self, key: &str, cost: u64) -> Result<Source, AcquireError> {
-        self.try_take(key, cost).map(KeyedReceipt::kept)
+        // No receipt built: the hot path stays one compare-and-swap, with
+        // no allocation nor reference count.
+        self.try_hot(key, cost, |_, source| source)
+            .map(|(_, source)| source)
     }
 
     /// [`try_acquire`](Self::try_acquire), with a receipt to give the
@@ -201,6 +204,20 @@ impl<S: Store> KeyedAllowance<S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_take(&self, key: &str, cost: u64) -> Result<KeyedReceipt<S>, AcquireError> {
+        let (name, (source, origin)) = self.try_hot(key, cost, |pool, source| {
+            (source, Origin::from_pool(pool, source))
+        })?;
+        Ok(self.receipt(name.into_owned(), cost, source, origin))
+    }
+
+    /// The non-blocking decision of `try_acquire` and `try_take`, with the
+    /// key's store name; `admitted` makes the answer from the key's pool.
+    fn try_hot<'k, R>(
+        &self,
+        key: &'k str,
+        cost: u64,
+        admitted: impl FnOnce(&Arc<receipt::Pool<S>>, Source) -> R,
+    ) -> Result<(std::borrow::Cow<'k, str>, R), AcquireError> {
         if cost == 0 {
             return Err(AcquireError::ZeroCost);
         }
@@ -210,8 +227,8 @@ impl<S: Store> KeyedAllowance<S> {
             inner.table.within_known_capacity(&name, cost)?;
             return Err(AcquireError::NotLocal);
         }
-        let (source, origin) = inner.table.try_hot(&name, cost)?;
-        Ok(self.receipt(name.into_owned(), cost, source, origin))
+        let answer = inner.table.try_hot(&name, cost, admitted)?;
+        Ok((name, answer))
     }
 
     fn receipt(

@@ -14,7 +14,7 @@ use super::batch::Batched;
 use super::cold::wait_for;
 use super::config::KeyedAllowanceConfig;
 use super::demand::{Demand, Switch};
-use super::receipt::{Origin, Pool};
+use super::receipt::Pool;
 use super::stats::{Counters, KeyedAllowanceStats, sum};
 use crate::AcquireError;
 use crate::clock::saturating_nanos;
@@ -132,13 +132,16 @@ impl<S: Store> Table<S> {
     }
 
     /// The hot path: a hot key's pool answers (tokens given back to it
-    /// first); any other key is not local.
+    /// first), and `admitted` makes the answer from the pool and how it
+    /// admitted (so that only a caller that wants a receipt pays for one);
+    /// any other key is not local.
     #[inline]
-    pub(crate) fn try_hot(
+    pub(crate) fn try_hot<R>(
         &self,
         name: &str,
         cost: u64,
-    ) -> Result<(Source, Origin<S>), AcquireError> {
+        admitted: impl FnOnce(&Arc<Pool<S>>, Source) -> R,
+    ) -> Result<R, AcquireError> {
         let Some(tracked) = self.keys.get(name) else {
             return Err(AcquireError::NotLocal);
         };
@@ -155,10 +158,10 @@ impl<S: Store> Table<S> {
             };
         };
         if take_credit(&tracked.credit, cost) {
-            return Ok((Source::Lease, Origin::Pool(Arc::downgrade(pool))));
+            return Ok(admitted(pool, Source::Lease));
         }
         match pool.try_acquire(cost) {
-            Ok(source) => Ok((source, Origin::from_pool(pool, source))),
+            Ok(source) => Ok(admitted(pool, source)),
             Err(refused) => {
                 add(&tracked.asked, cost);
                 Err(refused)
