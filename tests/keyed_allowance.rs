@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tollgate::shared::{
-    AllowanceConfig, FailurePolicy, Grant, KeyedAllowance, KeyedAllowanceConfig, Lease, LocalStore,
-    Source, Store, store_key,
+    AllowanceConfig, FailurePolicy, Grant, KeyedAllowance, KeyedAllowanceConfig, KeyedReceipt,
+    Lease, LocalStore, Source, Store, store_key,
 };
 use tollgate::{AcquireError, Clock, KeyedLimiter, Quota};
 
@@ -182,6 +182,39 @@ impl Rng {
 
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+}
+
+/// `B + r·t` for a bucket of `capacity` refilling `rate` a second.
+fn per_second(capacity: u64, rate: u64) -> Envelope {
+    Envelope {
+        capacity,
+        tokens: rate,
+        period_ns: 1_000_000_000,
+    }
+}
+
+/// Asserts, for every key, that what was admitted fits `envelope` over the
+/// store's clock so far, and (with `books`) that it and what was sent back
+/// fit in what the store granted.
+fn assert_keys_within<'a>(
+    store: &Ledger,
+    envelope: &Envelope,
+    admitted: impl IntoIterator<Item = (&'a str, u64)>,
+    books: bool,
+    context: &str,
+) {
+    let elapsed = store.clock.now_nanos();
+    for (key, spent) in admitted {
+        assert!(
+            envelope.admits(u128::from(spent), elapsed),
+            "{context}: {key} admitted {spent} in {elapsed} ns"
+        );
+        let (granted, sent_back) = store.books(key);
+        assert!(
+            !books || spent + sent_back <= granted,
+            "{context}: {key}: {spent} + {sent_back} > {granted}"
+        );
     }
 }
 
@@ -370,35 +403,52 @@ async fn a_key_goes_hot_with_demand_and_cold_again_without() {
     assert_eq!(node.pooled("busy"), 0);
 }
 
-/// Many nodes, many keys, random interleavings of every operation: per
-/// key, what the nodes admitted never exceeds `B + r·t` on the store's
-/// clock, and never exceeds what the store granted less what it was sent
-/// back.
+/// Many nodes, many keys, random interleavings of every operation
+/// (receipts among them, some held across time, refills, demotions and
+/// node restarts and undone later in random order): per key, what the
+/// nodes admitted (less what an undo said went back) never exceeds
+/// `B + r·t` on the store's clock, and never exceeds what the store
+/// granted less what it was sent back.
 #[tokio::test(start_paused = true)]
 async fn nodes_and_keys_in_random_interleavings_stay_within_each_keys_envelope() {
     let (capacity, rate) = (20, 200);
-    let envelope = Envelope {
-        capacity,
-        tokens: rate,
-        period_ns: 1_000_000_000,
-    };
+    let envelope = per_second(capacity, rate);
+    let quota = Quota::new(capacity, rate, Duration::from_secs(1)).unwrap();
     for seed in 0..6 {
-        let store = Ledger::new(Quota::new(capacity, rate, Duration::from_secs(1)).unwrap());
-        let mut rng = Rng(seed);
+        let (store, mut rng) = (Ledger::new(quota), Rng(seed));
         let new_node = || KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed));
         let mut nodes: Vec<_> = (0..4).map(|_| new_node().unwrap()).collect();
         let keys: Vec<String> = (0..12).map(|i| format!("tenant-{i}")).collect();
         let mut admitted: HashMap<&str, u64> = HashMap::new();
+        let (mut held, mut undone) = (Vec::new(), 0u64);
+        // Admissions of the busiest key, undone or not: its utilisation.
+        let mut busiest = 0u64;
+        // Keys that went hot on nodes since replaced.
+        let mut hot = 0u64;
         for _step in 0..3000 {
             let node = rng.below(nodes.len() as u64) as usize;
             // Skewed: low indices are asked for far more often.
             let key = &keys[rng.below(12).min(rng.below(12)) as usize];
             let cost = 1 + rng.below(3);
-            let outcome = match rng.below(12) {
-                0..=4 => nodes[node].try_acquire(key, cost),
+            let taken = match rng.below(14) {
+                0..=4 => nodes[node].try_take(key, cost),
                 5..=7 => {
                     let wait = Duration::from_millis(rng.below(3) * 10);
-                    nodes[node].acquire(key, cost, wait).await
+                    nodes[node].take(key, cost, wait).await
+                }
+                12..=13 => {
+                    if held.is_empty() {
+                        continue;
+                    }
+                    let (key, receipt): (&str, KeyedReceipt<Ledger>) =
+                        held.swap_remove(rng.below(held.len() as u64) as usize);
+                    let leased = receipt.source() == Source::Lease;
+                    let back = receipt.undo().await;
+                    if leased {
+                        *admitted.get_mut(key).unwrap() -= back;
+                        undone += back;
+                    }
+                    continue;
                 }
                 8..=9 => {
                     tokio::time::sleep(Duration::from_micros(rng.below(5000))).await;
@@ -413,34 +463,41 @@ async fn nodes_and_keys_in_random_interleavings_stay_within_each_keys_envelope()
                         0 => {
                             nodes[node].shutdown().await;
                         }
-                        1 => nodes[node] = new_node().unwrap(),
+                        1 => {
+                            hot += nodes[node].stats().became_hot;
+                            nodes[node] = new_node().unwrap();
+                        }
                         _ => settle().await,
                     }
                     continue;
                 }
             };
-            if outcome == Ok(Source::Lease) {
-                *admitted.entry(key).or_default() += cost;
+            if let Ok(receipt) = taken {
+                if receipt.source() == Source::Lease {
+                    *admitted.entry(key).or_default() += cost;
+                    busiest += if *key == keys[0] { cost } else { 0 };
+                }
+                // Most are kept; some held, to be undone later.
+                if rng.below(3) == 0 {
+                    held.push((key.as_str(), receipt));
+                } else {
+                    receipt.keep();
+                }
             }
-            let elapsed = store.clock.now_nanos();
-            for (&key, &spent) in &admitted {
-                assert!(
-                    envelope.admits(u128::from(spent), elapsed),
-                    "seed {seed}: {key} admitted {spent} in {elapsed} ns"
-                );
-                let (granted, sent_back) = store.books(key);
-                assert!(spent + sent_back <= granted, "seed {seed}: {key}");
-            }
+            let context = format!("seed {seed}");
+            assert_keys_within(&store, &envelope, admitted.clone(), true, &context);
         }
-        // Keys went hot, and the busiest admitted most of its envelope.
-        let hot: u64 = nodes.iter().map(|n| n.stats().became_hot).sum();
+        // Keys went hot, receipts went back, and the busiest key was
+        // admitted most of its envelope (counting admissions undone later:
+        // an undo after a hold gives back less than it took).
+        hot += nodes.iter().map(|n| n.stats().became_hot).sum::<u64>();
         assert!(hot > 0, "seed {seed}: no key went hot");
+        assert!(undone > 0, "seed {seed}: no receipt went back");
         let elapsed = store.clock.now_nanos();
         let allowed = capacity + rate * elapsed / 1_000_000_000;
         assert!(
-            admitted[keys[0].as_str()] * 2 >= allowed,
-            "seed {seed}: {} of {allowed}",
-            admitted[keys[0].as_str()]
+            busiest * 2 >= allowed,
+            "seed {seed}: {busiest} of {allowed}"
         );
     }
 }
@@ -801,9 +858,11 @@ async fn ten_thousand_keys_of_zipf_demand() {
 
 /// Real threads: four nodes, four tasks each, on a multi-threaded runtime
 /// whose real clock drives the store, race over sixteen keys for 300 ms
-/// (the sampler switching keys on other workers meanwhile). Per key,
-/// admitted stays within `B + r·t` on the store's clock and within what the
-/// store granted less what it was sent back. Only bounds are asserted: a
+/// (the sampler switching keys on other workers meanwhile), undoing every
+/// third admission's receipt (half at once, half after a yield that lets
+/// refills and other threads' undos race it). Per key, what stays admitted
+/// is within `B + r·t` on the store's clock and within what the store
+/// granted less what it was sent back. Only bounds are asserted: a
 /// slow machine can loosen them, never break them.
 #[test]
 fn real_threads_as_nodes_hold_each_keys_bounds() {
@@ -823,7 +882,7 @@ fn real_threads_as_nodes_hold_each_keys_bounds() {
             for task in 0..4usize {
                 let (node, keys) = (node.clone(), Arc::clone(&keys));
                 tasks.push(tokio::spawn(async move {
-                    let mut admitted = vec![0u64; keys.len()];
+                    let (mut admitted, mut undone) = (vec![0u64; keys.len()], 0u64);
                     let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
                     let mut turn = task;
                     while tokio::time::Instant::now() < deadline {
@@ -835,45 +894,50 @@ fn real_threads_as_nodes_hold_each_keys_bounds() {
                             turn / 2 % 16
                         };
                         let key = &keys[index];
-                        let outcome = match node.try_acquire(key, 1) {
+                        let taken = match node.try_take(key, 1) {
                             Err(AcquireError::NotLocal) => {
-                                node.acquire(key, 1, Duration::from_millis(2)).await
+                                node.take(key, 1, Duration::from_millis(2)).await
                             }
                             answered => answered,
                         };
-                        if outcome == Ok(Source::Lease) {
-                            admitted[index] += 1;
-                        } else {
+                        let Ok(receipt) = taken else {
                             tokio::task::yield_now().await;
+                            continue;
+                        };
+                        let leased = receipt.source() == Source::Lease;
+                        let mut kept = u64::from(leased);
+                        if turn.is_multiple_of(3) {
+                            if turn.is_multiple_of(2) {
+                                tokio::task::yield_now().await;
+                            }
+                            let back = receipt.undo().await;
+                            if leased {
+                                kept -= back;
+                                undone += back;
+                            }
+                        } else {
+                            receipt.keep();
                         }
+                        admitted[index] += kept;
                     }
                     node.shutdown().await;
-                    admitted
+                    (admitted, undone)
                 }));
             }
         }
-        let mut admitted = vec![0u64; keys.len()];
+        let (mut admitted, mut undone) = (vec![0u64; keys.len()], 0);
         for task in tasks {
-            for (total, one) in admitted.iter_mut().zip(task.await.unwrap()) {
+            let (one, back) = task.await.unwrap();
+            undone += back;
+            for (total, one) in admitted.iter_mut().zip(one) {
                 *total += one;
             }
         }
-        let elapsed = store.clock.now_nanos();
-        let envelope = Envelope {
-            capacity,
-            tokens: rate,
-            period_ns: 1_000_000_000,
-        };
-        for (key, &spent) in keys.iter().zip(&admitted) {
-            assert!(
-                envelope.admits(u128::from(spent), elapsed),
-                "{key}: {spent} in {elapsed} ns"
-            );
-            let (granted, sent_back) = store.books(key);
-            assert!(
-                spent + sent_back <= granted,
-                "{key}: {spent} + {sent_back} > {granted}"
-            );
+        assert!(undone > 0, "no receipt went back");
+        let envelope = per_second(capacity, rate);
+        let admitted = keys.iter().map(String::as_str).zip(admitted);
+        assert_keys_within(&store, &envelope, admitted.clone(), true, "real threads");
+        for (key, spent) in admitted {
             assert!(spent > 0, "{key} admitted nothing");
         }
     });
@@ -965,11 +1029,7 @@ async fn nodes_over_a_real_redis_hold_each_keys_envelope() {
         became_hot += stats.became_hot;
     }
     let elapsed_ns = (server_micros().await - start) * 1000;
-    let envelope = Envelope {
-        capacity,
-        tokens: rate,
-        period_ns: 1_000_000_000,
-    };
+    let envelope = per_second(capacity, rate);
     for (key, &spent) in keys.iter().zip(&admitted) {
         assert!(
             envelope.admits(u128::from(spent), elapsed_ns),
@@ -982,4 +1042,128 @@ async fn nodes_over_a_real_redis_hold_each_keys_envelope() {
     // The busiest key's demand is far above its rate: it got most of it.
     let allowed = capacity + rate * elapsed_ns / 1_000_000_000;
     assert!(admitted[0] * 2 >= allowed, "{} of {allowed}", admitted[0]);
+}
+
+/// Keys that never go hot: every admission is a cold store decision.
+fn always_cold() -> KeyedAllowanceConfig {
+    KeyedAllowanceConfig {
+        hot_at: u32::MAX,
+        cold_below: 1,
+        ..config(FailurePolicy::Closed)
+    }
+}
+
+/// Drives 100 requests a second at `key` on `node` for a second, so that
+/// it goes hot and holds a pool.
+async fn make_hot(node: &KeyedAllowance<Ledger>, key: &str) -> u64 {
+    let mut admitted = 0;
+    for _ in 0..100 {
+        if node.acquire(key, 1, Duration::from_millis(5)).await.is_ok() {
+            admitted += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(node.is_hot(key));
+    admitted
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hot_receipt_goes_back_into_its_pool_and_no_further() {
+    let store = Ledger::new(Quota::per_second(1000).unwrap());
+    let node = KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed)).unwrap();
+    let admitted = make_hot(&node, "busy").await;
+    settle().await;
+    let pooled = node.pooled("busy");
+    assert!(pooled >= 3, "{pooled}");
+    let books = store.books(&store_key("busy"));
+    let receipt = node.try_take("busy", 3).unwrap();
+    assert_eq!(node.pooled("busy"), pooled - 3);
+    assert_eq!(receipt.undo().await, 3);
+    // Back in the pool, exactly; nothing asked of or sent to the store.
+    assert_eq!(node.pooled("busy"), pooled);
+    assert_eq!(store.books(&store_key("busy")), books);
+    // And spent from there first: the pool's own tokens are untouched.
+    let again = node.try_take("busy", 3).unwrap();
+    assert_eq!(node.pooled("busy"), pooled - 3);
+    again.keep();
+    node.shutdown().await;
+    let (granted, sent_back) = store.books(&store_key("busy"));
+    assert_eq!(admitted + 3 + sent_back, granted);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_receipt_undone_after_its_key_was_demoted_forgotten_or_repromoted_mints_nothing() {
+    let store = Ledger::new(Quota::per_second(1000).unwrap());
+    let node = KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed)).unwrap();
+    make_hot(&node, "busy").await;
+    let demoted = node.try_take("busy", 2).unwrap();
+    let forgotten = node.try_take("busy", 1).unwrap();
+    let repromoted = node.try_take("busy", 1).unwrap();
+    // Silence: the key goes cold and its pool goes back to the store.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    settle().await;
+    assert!(!node.is_hot("busy"));
+    let name = store_key("busy");
+    let (books, available) = (store.books(&name), store.available(&name));
+    let stranded = node.stats().stranded;
+    assert_eq!(demoted.undo().await, 0);
+    assert_eq!(
+        (store.books(&name), store.available(&name)),
+        (books, available)
+    );
+    assert_eq!(node.stats().stranded, stranded + 2);
+    // Forgotten too: still nothing.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    settle().await;
+    assert_eq!(node.stats().forgotten, 1);
+    assert_eq!(forgotten.undo().await, 0);
+    assert_eq!(node.pooled("busy"), 0);
+    // Hot again with a new pool: the old pool's receipt does not feed it.
+    make_hot(&node, "busy").await;
+    settle().await;
+    let pooled = node.pooled("busy");
+    assert_eq!(repromoted.undo().await, 0);
+    assert_eq!(node.pooled("busy"), pooled);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cold_receipt_goes_back_to_the_store_exactly_at_once_and_less_the_time_held() {
+    // 10 a second: a token every 100 ms.
+    let store = Ledger::new(Quota::per_second(10).unwrap());
+    let node = KeyedAllowance::new(Arc::clone(&store), always_cold()).unwrap();
+    let receipt = node.take("k", 4, Duration::ZERO).await.unwrap();
+    assert_eq!(store.available("k"), 6);
+    // Nothing admitted since and no time passed: all of it.
+    assert_eq!(receipt.undo().await, 4);
+    assert_eq!(store.available("k"), 10);
+    // Held 300 ms while someone else emptied the bucket: 400 ms owed less
+    // 300 ms held is one token back, not four.
+    let held = node.take("k", 4, Duration::ZERO).await.unwrap();
+    node.take("k", 6, Duration::ZERO).await.unwrap().keep();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.available("k"), 3);
+    held.undo().await;
+    assert_eq!(store.available("k"), 4);
+    // Held past its cost's refill (the bucket never full meanwhile):
+    // nothing back.
+    let held = node.take("k", 4, Duration::ZERO).await.unwrap();
+    assert_eq!(store.available("k"), 0);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(store.available("k"), 5);
+    held.undo().await;
+    assert_eq!(store.available("k"), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_failure_policys_admissions_give_nothing_back() {
+    let store = Ledger::new(Quota::per_second(10).unwrap());
+    let node = KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Open)).unwrap();
+    store.failing.store(true, Ordering::SeqCst);
+    let receipt = node.take("k", 3, Duration::ZERO).await.unwrap();
+    assert_eq!(receipt.source(), Source::FailedOpen);
+    store.failing.store(false, Ordering::SeqCst);
+    let releases = store.releases.load(Ordering::SeqCst);
+    assert_eq!(receipt.undo().await, 0);
+    assert_eq!(store.releases.load(Ordering::SeqCst), releases);
+    assert_eq!(store.available("k"), 10);
 }

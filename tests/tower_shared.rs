@@ -297,27 +297,61 @@ async fn a_shared_refusal_gives_back_everything_the_local_rules_took() {
     assert_eq!(global.available(), 3);
 }
 
+/// A node over `store` whose keys go hot at 20 requests a second.
+fn hot_soon(store: &Arc<Shared>) -> KeyedAllowance<Shared> {
+    let config = KeyedAllowanceConfig {
+        hot_at: 20,
+        cold_below: 1,
+        ..KeyedAllowanceConfig::new(FailurePolicy::Closed)
+    };
+    KeyedAllowance::new(Arc::clone(store), config).unwrap()
+}
+
+/// Demand well above `hot_at` for a few samples, each request admitted,
+/// makes `key` hot; returns the requests admitted.
+async fn make_hot(layer: &RateLimitLayer, key: &str) -> u64 {
+    for _ in 0..5 {
+        admit(layer, key, 20).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    100
+}
+
+/// A per-tenant shared rule over `tenants`, tenants holding one token.
+fn per_tenant(tenants: &Arc<Shared>) -> Rule {
+    Rule::shared(
+        PolicyName::new("per-tenant").unwrap(),
+        &hourly(1),
+        node(Arc::clone(tenants), FailurePolicy::Closed),
+        extract::header(TENANT),
+    )
+}
+
+/// `request`, for `tenant`.
+fn for_tenant(mut request: Request<Full<Bytes>>, tenant: &str) -> Request<Full<Bytes>> {
+    request
+        .headers_mut()
+        .insert(TENANT, tenant.parse().unwrap());
+    request
+}
+
+/// Lets give-backs to the store, which run in the background, land.
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_later_shared_refusal_leaves_the_earlier_shared_charge_spent() {
+async fn a_later_shared_refusal_gives_the_earlier_shared_charge_back() {
     let clock = ManualClock::new();
     let keys = store(hourly(10), &clock);
     let tenants = store(hourly(1), &clock);
     let layer = RateLimitLayer::builder()
         .rule(closed_per_key(&keys, 10))
-        .rule(Rule::shared(
-            PolicyName::new("per-tenant").unwrap(),
-            &hourly(1),
-            node(Arc::clone(&tenants), FailurePolicy::Closed),
-            extract::header(TENANT),
-        ))
+        .rule(per_tenant(&tenants))
         .build();
-    let request = || {
-        let mut request = with_key("alice");
-        request
-            .headers_mut()
-            .insert(TENANT, "acme".parse().unwrap());
-        request
-    };
+    let request = || for_tenant(with_key("alice"), "acme");
     assert_eq!(send(&layer, request()).await.status(), StatusCode::OK);
     for _ in 0..3 {
         let refused = send(&layer, request()).await;
@@ -325,10 +359,45 @@ async fn a_later_shared_refusal_leaves_the_earlier_shared_charge_spent() {
         let doc = problem(refused).await;
         assert_eq!(doc["violated-policies"], serde_json::json!(["per-tenant"]));
     }
-    // A keyed allowance gives no receipt back: what the per-key budget took
-    // for the refused requests stays spent. Fewer admitted, never more.
+    // What the per-key budget took for each refused request went back
+    // through its receipt: only the admitted request is spent.
+    settle().await;
     assert_eq!(left(&tenants, "acme"), 0);
-    assert_eq!(left(&keys, "alice"), 10 - 4);
+    assert_eq!(left(&keys, "alice"), 10 - 1);
+}
+
+/// The first shared rule's key is hot (decided from its lease pool), the
+/// second's is cold and empty: each refusal gives the hot key's token back
+/// into its pool, and the store's books show only the admitted requests.
+#[tokio::test(start_paused = true)]
+async fn a_later_shared_refusal_gives_a_hot_keys_token_back_into_its_pool() {
+    let clock = ManualClock::new();
+    let keys = store(hourly(1000), &clock);
+    let tenants = store(hourly(1), &clock);
+    let per_key_node = hot_soon(&keys);
+    let alone = RateLimitLayer::builder()
+        .rule(per_key(hourly(1000), per_key_node.clone()))
+        .build();
+    let mut admitted = make_hot(&alone, "alice").await;
+    assert!(per_key_node.is_hot("alice"));
+    let layer = RateLimitLayer::builder()
+        .rule(per_key(hourly(1000), per_key_node.clone()))
+        .rule(per_tenant(&tenants))
+        .build();
+    let request = || for_tenant(with_key("alice"), "acme");
+    assert_eq!(send(&layer, request()).await.status(), StatusCode::OK);
+    admitted += 1;
+    settle().await;
+    let pooled = per_key_node.pooled("alice");
+    for _ in 0..5 {
+        let refused = send(&layer, request()).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    }
+    assert_eq!(per_key_node.pooled("alice"), pooled);
+    assert_eq!(
+        left(&keys, "alice"),
+        1000 - admitted - per_key_node.pooled("alice")
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -485,30 +554,11 @@ async fn a_flood_of_fresh_api_keys_keeps_the_node_bounded_and_each_key_within_it
 async fn a_hot_key_is_decided_without_awaiting_and_an_empty_lease_waits_for_its_refill() {
     let clock = ManualClock::new();
     let store = store(hourly(1000), &clock);
-    let allowance = KeyedAllowance::new(
-        Arc::clone(&store),
-        KeyedAllowanceConfig {
-            hot_at: 20,
-            cold_below: 1,
-            ..KeyedAllowanceConfig::new(FailurePolicy::Closed)
-        },
-    )
-    .unwrap();
+    let allowance = hot_soon(&store);
     let layer = RateLimitLayer::builder()
         .rule(per_key(hourly(1000), allowance.clone()))
         .build();
-    // Demand well above `hot_at` for a few samples makes the key hot.
-    let mut admitted = 0u64;
-    for _ in 0..5 {
-        for _ in 0..20 {
-            assert_eq!(
-                send(&layer, with_key("alice")).await.status(),
-                StatusCode::OK
-            );
-            admitted += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut admitted = make_hot(&layer, "alice").await;
     assert!(allowance.is_hot("alice"));
     let reached = Arc::new(AtomicUsize::new(0));
     let mut service = layer.layer(inner(&reached));
@@ -560,7 +610,7 @@ async fn a_request_refused_in_process_never_reaches_the_store() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_response_given_back_returns_the_local_charge_and_keeps_the_shared_one() {
+async fn a_response_given_back_returns_the_local_and_the_shared_charge() {
     let clock = ManualClock::new();
     let store = store(hourly(5), &clock);
     let local = Arc::new(TokenBucket::with_clock(hourly(5), clock.clone()));
@@ -580,7 +630,12 @@ async fn a_response_given_back_returns_the_local_charge_and_keeps_the_shared_one
         StatusCode::UNAUTHORIZED
     );
     assert_eq!(local.available(), 5);
-    // No receipt from the allowance: the shared token stays spent.
+    // The shared token too, to the store by the one rule (no time held).
+    settle().await;
+    assert_eq!(left(&store, "alice"), 5);
+    // A status the rule does not give back on keeps it spent.
+    admit(&layer, "alice", 1).await;
+    settle().await;
     assert_eq!(left(&store, "alice"), 4);
 }
 

@@ -23,7 +23,8 @@ pub use allowance::{
 };
 #[cfg(feature = "tokio")]
 pub use keyed::{
-    KeyedAllowance, KeyedAllowanceConfig, KeyedAllowanceStats, STORE_KEY_LITERAL_MAX, store_key,
+    KeyedAllowance, KeyedAllowanceConfig, KeyedAllowanceStats, KeyedReceipt, STORE_KEY_LITERAL_MAX,
+    store_key,
 };
 pub use local::LocalStore;
 pub use pool::{LeasePool, Take};

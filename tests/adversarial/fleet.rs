@@ -2,7 +2,8 @@
 //! asked, hangs, fails, refuses with absurd waits or claims no capacity;
 //! receipts inflated or shrunk; acquire futures cancelled while their store
 //! call is in flight or after its grant arrived; a fallback flooded with
-//! keys; a hot key over a store that overgrants.
+//! keys; a hot key over a store that overgrants; receipts undone against
+//! a store that overgranted, inflated its receipt, or fails the return.
 //!
 //! The invariant every attack must leave standing: tokens admitted, plus
 //! tokens sent back, never exceed what the store debited; and every call
@@ -295,4 +296,47 @@ async fn a_wait_with_no_deadline_asks_again_every_second() {
     assert_eq!(waiting.await.unwrap(), Ok(Source::Lease));
     // Asked every 0.5 to 1 s: at least four times by 3.5 s, at most eight.
     assert!((5..=9).contains(&store.calls()), "{} calls", store.calls());
+}
+
+/// A cold receipt over a store that granted ten times the cost, or claimed
+/// a receipt of a hundred times the tokens: the undo sends back at most the
+/// cost, never the excess.
+#[tokio::test(start_paused = true)]
+async fn an_undone_cold_receipt_sends_back_no_more_than_its_cost() {
+    let (store, _clock) = Rogue::new(Quota::per_second(1000).unwrap(), Conduct::Overgrants(10));
+    let node = keyed(&store, FailurePolicy::Closed);
+    let receipt = node.take("k", 2, Duration::ZERO).await.unwrap();
+    assert_eq!(receipt.undo().await, 2);
+    store.behave(Conduct::InflatesReceipts(100));
+    let receipt = node.take("k", 3, Duration::ZERO).await.unwrap();
+    assert_eq!(receipt.undo().await, 3);
+    let releases = store.releases.lock().unwrap().clone();
+    assert_eq!(releases.iter().map(|(_, unused)| unused).sum::<u64>(), 5);
+    assert!(
+        releases
+            .iter()
+            .all(|(lease, unused)| lease.granted == *unused)
+    );
+    store.assert_bound(0);
+}
+
+/// A return the store fails: nothing given back, the tokens counted as
+/// stranded, and the undo ends at the store timeout at worst.
+#[tokio::test(start_paused = true)]
+async fn an_undo_whose_return_fails_or_hangs_strands_the_tokens_and_ends() {
+    let (store, _clock) = Rogue::hundred_a_second(Conduct::Honest);
+    let node = keyed(&store, FailurePolicy::Closed);
+    let failing = node.take("k", 2, Duration::ZERO).await.unwrap();
+    let hanging = node.take("k", 3, Duration::ZERO).await.unwrap();
+    store.behave(Conduct::Fails);
+    assert_eq!(failing.undo().await, 0);
+    store.behave(Conduct::Hangs);
+    let start = tokio::time::Instant::now();
+    assert_eq!(hanging.undo().await, 0);
+    assert!(start.elapsed() <= AllowanceConfig::new(FailurePolicy::Closed).timeout);
+    let stats = node.stats();
+    assert_eq!((stats.stranded, stats.returned), (5, 0));
+    store.behave(Conduct::Honest);
+    assert_eq!(store.honest.limiter().available("k"), 95);
+    store.assert_bound(0);
 }

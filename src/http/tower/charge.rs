@@ -1,15 +1,15 @@
 //! Charging one request's rules, all or nothing: the in-process ones first,
-//! in one chain, then the shared ones, each given back through its own
-//! receipt if a later one refuses.
+//! in one chain, then the shared ones in order; if any refuses, every
+//! charge taken so far, in-process or shared, is given back through its own
+//! receipt.
 
 use std::cell::Cell;
 use std::time::Duration;
 
 use super::rule::{Binding, Bound, LimitRef};
-use super::shared::{Outcome, SharedBound};
+use super::shared::{Outcome, Receipt, SharedBound};
 use crate::hierarchy::{Taken, take_all};
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
-use crate::shared::Source;
 use crate::{AcquireError, HierarchyError, Quota, Step};
 
 /// A rule bound to one request: which rule, its limit, the cost, and once
@@ -29,10 +29,12 @@ pub(super) enum Charged {
         bound: Box<dyn Bound>,
         taken: Option<Taken>,
     },
-    /// A shared limit, with what charging it came to.
+    /// A shared limit, with what charging it came to and, once taken, its
+    /// receipt, kept until the response says whether to give it back.
     Shared {
         bound: SharedBound,
         outcome: Outcome,
+        receipt: Option<Receipt>,
     },
 }
 
@@ -43,20 +45,28 @@ impl Charge {
             Binding::Shared(bound) => Charged::Shared {
                 bound,
                 outcome: Outcome::Untried,
+                receipt: None,
             },
         };
         Charge { rule, cost, limit }
     }
 
-    /// Gives back what this charge took from an in-process limit, through
-    /// its receipt (the one rule that never mints credit), once. A shared
-    /// limit's charge stays: a keyed allowance hands out no receipt to give
-    /// back by, so its tokens stay spent (fewer admitted, never more).
+    /// Gives back what this charge took, through its receipt, once: an
+    /// in-process limit's by the one rule that never mints credit; a
+    /// shared limit's into the key's lease pool it came from, or to the
+    /// store by the same rule (see `KeyedReceipt`).
     pub(super) fn give_back(&mut self) {
-        if let Charged::Local { bound, taken } = &mut self.limit
-            && let Some(taken) = taken.take()
-        {
-            bound.limit().as_limit().undo(&taken);
+        match &mut self.limit {
+            Charged::Local { bound, taken } => {
+                if let Some(taken) = taken.take() {
+                    bound.limit().as_limit().undo(&taken);
+                }
+            }
+            Charged::Shared { receipt, .. } => {
+                if let Some(receipt) = receipt.take() {
+                    receipt.undo();
+                }
+            }
         }
     }
 
@@ -170,7 +180,7 @@ pub(super) enum Progress {
 /// or its lease is short but a refill may land within `max_wait`. A node's
 /// empty pool is not the fleet's empty budget, so it is never a 429 while
 /// the wait could still admit.
-fn worth_waiting(attempt: &Result<Source, AcquireError>, max_wait: Duration) -> bool {
+fn worth_waiting(attempt: &Result<Receipt, AcquireError>, max_wait: Duration) -> bool {
     match attempt {
         Err(AcquireError::NotLocal) => true,
         Err(AcquireError::Insufficient { retry_after }) => *retry_after <= max_wait,
@@ -240,18 +250,24 @@ pub(super) async fn charge_shared_waiting(
 fn record(
     charges: &mut [Charge],
     index: usize,
-    attempt: Result<Source, AcquireError>,
+    attempt: Result<Receipt, AcquireError>,
 ) -> Result<(), HierarchyError> {
-    let outcome = match attempt {
-        Ok(_) => Outcome::Taken,
-        Err(error) => Outcome::Refused(error),
+    let Charged::Shared {
+        outcome, receipt, ..
+    } = &mut charges[index].limit
+    else {
+        return Ok(());
     };
-    if let Charged::Shared { outcome: slot, .. } = &mut charges[index].limit {
-        *slot = outcome;
-    }
     match attempt {
-        Ok(_) => Ok(()),
-        Err(error) => Err(give_all_back(charges, index, error)),
+        Ok(taken) => {
+            *outcome = Outcome::Taken;
+            *receipt = Some(taken);
+            Ok(())
+        }
+        Err(error) => {
+            *outcome = Outcome::Refused(error);
+            Err(give_all_back(charges, index, error))
+        }
     }
 }
 

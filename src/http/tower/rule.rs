@@ -147,15 +147,15 @@ impl Rule {
     /// response future, which waits for the store or the refill within the
     /// layer's [`store_wait`](super::RateLimitLayerBuilder::store_wait):
     /// a node's empty lease is never taken for the fleet's empty budget. A
-    /// refusal
-    /// gives back what the in-process rules took; a store that is down is a
-    /// 503 under [`FailurePolicy::Closed`](crate::shared::FailurePolicy),
-    /// and lets the request through under `Open`. What the shared budget
-    /// took stays spent, on a refusal by a later shared rule or a response
-    /// in [`give_back_on`](Self::give_back_on): the allowance hands out no
-    /// receipt to give back by, so those requests cost the fleet their
-    /// tokens (fewer admitted, never more). `docs/http.md` ("Shared
-    /// rules") has the contract.
+    /// refusal by any rule gives back what every rule took for the request,
+    /// in-process and shared, and so does a response in
+    /// [`give_back_on`](Self::give_back_on) for this rule: each through
+    /// its receipt ([`KeyedReceipt`](crate::shared::KeyedReceipt) for a
+    /// shared rule: back into the key's lease pool, or to the store by the
+    /// one rule). A store that is down is a 503 under
+    /// [`FailurePolicy::Closed`](crate::shared::FailurePolicy), and lets
+    /// the request through under `Open`. `docs/http.md` ("Shared rules")
+    /// has the contract.
     ///
     /// ```
     /// use std::sync::Arc;

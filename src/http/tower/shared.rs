@@ -11,18 +11,34 @@ use std::time::Duration;
 use http::request::Parts;
 
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
-use crate::shared::{KeyedAllowance, Source, Store};
+use crate::shared::{KeyedAllowance, KeyedReceipt, Store};
 use crate::{AcquireError, Quota};
 
+/// A shared admission's receipt, its store type erased.
+pub(super) type Receipt = Box<dyn GiveBack>;
+
 /// The future of a store decision.
-type Decision = Pin<Box<dyn Future<Output = Result<Source, AcquireError>> + Send>>;
+type Decision = Pin<Box<dyn Future<Output = Result<Receipt, AcquireError>> + Send>>;
+
+/// A [`KeyedReceipt`] as the layer uses it, its store type erased.
+pub(super) trait GiveBack: Send {
+    /// Gives the tokens back by the receipt's rule, without waiting (a
+    /// return to the store runs in the background).
+    fn undo(self: Box<Self>);
+}
+
+impl<S: Store> GiveBack for KeyedReceipt<S> {
+    fn undo(self: Box<Self>) {
+        (*self).undo_in_background();
+    }
+}
 
 /// A keyed shared budget as the layer uses it, its store type erased so
 /// that rules over different stores sit in one list.
 trait SharedLimit: Send + Sync + 'static {
     /// Takes `cost` from the key's local lease now, or refuses; never
     /// awaits. [`AcquireError::NotLocal`] means only the store can decide.
-    fn try_take(&self, key: &str, cost: u64) -> Result<Source, AcquireError>;
+    fn try_take(&self, key: &str, cost: u64) -> Result<Receipt, AcquireError>;
     /// Takes `cost`, going to the store if need be, waiting at most
     /// `max_wait`.
     fn take(&self, key: String, cost: u64, max_wait: Duration) -> Decision;
@@ -31,13 +47,17 @@ trait SharedLimit: Send + Sync + 'static {
 }
 
 impl<S: Store> SharedLimit for KeyedAllowance<S> {
-    fn try_take(&self, key: &str, cost: u64) -> Result<Source, AcquireError> {
-        self.try_acquire(key, cost)
+    fn try_take(&self, key: &str, cost: u64) -> Result<Receipt, AcquireError> {
+        let receipt = KeyedAllowance::try_take(self, key, cost)?;
+        Ok(Box::new(receipt))
     }
 
     fn take(&self, key: String, cost: u64, max_wait: Duration) -> Decision {
         let allowance = self.clone();
-        Box::pin(async move { allowance.acquire(&key, cost, max_wait).await })
+        Box::pin(async move {
+            let receipt = allowance.take(&key, cost, max_wait).await?;
+            Ok(Box::new(receipt) as Receipt)
+        })
     }
 
     fn pooled(&self, key: &str) -> u64 {
@@ -89,7 +109,7 @@ pub(super) struct SharedBound {
 impl SharedBound {
     /// Takes `cost` from this node's lease of the key, or refuses with
     /// [`AcquireError::NotLocal`] when only the store can decide.
-    pub(super) fn try_take(&self, cost: u64) -> Result<Source, AcquireError> {
+    pub(super) fn try_take(&self, cost: u64) -> Result<Receipt, AcquireError> {
         self.limit.try_take(&self.key, cost)
     }
 

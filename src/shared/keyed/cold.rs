@@ -153,12 +153,13 @@ pub(crate) fn wait_for(
 }
 
 /// Gives back `tokens` nobody will admit against their receipt `lease`,
-/// by the one rule, once. What the receipt does not cover, or a return
-/// that fails, is stranded.
-async fn give_back<S: Store>(key: &ColdKey<S>, lease: Lease, tokens: u64) {
+/// by the one rule, once; returns the tokens the store confirmed taking
+/// back (the rule may keep part of them). What the receipt does not cover,
+/// or a return that fails, is stranded.
+pub(super) async fn give_back<S: Store>(key: &ColdKey<S>, lease: Lease, tokens: u64) -> u64 {
     add(&key.counters.stranded, tokens - lease.granted);
     if lease.granted == 0 {
-        return;
+        return 0;
     }
     let sent = tokio::time::timeout(
         key.timeout,
@@ -167,8 +168,10 @@ async fn give_back<S: Store>(key: &ColdKey<S>, lease: Lease, tokens: u64) {
     .await;
     if let Ok(Ok(())) = sent {
         add(&key.counters.returned, lease.granted);
+        lease.granted
     } else {
         add(&key.counters.store_errors, 1);
         add(&key.counters.stranded, lease.granted);
+        0
     }
 }

@@ -7,6 +7,7 @@ mod cold;
 mod config;
 mod demand;
 mod outage;
+mod receipt;
 mod stats;
 mod store_key;
 mod table;
@@ -26,6 +27,8 @@ use batch::Batched;
 use cold::{ColdCall, ColdKey, Decided};
 pub use config::KeyedAllowanceConfig;
 use outage::Outage;
+pub use receipt::KeyedReceipt;
+use receipt::Origin;
 pub use stats::KeyedAllowanceStats;
 pub use store_key::{LITERAL_MAX as STORE_KEY_LITERAL_MAX, store_key};
 use table::Table;
@@ -49,6 +52,12 @@ use table::Table;
 /// interleaving (admissions under [`FailurePolicy::Open`] and
 /// [`FailurePolicy::Fallback`] excepted, and counted). `docs/distributed.md`
 /// ("Keyed shared budgets") has the proof.
+///
+/// **Giving back**: [`take`](Self::take) and [`try_take`](Self::try_take)
+/// answer with a [`KeyedReceipt`], whose `undo` returns the tokens to the
+/// key's pool they came from or to the store by the one give-back rule,
+/// for work that was not done (a later limit refused, the response says
+/// so); `acquire` and `try_acquire` are the same calls, receipt kept.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -171,6 +180,44 @@ impl<S: Store> KeyedAllowance<S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_acquire(&self, key: &str, cost: u64) -> Result<Source, AcquireError> {
+        // No receipt built: the hot path stays one compare-and-swap, with
+        // no allocation nor reference count.
+        self.try_hot(key, cost, |_, source| source)
+            .map(|(_, source)| source)
+    }
+
+    /// [`try_acquire`](Self::try_acquire), with a receipt to give the
+    /// tokens back by ([`KeyedReceipt::undo`]): into the key's pool they
+    /// came from.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{AcquireError, Quota};
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// assert_eq!(node.try_take("a cold key", 1).err(), Some(AcquireError::NotLocal));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_take(&self, key: &str, cost: u64) -> Result<KeyedReceipt<S>, AcquireError> {
+        let (name, (source, origin)) = self.try_hot(key, cost, |pool, source| {
+            (source, Origin::from_pool(pool, source))
+        })?;
+        Ok(self.receipt(name.into_owned(), cost, source, origin))
+    }
+
+    /// The non-blocking decision of `try_acquire` and `try_take`, with the
+    /// key's store name; `admitted` makes the answer from the key's pool.
+    fn try_hot<'k, R>(
+        &self,
+        key: &'k str,
+        cost: u64,
+        admitted: impl FnOnce(&Arc<receipt::Pool<S>>, Source) -> R,
+    ) -> Result<(std::borrow::Cow<'k, str>, R), AcquireError> {
         if cost == 0 {
             return Err(AcquireError::ZeroCost);
         }
@@ -180,7 +227,24 @@ impl<S: Store> KeyedAllowance<S> {
             inner.table.within_known_capacity(&name, cost)?;
             return Err(AcquireError::NotLocal);
         }
-        inner.table.try_hot(&name, cost)
+        let answer = inner.table.try_hot(&name, cost, admitted)?;
+        Ok((name, answer))
+    }
+
+    fn receipt(
+        &self,
+        name: String,
+        tokens: u64,
+        source: Source,
+        origin: Origin<S>,
+    ) -> KeyedReceipt<S> {
+        KeyedReceipt {
+            inner: Arc::clone(&self.inner),
+            name,
+            tokens,
+            source,
+            origin,
+        }
     }
 
     /// Takes `cost` tokens of `key`'s budget, waiting up to `max_wait` for
@@ -224,6 +288,35 @@ impl<S: Store> KeyedAllowance<S> {
         cost: u64,
         max_wait: Duration,
     ) -> Result<Source, AcquireError> {
+        self.take(key, cost, max_wait).await.map(KeyedReceipt::kept)
+    }
+
+    /// [`acquire`](Self::acquire), with a receipt to give the tokens back
+    /// by ([`KeyedReceipt::undo`]): into the key's pool, or to the store by
+    /// the one rule for a cold decision.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// let receipt = node.take("k", 5, Duration::ZERO).await?;
+    /// assert_eq!((receipt.tokens(), receipt.source()), (5, Source::Lease));
+    /// receipt.keep();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn take(
+        &self,
+        key: &str,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<KeyedReceipt<S>, AcquireError> {
         if cost == 0 {
             return Err(AcquireError::ZeroCost);
         }
@@ -240,14 +333,23 @@ impl<S: Store> KeyedAllowance<S> {
                 None
             };
             if let Some(pool) = leased {
+                if inner.table.take_given_back(&name, &pool, cost) {
+                    let origin = Origin::Pool(Arc::downgrade(&pool));
+                    return Ok(self.receipt(name, cost, Source::Lease, origin));
+                }
                 let left = deadline.map_or(Duration::MAX, |at| {
                     at.saturating_duration_since(tokio::time::Instant::now())
                 });
-                let outcome = pool.acquire(cost, left).await;
-                if outcome.is_err() {
-                    inner.table.asked(&name, cost);
-                }
-                return outcome;
+                return match pool.acquire(cost, left).await {
+                    Ok(source) => {
+                        let origin = Origin::from_pool(&pool, source);
+                        Ok(self.receipt(name, cost, source, origin))
+                    }
+                    Err(refused) => {
+                        inner.table.asked(&name, cost);
+                        Err(refused)
+                    }
+                };
             }
             inner.table.within_known_capacity(&name, cost)?;
             if !inner.table.track(&name, cost) {
@@ -259,12 +361,14 @@ impl<S: Store> KeyedAllowance<S> {
                 Some(retry_after) => Err(AcquireError::Insufficient { retry_after }),
                 None => inner.decide_cold(&name, cost).await,
             };
-            let Err(AcquireError::Insufficient { retry_after }) = outcome else {
-                return outcome;
+            let retry_after = match outcome {
+                Ok((source, origin)) => return Ok(self.receipt(name, cost, source, origin)),
+                Err(AcquireError::Insufficient { retry_after }) => retry_after,
+                Err(refused) => return Err(refused),
             };
             let jitter = jitter.get_or_insert_with(JitterGenerator::from_entropy);
             let Some(pause) = pause_before_asking_again(retry_after, deadline, jitter) else {
-                return outcome;
+                return Err(AcquireError::Insufficient { retry_after });
             };
             tokio::time::sleep(pause).await;
         }
@@ -332,10 +436,7 @@ impl<S: Store> KeyedAllowance<S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn pooled(&self, key: &str) -> u64 {
-        self.inner
-            .table
-            .hot(&store_key(key))
-            .map_or(0, |pool| pool.pooled())
+        self.inner.table.pooled(&store_key(key))
     }
 
     /// A snapshot of the counters.
@@ -364,8 +465,13 @@ impl<S: Store> KeyedAllowance<S> {
 }
 
 impl<S: Store> Inner<S> {
-    /// One store decision for exactly `cost` tokens of the key named `name`.
-    async fn decide_cold(&self, name: &str, cost: u64) -> Result<Source, AcquireError> {
+    /// One store decision for exactly `cost` tokens of the key named
+    /// `name`, and where its tokens would go back.
+    async fn decide_cold(
+        &self,
+        name: &str,
+        cost: u64,
+    ) -> Result<(Source, Origin<S>), AcquireError> {
         if self.outage.in_force() {
             return self.when_down(name, cost);
         }
@@ -381,9 +487,9 @@ impl<S: Store> Inner<S> {
             Decided::Granted(_) | Decided::Refused { .. } => self.outage.answered(),
         }
         match decided {
-            Decided::Granted(_) => {
+            Decided::Granted(lease) => {
                 add(&self.counters.cold_admitted, cost);
-                Ok(Source::Lease)
+                Ok((Source::Lease, Origin::Store(lease)))
             }
             Decided::Refused {
                 had,
@@ -406,17 +512,18 @@ impl<S: Store> Inner<S> {
         }
     }
 
-    /// The failure policy, for one cold request whose store call failed.
-    fn when_down(&self, name: &str, cost: u64) -> Result<Source, AcquireError> {
+    /// The failure policy, for one cold request whose store call failed:
+    /// nothing debited at the store, so nothing for a receipt to give back.
+    fn when_down(&self, name: &str, cost: u64) -> Result<(Source, Origin<S>), AcquireError> {
         match (self.config.allowance.on_failure, &self.fallback) {
             (FailurePolicy::Open, _) => {
                 add(&self.counters.failed_open, cost);
-                Ok(Source::FailedOpen)
+                Ok((Source::FailedOpen, Origin::Unbacked))
             }
             (FailurePolicy::Fallback(_), Some(local)) => {
                 local.try_acquire(name, cost)?;
                 add(&self.counters.fallback, cost);
-                Ok(Source::Fallback)
+                Ok((Source::Fallback, Origin::Unbacked))
             }
             _ => Err(AcquireError::StoreUnavailable),
         }

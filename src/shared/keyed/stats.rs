@@ -34,11 +34,13 @@ pub struct KeyedAllowanceStats {
     /// Cold requests refused without a store call: the store had said the
     /// key had no token until later.
     pub refused_locally: u64,
-    /// Tokens of grants short of the cost, or of grants whose caller had
-    /// gone, given back to the store.
+    /// Tokens of grants short of the cost, of grants whose caller had
+    /// gone, or of undone cold receipts, given back to the store.
     pub returned: u64,
-    /// Tokens a cold decision saw debited and will never admit nor give
-    /// back: a grant's excess over the ask, a failed return.
+    /// Tokens debited at the store that this node will never admit nor
+    /// give back: a cold grant's excess over the ask, a failed return, and
+    /// tokens receipts gave back to a hot key's pool that went before they
+    /// were spent (or undone after it went).
     pub stranded: u64,
     /// Cold store calls that failed or timed out.
     pub store_errors: u64,

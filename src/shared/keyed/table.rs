@@ -1,8 +1,8 @@
 //! The keys a keyed allowance tracks: each one's measured demand and, for
 //! hot keys, its lease pool; bounded in keys, bytes and hot keys.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -14,6 +14,7 @@ use super::batch::Batched;
 use super::cold::wait_for;
 use super::config::KeyedAllowanceConfig;
 use super::demand::{Demand, Switch};
+use super::receipt::Pool;
 use super::stats::{Counters, KeyedAllowanceStats, sum};
 use crate::AcquireError;
 use crate::clock::saturating_nanos;
@@ -36,6 +37,14 @@ const SLOT_OVERHEAD: usize = 16;
 struct Tracked<S: Store> {
     /// The key's lease pool while it is hot.
     pool: Option<Arc<LocalAllowance<Batched<S>>>>,
+    /// Tokens receipts gave back to `pool`, spent before the pool's own:
+    /// each was taken from it, so with them the pool never holds more than
+    /// the store granted it. The pool cannot take tokens in but from a
+    /// lease, so they wait here; they are kept spent (stranded) when the
+    /// pool goes, since no store receipt covers them. Changed only under
+    /// the map's lock for this key (shared, for takes and gives; exclusive,
+    /// for a demotion), so a give never lands after its pool went.
+    credit: AtomicU64,
     /// A pool is being warmed for it; the hot reservation is held.
     promoting: bool,
     /// Tokens asked for since the last sample that the pool's books do not
@@ -122,9 +131,17 @@ impl<S: Store> Table<S> {
         }
     }
 
-    /// The hot path: a hot key's pool answers; any other key is not local.
+    /// The hot path: a hot key's pool answers (tokens given back to it
+    /// first), and `admitted` makes the answer from the pool and how it
+    /// admitted (so that only a caller that wants a receipt pays for one);
+    /// any other key is not local.
     #[inline]
-    pub(crate) fn try_hot(&self, name: &str, cost: u64) -> Result<Source, AcquireError> {
+    pub(crate) fn try_hot<R>(
+        &self,
+        name: &str,
+        cost: u64,
+        admitted: impl FnOnce(&Arc<Pool<S>>, Source) -> R,
+    ) -> Result<R, AcquireError> {
         let Some(tracked) = self.keys.get(name) else {
             return Err(AcquireError::NotLocal);
         };
@@ -140,11 +157,56 @@ impl<S: Store> Table<S> {
                 None => Err(AcquireError::NotLocal),
             };
         };
-        let outcome = pool.try_acquire(cost);
-        if outcome.is_err() {
-            add(&tracked.asked, cost);
+        if take_credit(&tracked.credit, cost) {
+            return Ok(admitted(pool, Source::Lease));
         }
-        outcome
+        match pool.try_acquire(cost) {
+            Ok(source) => Ok(admitted(pool, source)),
+            Err(refused) => {
+                add(&tracked.asked, cost);
+                Err(refused)
+            }
+        }
+    }
+
+    /// Takes `cost` of the tokens receipts gave back to `pool`, if the key
+    /// still has that pool and they suffice.
+    pub(crate) fn take_given_back(&self, name: &str, pool: &Arc<Pool<S>>, cost: u64) -> bool {
+        self.keys.get(name).is_some_and(|tracked| {
+            tracked
+                .pool
+                .as_ref()
+                .is_some_and(|now| Arc::ptr_eq(now, pool))
+                && take_credit(&tracked.credit, cost)
+        })
+    }
+
+    /// Gives `tokens` a receipt took from `pool` back to it, if the key
+    /// still has that pool; false (nothing given) if it was demoted,
+    /// forgotten or replaced since.
+    pub(crate) fn give_to_pool(&self, name: &str, pool: &Weak<Pool<S>>, tokens: u64) -> bool {
+        let Some(tracked) = self.keys.get(name) else {
+            return false;
+        };
+        let same = tracked
+            .pool
+            .as_ref()
+            .is_some_and(|now| std::ptr::eq(Arc::as_ptr(now), pool.as_ptr()));
+        if same {
+            add(&tracked.credit, tokens);
+        }
+        same
+    }
+
+    /// Tokens this node can spend on the key now: its pool's and those
+    /// given back to it.
+    pub(crate) fn pooled(&self, name: &str) -> u64 {
+        self.keys.get(name).map_or(0, |tracked| {
+            tracked.pool.as_ref().map_or(0, |pool| {
+                pool.pooled()
+                    .saturating_add(tracked.credit.load(Ordering::Acquire))
+            })
+        })
     }
 
     /// `ExceedsCapacity` for a cost above the key's capacity as the store
@@ -192,6 +254,7 @@ impl<S: Store> Table<S> {
             Entry::Vacant(slot) => {
                 slot.insert(Tracked {
                     pool: None,
+                    credit: AtomicU64::new(0),
                     promoting: false,
                     asked: AtomicU64::new(cost),
                     spent_then: 0,
@@ -294,6 +357,7 @@ impl<S: Store> Table<S> {
                 // and a return every few samples.
                 Switch::ToCold if tracked.promoting || tracked.hot_samples >= MIN_HOT_SAMPLES => {
                     tracked.pool = None;
+                    add(&counters.stranded, tracked.credit.swap(0, Ordering::AcqRel));
                     tracked.promoting = false;
                     self.hot.fetch_sub(1, Ordering::AcqRel);
                     add(&counters.became_cold, 1);
@@ -343,6 +407,7 @@ impl<S: Store> Table<S> {
         for mut tracked in self.keys.iter_mut() {
             if let Some(pool) = tracked.pool.take() {
                 pools.push(pool);
+                add(&counters.stranded, tracked.credit.swap(0, Ordering::AcqRel));
                 self.hot.fetch_sub(1, Ordering::AcqRel);
                 add(&counters.became_cold, 1);
             }
@@ -363,6 +428,15 @@ impl<S: Store> Table<S> {
         stats.tracked_bytes = self.bytes.load(Ordering::Acquire) as u64;
         stats.hot = hot;
     }
+}
+
+/// Takes `cost` of `credit` if it holds that many.
+fn take_credit(credit: &AtomicU64, cost: u64) -> bool {
+    credit
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+            held.checked_sub(cost)
+        })
+        .is_ok()
 }
 
 /// `ExceedsCapacity` if `cost` is above the key's known capacity.

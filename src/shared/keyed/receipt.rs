@@ -1,0 +1,273 @@
+//! A keyed admission's receipt: what it took, from where, and the one way
+//! to give it back.
+
+use std::fmt;
+use std::sync::{Arc, Weak};
+
+use super::Inner;
+use super::batch::Batched;
+use super::cold::{ColdKey, give_back};
+use crate::shared::allowance::add;
+use crate::shared::{Lease, LocalAllowance, Source, Store};
+
+/// A hot key's lease pool.
+pub(super) type Pool<S> = LocalAllowance<Batched<S>>;
+
+/// Where an admission's tokens came from, which decides where they may go
+/// back.
+pub(super) enum Origin<S: Store> {
+    /// From this pool (or tokens given back to it): already debited at the
+    /// store, so they may go back to this pool, and only this one. Weak: a
+    /// receipt must not keep a demoted pool (and its unreturned lease)
+    /// alive.
+    Pool(Weak<Pool<S>>),
+    /// A cold decision, with the store's receipt for exactly the cost.
+    Store(Lease),
+    /// Nothing the store debited (the failure policy's admissions): there
+    /// is nothing to give back.
+    Unbacked,
+}
+
+impl<S: Store> Origin<S> {
+    /// Where tokens `pool` admitted as `source` may go back: to the pool
+    /// for its leased tokens, nowhere for the failure policy's.
+    pub(super) fn from_pool(pool: &Arc<Pool<S>>, source: Source) -> Origin<S> {
+        match source {
+            Source::Lease => Origin::Pool(Arc::downgrade(pool)),
+            Source::FailedOpen | Source::Fallback => Origin::Unbacked,
+        }
+    }
+}
+
+/// What one admission by a [`KeyedAllowance`](super::KeyedAllowance) took,
+/// and the only way to give it back that never mints credit.
+///
+/// [`undo`](Self::undo) gives the tokens back where they came from:
+///
+/// - **from a hot key's lease pool**: back into that pool (the store has
+///   debited them already, so the pool never holds more than the store
+///   granted it), as long as the key is still hot with the same pool. A
+///   key demoted or forgotten since has given its pool back to the store,
+///   and a receipt holds no store receipt for its tokens: they stay spent
+///   (counted as stranded).
+/// - **from a cold decision**: to the store, by
+///   [`Store::release`] against the grant's receipt — the one rule of
+///   `docs/semantics.md` ("Giving back"): at most the cost less the time
+///   held, so refill the shared bucket wasted while full is never handed
+///   out again. A failed return strands them.
+/// - **from the failure policy** (`Open`, `Fallback`): the store debited
+///   nothing, so nothing goes back.
+///
+/// A receipt undoes once (`undo` consumes it) and only on the key and
+/// allowance that issued it (it holds both). Dropping it keeps the tokens
+/// spent, as [`keep`](Self::keep) says explicitly. A second `undo` does
+/// not compile:
+///
+/// ```compile_fail,E0382
+/// # use std::sync::Arc;
+/// # use std::time::Duration;
+/// # use tollgate::Quota;
+/// # use tollgate::shared::*;
+/// # async fn twice(node: KeyedAllowance<LocalStore>) -> Result<(), tollgate::AcquireError> {
+/// let receipt = node.take("k", 1, Duration::ZERO).await?;
+/// receipt.undo().await;
+/// receipt.undo().await; // error[E0382]: use of moved value
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use tollgate::{KeyedLimiter, ManualClock, Quota};
+/// use tollgate::shared::*;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+/// // A store on a clock that stands still: nothing refills while held.
+/// let limiter = KeyedLimiter::builder(Quota::per_second(10)?).clock(ManualClock::new()).build();
+/// let store = Arc::new(LocalStore::from_limiter(limiter));
+/// let node = KeyedAllowance::new(Arc::clone(&store), KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+/// let receipt = node.take("k", 4, Duration::ZERO).await?;
+/// assert_eq!(store.limiter().available("k"), 6);
+/// assert_eq!(receipt.undo().await, 4); // the work was not done
+/// assert_eq!(store.limiter().available("k"), 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use = "dropping a receipt keeps its tokens spent: call `keep` to say so, or `undo`"]
+pub struct KeyedReceipt<S: Store> {
+    pub(super) inner: Arc<Inner<S>>,
+    /// The store's name for the key.
+    pub(super) name: String,
+    pub(super) tokens: u64,
+    pub(super) source: Source,
+    pub(super) origin: Origin<S>,
+}
+
+impl<S: Store> KeyedReceipt<S> {
+    /// The tokens this receipt took.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// let receipt = node.take("k", 3, Duration::ZERO).await?;
+    /// assert_eq!(receipt.tokens(), 3);
+    /// receipt.keep();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    /// How the admission was decided: [`Source::Lease`] for a grant of the
+    /// store (from the key's pool or a cold decision), otherwise the
+    /// failure policy's.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// let receipt = node.take("k", 1, Duration::ZERO).await?;
+    /// assert_eq!(receipt.source(), Source::Lease);
+    /// receipt.keep();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
+    /// Gives the tokens back where they came from (see the type's docs)
+    /// and returns how many went back: into the key's pool, or confirmed
+    /// by the store (which may itself keep part of them by the one rule).
+    /// Bounded by the store timeout.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// let receipt = node.take("k", 2, Duration::ZERO).await?;
+    /// // The store confirmed the return (keeping what refilled meanwhile).
+    /// assert_eq!(receipt.undo().await, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn undo(self) -> u64 {
+        match self.give_back_locally() {
+            Ok(given) => given,
+            Err(to_store) => to_store.send().await,
+        }
+    }
+
+    /// [`undo`](Self::undo) without waiting: tokens of the key's pool go
+    /// back at once, a cold grant's return runs on the allowance's runtime
+    /// (for callers that cannot await, such as a response's completion).
+    pub(crate) fn undo_in_background(self) {
+        let runtime = self.inner.runtime.clone();
+        if let Err(to_store) = self.give_back_locally() {
+            runtime.spawn(to_store.send());
+        }
+    }
+
+    /// Gives back what needs no store call, returning the tokens given;
+    /// or the return to the store still to make.
+    fn give_back_locally(self) -> Result<u64, StoreReturn<S>> {
+        let KeyedReceipt {
+            inner,
+            name,
+            tokens,
+            origin,
+            ..
+        } = self;
+        match origin {
+            Origin::Pool(pool) => {
+                if inner.table.give_to_pool(&name, &pool, tokens) {
+                    Ok(tokens)
+                } else {
+                    add(&inner.counters.stranded, tokens);
+                    Ok(0)
+                }
+            }
+            Origin::Store(lease) => Err(StoreReturn {
+                key: ColdKey {
+                    store: Arc::clone(&inner.store),
+                    key: name,
+                    timeout: inner.config.allowance.timeout,
+                    counters: Arc::clone(&inner.counters),
+                },
+                lease,
+                tokens,
+            }),
+            Origin::Unbacked => Ok(0),
+        }
+    }
+
+    /// Keeps the tokens spent: what dropping the receipt does, said
+    /// explicitly.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(Arc::clone(&store), KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// node.take("k", 10, Duration::ZERO).await?.keep();
+    /// assert_eq!(store.limiter().available("k"), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn keep(self) {}
+
+    /// Keeps the tokens spent and says how they were admitted: the
+    /// receipt-less calls' answer.
+    pub(super) fn kept(self) -> Source {
+        self.source
+    }
+}
+
+/// A cold grant's tokens on their way back to the store.
+struct StoreReturn<S: Store> {
+    key: ColdKey<S>,
+    lease: Lease,
+    tokens: u64,
+}
+
+impl<S: Store> StoreReturn<S> {
+    async fn send(self) -> u64 {
+        give_back(&self.key, self.lease, self.tokens).await
+    }
+}
+
+impl<S: Store> fmt::Debug for KeyedReceipt<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedReceipt")
+            .field("tokens", &self.tokens)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
