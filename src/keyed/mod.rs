@@ -29,6 +29,7 @@ use crate::hierarchy::Taken;
 use crate::state::{Admission, Tat};
 use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, DefaultClock, Quota};
+#[cfg(not(tollgate_loom))]
 use cap::KeyCap;
 use config::KeyBound;
 use fingerprint::{Fingerprint, Fingerprinter, PassThrough, hashed_len};
