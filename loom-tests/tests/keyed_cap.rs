@@ -51,7 +51,7 @@ impl Table {
     fn insert(&self, key: u32, droppable: bool) -> bool {
         let Some(place) = self
             .cap
-            .take_place(Some(INTERVAL), || NOW, |_| self.sweep())
+            .take_place(Some(INTERVAL), NOW, || NOW, |_| self.sweep())
         else {
             return false;
         };

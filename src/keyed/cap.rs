@@ -83,28 +83,33 @@ impl KeyCap {
     /// A place for a new key, or `None` if the table is full of keys no
     /// sweep may drop.
     ///
-    /// At the cap, waits for a sweep in progress and counts in again; if
-    /// still full and `interval` (in ticks; `None`: no automatic sweeps)
-    /// has passed since the last automatic sweep at the clock's reading
-    /// `now()` (read under the lock: a reading taken before the wait may be
-    /// stale), runs `sweep(now)`, which drops what it can and returns how
-    /// many keys it dropped, and counts in once more.
+    /// At the cap, waits for a sweep in progress and counts in again. If
+    /// still full and `interval` (in ticks; `None`: no automatic sweeps) has
+    /// passed since the last automatic sweep, runs `sweep(at)`, which drops
+    /// what is full at `at` and returns how many keys it dropped, and counts
+    /// in once more. `at` is the caller's reading `now` when that is due: a
+    /// sweep later than the reading the new key's decision is made on would
+    /// start that key in debt. A reading taken before a wait may be stale,
+    /// though, and a sweep at it drops too little; then the clock is read
+    /// again (`fresh`).
     #[inline]
     pub fn take_place(
         &self,
         interval: Option<u64>,
-        now: impl FnOnce() -> u64,
+        now: u64,
+        fresh: impl FnOnce() -> u64,
         sweep: impl FnOnce(u64) -> usize,
     ) -> Option<Place<'_>> {
         self.count_in()
-            .or_else(|| self.take_place_at_cap(interval, now, sweep))
+            .or_else(|| self.take_place_at_cap(interval, now, fresh, sweep))
     }
 
     #[cold]
     fn take_place_at_cap(
         &self,
         interval: Option<u64>,
-        now: impl FnOnce() -> u64,
+        now: u64,
+        fresh: impl FnOnce() -> u64,
         sweep: impl FnOnce(u64) -> usize,
     ) -> Option<Place<'_>> {
         let mut next_sweep = self.lock_sweeps();
@@ -113,13 +118,13 @@ impl KeyCap {
         if let Some(place) = self.count_in() {
             return Some(place);
         }
-        let now = now();
         let interval = interval?;
-        if now < *next_sweep {
-            return None;
-        }
-        *next_sweep = now.saturating_add(interval);
-        self.forget(sweep(now));
+        let at = match now >= *next_sweep {
+            true => now,
+            false => Some(fresh()).filter(|&fresh| fresh >= *next_sweep)?,
+        };
+        *next_sweep = at.saturating_add(interval);
+        self.forget(sweep(at));
         self.count_in()
     }
 

@@ -97,7 +97,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         // Counted (and perhaps swept) before `entry`: a sweep write-locks
         // shards, and the failed `get` has already dropped its guard, so no
         // guard of ours is alive here.
-        let place = self.take_place();
+        let place = self.take_place(now);
         if place.is_none() && self.bound.at_capacity == AtCapacity::Deny {
             // Refusing needs no write lock and no owned key; only a bucket
             // created for this key meanwhile is worth a second look.
@@ -134,13 +134,13 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     // than with one table (`keyed_churn` medians 51 and 56 ns); inlined, it
     // is level (54 and 54 ns).
     #[inline]
-    fn take_place(&self) -> Option<Place<'_>> {
+    fn take_place(&self, now: u64) -> Option<Place<'_>> {
         let interval = self
             .bound
             .sweep_interval
             .map(|interval| self.quota.gcra().ticks_of(interval));
         self.cap
-            .take_place(interval, || self.now(), |now| self.drop_full_at(now))
+            .take_place(interval, now, || self.now(), |at| self.drop_full_at(at))
     }
 
     /// The state a new bucket starts from at `now`: the quota's initial
