@@ -100,18 +100,9 @@ impl KeyCap {
         fresh: impl FnOnce() -> u64,
         sweep: impl FnOnce(u64) -> usize,
     ) -> Option<Place<'_>> {
-        self.count_in()
-            .or_else(|| self.take_place_at_cap(interval, now, fresh, sweep))
-    }
-
-    #[cold]
-    fn take_place_at_cap(
-        &self,
-        interval: Option<u64>,
-        now: u64,
-        fresh: impl FnOnce() -> u64,
-        sweep: impl FnOnce(u64) -> usize,
-    ) -> Option<Place<'_>> {
+        if let Some(place) = self.count_in() {
+            return Some(place);
+        }
         let mut next_sweep = self.lock_sweeps();
         // A sweep that ran while we waited, or ended just before, may have
         // made room.
