@@ -36,7 +36,7 @@ impl Table {
     /// not.
     fn full(max_keys: usize, droppable: bool) -> Arc<Self> {
         let table = Arc::new(Table {
-            cap: KeyCap::new(max_keys),
+            cap: KeyCap::new(max_keys, Some(INTERVAL)),
             max_keys,
             keys: Mutex::new(Vec::new()),
         });

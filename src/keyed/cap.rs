@@ -23,6 +23,8 @@ use crate::sync::{AtomicUsize, Mutex, Ordering};
 #[derive(Debug)]
 pub struct KeyCap {
     max_keys: usize,
+    /// The least ticks between two automatic sweeps; `None`: none.
+    sweep_interval: Option<u64>,
     /// Keys in the table (or about to be: counted before insertion, so the
     /// cap is never overshot).
     keys: AtomicUsize,
@@ -54,10 +56,12 @@ impl Drop for Place<'_> {
 }
 
 impl KeyCap {
-    /// An empty table's count under a cap of `max_keys`.
-    pub fn new(max_keys: usize) -> Self {
+    /// An empty table's count under a cap of `max_keys`, swept automatically
+    /// at most once per `sweep_interval` ticks (`None`: never).
+    pub fn new(max_keys: usize, sweep_interval: Option<u64>) -> Self {
         KeyCap {
             max_keys,
+            sweep_interval,
             keys: AtomicUsize::new(0),
             sweeps: Mutex::new(0),
         }
@@ -84,8 +88,8 @@ impl KeyCap {
     /// sweep may drop.
     ///
     /// At the cap, waits for a sweep in progress and counts in again. If
-    /// still full and `interval` (in ticks; `None`: no automatic sweeps) has
-    /// passed since the last automatic sweep, runs `sweep(at)`, which drops
+    /// still full and the sweep interval has passed since the last
+    /// automatic sweep, runs `sweep(at)`, which drops
     /// what is full at `at` and returns how many keys it dropped, and counts
     /// in once more. `at` is the caller's reading `now` when that is due: a
     /// sweep later than the reading the new key's decision is made on would
@@ -95,7 +99,6 @@ impl KeyCap {
     #[inline]
     pub fn take_place(
         &self,
-        interval: Option<u64>,
         now: u64,
         fresh: impl FnOnce() -> u64,
         sweep: impl FnOnce(u64) -> usize,
@@ -109,7 +112,7 @@ impl KeyCap {
         if let Some(place) = self.count_in() {
             return Some(place);
         }
-        let interval = interval?;
+        let interval = self.sweep_interval?;
         let at = match now >= *next_sweep {
             true => now,
             false => Some(fresh()).filter(|&fresh| fresh >= *next_sweep)?,

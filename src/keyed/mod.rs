@@ -188,7 +188,12 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             fingerprinter: Fingerprinter::new(),
             timeline: Timeline::new(clock),
             bound,
-            cap: KeyCap::new(bound.max_keys),
+            cap: KeyCap::new(
+                bound.max_keys,
+                bound
+                    .sweep_interval
+                    .map(|interval| quota.gcra().ticks_of(interval)),
+            ),
             swept_at: AtomicU64::new(0),
             overflow: CachePadded::new(Tat::new(quota.gcra().initial_tat(quota.initial_credit()))),
             overflow_floors: match bound.at_capacity {

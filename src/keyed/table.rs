@@ -135,12 +135,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     // is level (54 and 54 ns).
     #[inline]
     fn take_place(&self, now: u64) -> Option<Place<'_>> {
-        let interval = self
-            .bound
-            .sweep_interval
-            .map(|interval| self.quota.gcra().ticks_of(interval));
         self.cap
-            .take_place(interval, now, || self.now(), |at| self.drop_full_at(at))
+            .take_place(now, || self.now(), |at| self.drop_full_at(at))
     }
 
     /// The state a new bucket starts from at `now`: the quota's initial
