@@ -49,10 +49,7 @@ impl Table {
     /// Inserts `key` as the keyed limiter does: a place first (waiting for
     /// or running a sweep at the cap), then the bucket. Whether it went in.
     fn insert(&self, key: u32, droppable: bool) -> bool {
-        let Some(place) = self
-            .cap
-            .take_place(Some(INTERVAL), NOW, || NOW, |_| self.sweep())
-        else {
+        let Some(place) = self.cap.take_place(NOW, || NOW, |_| self.sweep()) else {
             return false;
         };
         let mut keys = self.keys.lock().unwrap();
