@@ -3,11 +3,12 @@
 //!
 //! The cap's real code runs on loom's atomics and mutex. The dashmap tables
 //! around it are not loom-aware (a loom thread blocked on a shard lock would
-//! hang the model), so a stand-in table, a loom mutex over a list of keys
-//! each marked droppable (a full bucket) or not, takes their place: a sweep
-//! drops the droppable keys and returns how many, as `drop_full` does. Every
-//! model checks the bound (never more than `max_keys` keys, in the table or
-//! counted) and that a new key is refused only when nothing could be dropped.
+//! hang the model), so a stand-in table takes their place: a loom mutex over
+//! a list of keys, each with the reading from which its bucket is full (so
+//! droppable); a sweep at a reading drops the keys full at it and returns how
+//! many, as `drop_full` does. Every model checks the bound (never more than
+//! `max_keys` keys, in the table or counted), that the count matches the
+//! table, and that a new key is refused only when nothing could be dropped.
 //!
 //! Without `--cfg tollgate_loom` the file is empty.
 
@@ -18,64 +19,75 @@ use loom::thread;
 use loom_tests::model;
 use tollgate::KeyCap;
 
-/// The clock's reading in every model, and the sweep interval: at `NOW` a
-/// first automatic sweep is due, a second one is not.
+/// The reading every new key's decision is made on, and the sweep interval:
+/// at `NOW` a first automatic sweep is due, a second one is not.
 const NOW: u64 = 1;
 const INTERVAL: u64 = 10;
+/// Marks a key that no sweep may drop (its bucket is in debt for good).
+const SPENT: u64 = u64::MAX;
 
 /// A key cap and the stand-in table it counts.
 struct Table {
     cap: KeyCap,
     max_keys: usize,
-    /// Each key and whether it is droppable.
-    keys: Mutex<Vec<(u32, bool)>>,
+    /// Each key and the earliest reading at which its bucket is full, so
+    /// droppable.
+    keys: Mutex<Vec<(u32, u64)>>,
+    /// What reading the clock again returns: later than [`NOW`] when the
+    /// inserting threads' readings are stale.
+    fresh: u64,
 }
 
 impl Table {
-    /// A table of `max_keys` places holding `held` keys, each droppable or
-    /// not.
-    fn full(max_keys: usize, droppable: bool) -> Arc<Self> {
+    /// A table of `max_keys` places, full of keys droppable from the
+    /// reading `full_from` on, on a clock that now reads `fresh`.
+    fn full(max_keys: usize, full_from: u64, fresh: u64) -> Arc<Self> {
         let table = Arc::new(Table {
             cap: KeyCap::new(max_keys, Some(INTERVAL)),
             max_keys,
             keys: Mutex::new(Vec::new()),
+            fresh,
         });
         for key in 0..max_keys as u32 {
-            assert!(table.insert(key + 100, droppable), "room before the cap");
+            assert!(table.insert(key + 100), "room before the cap");
+        }
+        for key in table.keys.lock().unwrap().iter_mut() {
+            key.1 = full_from;
         }
         table
     }
 
     /// Inserts `key` as the keyed limiter does: a place first (waiting for
     /// or running a sweep at the cap), then the bucket. Whether it went in.
-    fn insert(&self, key: u32, droppable: bool) -> bool {
-        let Some(place) = self.cap.take_place(NOW, || NOW, |_| self.sweep()) else {
+    /// The new key has just spent from its bucket: no sweep may drop it.
+    fn insert(&self, key: u32) -> bool {
+        let Some(place) = self.cap.take_place(NOW, || self.fresh, |at| self.sweep(at)) else {
             return false;
         };
         let mut keys = self.keys.lock().unwrap();
-        keys.push((key, droppable));
+        keys.push((key, SPENT));
         assert!(keys.len() <= self.max_keys, "{} keys: {keys:?}", keys.len());
         assert!(
-            self.cap.len() <= self.max_keys,
+            self.cap.counted() <= self.max_keys,
             "{} counted",
-            self.cap.len()
+            self.cap.counted()
         );
         place.keep();
         true
     }
 
-    /// Drops every droppable key; how many.
-    fn sweep(&self) -> usize {
+    /// Drops every key full at `at`; how many.
+    fn sweep(&self, at: u64) -> usize {
         let mut keys = self.keys.lock().unwrap();
         let before = keys.len();
-        keys.retain(|&(_, droppable)| !droppable);
+        keys.retain(|&(_, full_from)| full_from > at);
         before - keys.len()
     }
 
     /// Asserts that the count and the table agree, under the cap.
     fn assert_settled(&self) {
         let keys = self.keys.lock().unwrap();
-        assert_eq!(self.cap.len(), keys.len(), "{keys:?}");
+        assert_eq!(self.cap.counted(), keys.len(), "{keys:?}");
         assert!(keys.len() <= self.max_keys);
     }
 }
@@ -86,14 +98,14 @@ impl Table {
 #[test]
 fn two_new_keys_at_a_full_droppable_table_both_get_places() {
     model(|| {
-        let table = Table::full(2, true);
+        let table = Table::full(2, 0, NOW);
         let other = Arc::clone(&table);
-        let racer = thread::spawn(move || other.insert(1, false));
-        let mine = table.insert(2, false);
+        let racer = thread::spawn(move || other.insert(1));
+        let mine = table.insert(2);
         let theirs = racer.join().unwrap();
         assert!(mine && theirs, "refused: mine {mine}, theirs {theirs}");
         table.assert_settled();
-        assert_eq!(table.cap.len(), 2);
+        assert_eq!(table.cap.counted(), 2);
     });
 }
 
@@ -104,10 +116,10 @@ fn two_new_keys_at_a_full_droppable_table_both_get_places() {
 #[test]
 fn a_new_key_beside_a_manual_sweep_gets_a_place() {
     model(|| {
-        let table = Table::full(1, true);
+        let table = Table::full(1, 0, NOW);
         let other = Arc::clone(&table);
-        let sweeper = thread::spawn(move || other.cap.sweep(|| other.sweep()));
-        let inserted = table.insert(1, false);
+        let sweeper = thread::spawn(move || other.cap.sweep(|| other.sweep(NOW)));
+        let inserted = table.insert(1);
         let dropped = sweeper.join().unwrap();
         assert!(inserted);
         assert!(dropped <= 1);
@@ -120,12 +132,31 @@ fn a_new_key_beside_a_manual_sweep_gets_a_place() {
 #[test]
 fn new_keys_at_a_table_of_spent_keys_are_refused() {
     model(|| {
-        let table = Table::full(1, false);
+        let table = Table::full(1, SPENT, NOW);
         let other = Arc::clone(&table);
-        let racer = thread::spawn(move || other.insert(1, false));
-        let mine = table.insert(2, false);
+        let racer = thread::spawn(move || other.insert(1));
+        let mine = table.insert(2);
         assert!(!mine && !racer.join().unwrap());
         table.assert_settled();
-        assert_eq!(table.cap.len(), 1);
+        assert_eq!(table.cap.counted(), 1);
+    });
+}
+
+/// Both new keys decide on a stale reading: due, but so old that a sweep at
+/// it drops nothing (the keys became full after it). The sweeping thread
+/// reads the clock again and sweeps at that reading; neither key is
+/// refused.
+#[test]
+fn new_keys_on_a_stale_reading_get_places_from_a_fresh_sweep() {
+    const FRESH: u64 = NOW + 4;
+    model(|| {
+        let table = Table::full(2, FRESH, FRESH);
+        let other = Arc::clone(&table);
+        let racer = thread::spawn(move || other.insert(1));
+        let mine = table.insert(2);
+        let theirs = racer.join().unwrap();
+        assert!(mine && theirs, "refused: mine {mine}, theirs {theirs}");
+        table.assert_settled();
+        assert_eq!(table.cap.counted(), 2);
     });
 }

@@ -68,7 +68,7 @@ impl KeyCap {
     }
 
     /// Keys counted in.
-    pub fn len(&self) -> usize {
+    pub fn counted(&self) -> usize {
         self.keys.load(Ordering::Acquire)
     }
 
@@ -89,19 +89,20 @@ impl KeyCap {
     ///
     /// At the cap, waits for a sweep in progress and counts in again. If
     /// still full and the sweep interval has passed since the last
-    /// automatic sweep, runs `sweep(at)`, which drops
-    /// what is full at `at` and returns how many keys it dropped, and counts
-    /// in once more. `at` is the caller's reading `now` when that is due: a
-    /// sweep later than the reading the new key's decision is made on would
-    /// start that key in debt. A reading taken before a wait may be stale,
-    /// though, and a sweep at it drops too little; then the clock is read
-    /// again (`fresh`).
+    /// automatic sweep, runs `sweep(at)`, which drops what is full at `at`
+    /// and returns how many keys it dropped, and counts in once more. `at`
+    /// is the caller's reading `now` when that is due: a sweep later than the
+    /// reading the new key's decision is made on would start that key in
+    /// debt. But a reading taken before a wait (or a preemption) may be
+    /// stale, and a sweep at it drops too little: then the clock is read
+    /// again (`fresh`) and, if it moved on, the table swept once more at
+    /// that reading.
     #[inline]
     pub fn take_place(
         &self,
         now: u64,
-        fresh: impl FnOnce() -> u64,
-        sweep: impl FnOnce(u64) -> usize,
+        fresh: impl Fn() -> u64,
+        sweep: impl Fn(u64) -> usize,
     ) -> Option<Place<'_>> {
         if let Some(place) = self.count_in() {
             return Some(place);
@@ -117,9 +118,12 @@ impl KeyCap {
             true => now,
             false => Some(fresh()).filter(|&fresh| fresh >= *next_sweep)?,
         };
-        *next_sweep = at.saturating_add(interval);
-        self.forget(sweep(at));
-        self.count_in()
+        let mut sweep_at = |at: u64| {
+            *next_sweep = at.saturating_add(interval);
+            self.forget(sweep(at));
+            self.count_in()
+        };
+        sweep_at(at).or_else(|| Some(fresh()).filter(|&later| later > at).and_then(sweep_at))
     }
 
     /// Runs `sweep` as a sweep (an automatic one waits for it to end), and

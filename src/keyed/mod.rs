@@ -144,7 +144,7 @@ impl<K, C, S> std::fmt::Debug for KeyedLimiter<K, C, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("quota", &self.quota)
-            .field("keys", &self.cap.len())
+            .field("keys", &self.cap.counted())
             .field("bound", &self.bound)
             .finish_non_exhaustive()
     }
@@ -580,7 +580,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn len(&self) -> usize {
-        self.cap.len()
+        self.cap.counted()
     }
 
     /// Whether no key is tracked.
