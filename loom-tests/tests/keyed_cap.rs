@@ -92,13 +92,12 @@ impl Table {
     }
 }
 
-/// Two threads insert a new key each into a table full of droppable keys;
-/// whichever takes the sweep lock first sweeps, the other waits for that
-/// sweep or finds it ended. Neither is refused.
-#[test]
-fn two_new_keys_at_a_full_droppable_table_both_get_places() {
-    model(|| {
-        let table = Table::full(2, 0, NOW);
+/// Two threads race a new key each into a table of two places full of keys
+/// droppable from `full_from` on, on a clock that reads `fresh` again;
+/// asserts that neither is refused.
+fn assert_two_new_keys_get_places(full_from: u64, fresh: u64) {
+    model(move || {
+        let table = Table::full(2, full_from, fresh);
         let other = Arc::clone(&table);
         let racer = thread::spawn(move || other.insert(1));
         let mine = table.insert(2);
@@ -107,6 +106,14 @@ fn two_new_keys_at_a_full_droppable_table_both_get_places() {
         table.assert_settled();
         assert_eq!(table.cap.counted(), 2);
     });
+}
+
+/// Two threads insert a new key each into a table full of droppable keys;
+/// whichever takes the sweep lock first sweeps, the other waits for that
+/// sweep or finds it ended. Neither is refused.
+#[test]
+fn two_new_keys_at_a_full_droppable_table_both_get_places() {
+    assert_two_new_keys_get_places(0, NOW);
 }
 
 /// One thread sweeps by hand (`KeyedLimiter::sweep`) while another, finding
@@ -148,15 +155,5 @@ fn new_keys_at_a_table_of_spent_keys_are_refused() {
 /// refused.
 #[test]
 fn new_keys_on_a_stale_reading_get_places_from_a_fresh_sweep() {
-    const FRESH: u64 = NOW + 4;
-    model(|| {
-        let table = Table::full(2, FRESH, FRESH);
-        let other = Arc::clone(&table);
-        let racer = thread::spawn(move || other.insert(1));
-        let mine = table.insert(2);
-        let theirs = racer.join().unwrap();
-        assert!(mine && theirs, "refused: mine {mine}, theirs {theirs}");
-        table.assert_settled();
-        assert_eq!(table.cap.counted(), 2);
-    });
+    assert_two_new_keys_get_places(NOW + 4, NOW + 4);
 }
