@@ -76,6 +76,10 @@ pub use counted::{Counted, DecisionStats};
 pub use error::{AcquireError, QuotaError};
 pub use hierarchy::{HierarchyError, Limit, MAX_STEPS, Step, try_acquire_all};
 pub use keyed::{AtCapacity, KeyLimit, KeyTableStats, KeyedBuilder, KeyedLimiter, Tiered};
+/// The keyed limiter's key cap, for the loom models only.
+#[cfg(tollgate_loom)]
+#[doc(hidden)]
+pub use keyed::{KeyCap, Place};
 pub use quota::{InitialCredit, Quota};
 pub use receipt::Receipt;
 pub use striped::StripedBucket;

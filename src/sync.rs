@@ -1,4 +1,5 @@
-//! The atomics the lock-free state machines are built from.
+//! The atomics the lock-free state machines are built from, and the one
+//! lock the keyed limiter's cap waits on when its table is full.
 //!
 //! Under `--cfg tollgate_loom` these are loom's instrumented types, so the
 //! models in `loom-tests/` explore the interleavings of the real code rather
@@ -7,16 +8,16 @@
 
 #[cfg(tollgate_loom)]
 pub(crate) use loom::sync::{
-    Arc,
+    Arc, Mutex, MutexGuard,
     atomic::{AtomicU64, AtomicUsize, Ordering},
 };
 #[cfg(not(tollgate_loom))]
 pub(crate) use std::sync::{
-    Arc,
+    Arc, Mutex, MutexGuard,
     atomic::{AtomicU64, AtomicUsize, Ordering},
 };
 
-/// Locks `mutex`, using the data even if a thread panicked while holding it:
+/// Locks `mutex` (std's, never modelled), using the data even if a thread panicked while holding it:
 /// every mutex in this crate guards plain numbers that a panic elsewhere
 /// cannot leave inconsistent in a way that matters.
 pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

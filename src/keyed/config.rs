@@ -188,9 +188,10 @@ impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S> {
     /// The least time between two automatic sweeps (default 1 s), or `None`
     /// for none.
     ///
-    /// A new key that finds the table full first sweeps it for full buckets,
-    /// on its own thread (there is no background timer), unless a sweep ran
-    /// within this interval. A sweep visits every key, a shard at a time;
+    /// A new key that finds the table full first waits for a sweep in
+    /// progress, then sweeps the table for full buckets itself, on its own
+    /// thread (there is no background timer), unless a sweep ran within this
+    /// interval. A sweep visits every key, a shard at a time;
     /// with `None`, call [`KeyedLimiter::sweep`] from a task of your own.
     ///
     /// ```

@@ -1,6 +1,7 @@
 //! Keyed limiters: one exact bucket per key, created on first use, in
 //! memory bounded in keys and in bytes.
 
+mod cap;
 mod config;
 mod fingerprint;
 mod key_limit;
@@ -10,7 +11,7 @@ mod tiers;
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
@@ -20,11 +21,16 @@ pub use config::{AtCapacity, KeyedBuilder};
 pub use key_limit::KeyLimit;
 pub use stats::KeyTableStats;
 pub use tiers::Tiered;
+// The loom models run the cap's real code against a stand-in table.
+#[cfg(tollgate_loom)]
+pub use cap::{KeyCap, Place};
 
 use crate::hierarchy::Taken;
 use crate::state::{Admission, Tat};
 use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, DefaultClock, Quota};
+#[cfg(not(tollgate_loom))]
+use cap::KeyCap;
 use config::KeyBound;
 use fingerprint::{Fingerprint, Fingerprinter, PassThrough, hashed_len};
 use table::Table;
@@ -110,17 +116,13 @@ pub struct KeyedLimiter<K, C = DefaultClock, S = ahash::RandomState> {
     quota: Quota,
     timeline: Timeline<C>,
     bound: KeyBound,
-    /// Keys in the table. Counted here because `DashMap::len` locks every
-    /// shard; reserved before an insertion so the cap is never overshot.
-    // The keyed limiter is not loom-modelled (dashmap's locks are not
-    // loom-aware), so its bookkeeping uses std's atomics; the per-key state
-    // is the bucket's, whose races the loom models cover.
-    keys: AtomicUsize,
+    /// Keys in the table and the sweeps at the cap. Counted here because
+    /// `DashMap::len` locks every shard; reserved before an insertion so the
+    /// cap is never overshot.
+    cap: KeyCap,
     /// The latest instant (in ticks) at which a sweep dropped full buckets.
     /// A new bucket starts no fuller than a bucket full at that instant.
     swept_at: AtomicU64,
-    /// The earliest tick at which the next automatic sweep may run.
-    next_sweep: AtomicU64,
     /// The shared bucket of [`AtCapacity::SharedOverflow`].
     overflow: CachePadded<Tat>,
     /// Under [`AtCapacity::SharedOverflow`], per slot of key hashes, the
@@ -142,7 +144,7 @@ impl<K, C, S> std::fmt::Debug for KeyedLimiter<K, C, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("quota", &self.quota)
-            .field("keys", &self.keys.load(Ordering::Relaxed))
+            .field("keys", &self.cap.counted())
             .field("bound", &self.bound)
             .finish_non_exhaustive()
     }
@@ -186,9 +188,13 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             fingerprinter: Fingerprinter::new(),
             timeline: Timeline::new(clock),
             bound,
-            keys: AtomicUsize::new(0),
+            cap: KeyCap::new(
+                bound.max_keys,
+                bound
+                    .sweep_interval
+                    .map(|interval| quota.gcra().ticks_of(interval)),
+            ),
             swept_at: AtomicU64::new(0),
-            next_sweep: AtomicU64::new(0),
             overflow: CachePadded::new(Tat::new(quota.gcra().initial_tat(quota.initial_credit()))),
             overflow_floors: match bound.at_capacity {
                 AtCapacity::Deny => Box::default(),
@@ -537,7 +543,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sweep(&self) -> usize {
-        self.sweep_at(self.now())
+        self.cap.sweep(|| self.drop_full_at(self.now()))
     }
 
     /// What the key table holds and has dropped so far. Always kept: its
@@ -574,7 +580,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn len(&self) -> usize {
-        self.keys.load(Ordering::Acquire)
+        self.cap.counted()
     }
 
     /// Whether no key is tracked.

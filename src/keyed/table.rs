@@ -5,12 +5,13 @@
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
 use dashmap::mapref::entry::{Entry, VacantEntry};
 use dashmap::mapref::one::Ref;
 
+use super::cap::Place;
 use super::{AtCapacity, KeyedLimiter};
 use crate::state::{Admission, Tat};
 use crate::{AcquireError, Clock};
@@ -27,25 +28,6 @@ enum Bucket<'a, M> {
         absent: VacantEntry<'a, M, Tat>,
         floor: Option<&'a AtomicU64>,
     },
-}
-
-/// A new key's place under the cap, taken before its bucket is inserted and
-/// given back when dropped unless [`Place::keep`] says the bucket went in.
-/// A key's own code (`Clone`, `Hash`, `Eq`) runs in between and may panic:
-/// without this, each such panic would leave a count for a key that is not
-/// there, and enough of them would fill the cap for good.
-struct Place<'a>(&'a AtomicUsize);
-
-impl Place<'_> {
-    fn keep(self) {
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for Place<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
@@ -144,7 +126,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         }
     }
 
-    /// Counts a new key in, sweeping once first if the table is full.
+    /// Counts a new key in; at the cap, waits for a sweep in progress or
+    /// runs one that is due (see `cap.rs`).
     // This and the two helpers below are marked `#[inline]`: once
     // `insert_in` had an instantiation per table the compiler stopped
     // inlining them into it, and a new key's decision measured 9 % slower
@@ -152,34 +135,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     // is level (54 and 54 ns).
     #[inline]
     fn take_place(&self, now: u64) -> Option<Place<'_>> {
-        let max = self.bound.max_keys;
-        let count_in = || {
-            self.keys
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < max).then_some(n + 1)
-                })
-                .is_ok()
-        };
-        (count_in() || (self.auto_sweep(now) > 0 && count_in())).then(|| Place(&self.keys))
-    }
-
-    /// Sweeps if automatic sweeps are on and none ran within the interval.
-    /// Only the thread that moves the next slot forward sweeps.
-    fn auto_sweep(&self, now: u64) -> usize {
-        let Some(interval) = self.bound.sweep_interval else {
-            return 0;
-        };
-        let next = self.next_sweep.load(Ordering::Acquire);
-        let later = now.saturating_add(self.quota.gcra().ticks_of(interval));
-        if now < next
-            || self
-                .next_sweep
-                .compare_exchange(next, later, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-        {
-            return 0;
-        }
-        self.sweep_at(now)
+        self.cap
+            .take_place(now, || self.now(), |at| self.drop_full_at(at))
     }
 
     /// The state a new bucket starts from at `now`: the quota's initial
@@ -254,12 +211,14 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         self.swept_at.fetch_max(now, Ordering::AcqRel);
         self.overflow.raise_to(now);
         if table.remove_if(key, |_, tat| tat.is_full(now)).is_some() {
-            self.keys.fetch_sub(1, Ordering::AcqRel);
+            self.cap.forget(1);
             self.counters.evicted_one();
         }
     }
 
-    pub(super) fn sweep_at(&self, now: u64) -> usize {
+    /// Drops every bucket full at `now` from both tables; how many. Run
+    /// only as a sweep of the cap, which uncounts them.
+    pub(super) fn drop_full_at(&self, now: u64) -> usize {
         // Published before any bucket goes: whoever recreates a dropped key
         // reads it under the same shard lock (see `fresh_tat`).
         self.swept_at.fetch_max(now, Ordering::AcqRel);
@@ -269,7 +228,6 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         // dropped bucket wasted while full.
         self.overflow.raise_to(now);
         let dropped = drop_full(&self.exact, now) + drop_full(&self.fingerprints, now);
-        self.keys.fetch_sub(dropped, Ordering::AcqRel);
         self.counters.swept(dropped);
         dropped
     }
