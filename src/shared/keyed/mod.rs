@@ -483,8 +483,13 @@ impl<S: Store> Inner<S> {
         };
         let decided = ColdCall::start(key, cost, &self.runtime).answer().await;
         match decided {
-            Decided::Failed => self.outage.failed(self.config.allowance.lease_period),
-            Decided::Granted(_) | Decided::Refused { .. } => self.outage.answered(),
+            Decided::Failed { unavailable: true } => {
+                self.outage.failed(self.config.allowance.lease_period)
+            }
+            // A refusal of this key is an answer: the store is up.
+            Decided::Failed { unavailable: false }
+            | Decided::Granted(_)
+            | Decided::Refused { .. } => self.outage.answered(),
         }
         match decided {
             Decided::Granted(lease) => {
@@ -508,7 +513,8 @@ impl<S: Store> Inner<S> {
                     })
                 }
             }
-            Decided::Failed => self.when_down(name, cost),
+            Decided::Failed { unavailable: true } => self.when_down(name, cost),
+            Decided::Failed { unavailable: false } => Err(AcquireError::StoreRefused),
         }
     }
 

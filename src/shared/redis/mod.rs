@@ -553,6 +553,30 @@ impl RedisStore {
 impl Store for RedisStore {
     type Error = RedisStoreError;
 
+    /// False for the errors the server answers about one key or refuses to
+    /// decide on: [`ForeignValue`](RedisStoreError::ForeignValue) (that
+    /// key's value) and
+    /// [`ServerClockOutOfRange`](RedisStoreError::ServerClockOutOfRange)
+    /// (a server that answers but whose clock no failure policy should
+    /// paper over). True for the rest, [`BadReply`](RedisStoreError::BadReply)
+    /// included: the scripts check each key's value themselves
+    /// (`ForeignValue`), so a reply no script returns means the server runs
+    /// other scripts or is not the store (a fleet half-upgraded), which
+    /// holds for every key, not one.
+    ///
+    /// ```
+    /// use tollgate::shared::{RedisStore, RedisStoreError, Store};
+    ///
+    /// assert!(!RedisStore::unavailable(&RedisStoreError::ForeignValue("rl:{k}".into())));
+    /// assert!(RedisStore::unavailable(&RedisStoreError::BadReply("nil".into())));
+    /// ```
+    fn unavailable(error: &RedisStoreError) -> bool {
+        !matches!(
+            error,
+            RedisStoreError::ForeignValue(_) | RedisStoreError::ServerClockOutOfRange
+        )
+    }
+
     /// Refills `key`'s bucket to the server's now and grants up to `want`
     /// tokens of it, in one script. Nothing granted means `retry_after` is
     /// the exact wait for one token (rounded up to the microsecond). Every
