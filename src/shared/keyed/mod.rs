@@ -142,7 +142,11 @@ impl<S: Store> KeyedAllowance<S> {
         };
         let counters = Arc::new(stats::Counters::default());
         let inner = Arc::new(Inner {
-            batched: Arc::new(Batched::new(Arc::clone(&store), &runtime)),
+            batched: Arc::new(Batched::new(
+                Arc::clone(&store),
+                &runtime,
+                config.allowance.timeout,
+            )),
             store,
             table: Table::new(&config, Arc::clone(&counters)),
             config,
