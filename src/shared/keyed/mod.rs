@@ -21,7 +21,9 @@ use tokio::runtime::Handle;
 use crate::retry::JitterGenerator;
 use crate::shared::allowance::add;
 use crate::shared::pacing::{self, MIN_PAUSE};
-use crate::shared::{AllowanceError, FailurePolicy, LocalAllowance, Source, Store};
+use crate::shared::{
+    AllowanceConfig, AllowanceError, FailurePolicy, LocalAllowance, Source, Store,
+};
 use crate::{AcquireError, KeyedLimiter};
 use batch::Batched;
 use cold::{ColdCall, ColdKey, Decided};
@@ -231,7 +233,8 @@ impl<S: Store> KeyedAllowance<S> {
             inner.table.within_known_capacity(&name, cost)?;
             return Err(AcquireError::NotLocal);
         }
-        let answer = inner.table.try_hot(&name, cost, admitted)?;
+        let when_down = || inner.when_down(&name, cost).map(|(source, _)| source);
+        let answer = inner.table.try_hot(&name, cost, when_down, admitted)?;
         Ok((name, answer))
     }
 
@@ -349,6 +352,11 @@ impl<S: Store> KeyedAllowance<S> {
                         let origin = Origin::from_pool(&pool, source);
                         Ok(self.receipt(name, cost, source, origin))
                     }
+                    // The pool's policy is `Closed`: the key's failure state
+                    // is the node's, whether it is hot or cold.
+                    Err(AcquireError::StoreUnavailable) => inner
+                        .when_down(&name, cost)
+                        .map(|(source, origin)| self.receipt(name, cost, source, origin)),
                     Err(refused) => {
                         inner.table.asked(&name, cost);
                         Err(refused)
@@ -582,13 +590,16 @@ async fn promote<S: Store>(inner: Weak<Inner<S>>, name: String) {
         let Some(inner) = inner.upgrade() else { return };
         // The configuration was validated when the allowance was built, so
         // this fails only outside a runtime, which a task is not.
-        LocalAllowance::new(
-            Arc::clone(&inner.batched),
-            name.clone(),
-            inner.config.allowance,
-        )
-        .ok()
-        .map(Arc::new)
+        // `Closed`: an outage is answered by the node's per-key failure
+        // state (`Inner::when_down`), not by a fallback bucket of the pool
+        // that would start full at each promotion.
+        let config = AllowanceConfig {
+            on_failure: FailurePolicy::Closed,
+            ..inner.config.allowance
+        };
+        LocalAllowance::new(Arc::clone(&inner.batched), name.clone(), config)
+            .ok()
+            .map(Arc::new)
     };
     if let Some(pool) = &pool {
         // A failed warm-up leaves the pool to its own failure policy.
