@@ -374,3 +374,48 @@ async fn another_keys_store_error_does_not_open_an_exhausted_key() {
         node.stats()
     );
 }
+
+/// The hot path's side of the same promise: a pool whose own key the store
+/// refuses (here a full `LocalStore`, `TooManyKeys`) is refused, typed,
+/// and never admitted by its `Open` policy, which is for an unreachable
+/// store only.
+#[tokio::test(start_paused = true)]
+async fn a_pool_whose_key_the_store_refuses_is_refused_not_failed_open() {
+    use tollgate::shared::{LocalAllowance, Source};
+
+    let store = Arc::new(LocalStore::from_limiter(
+        KeyedLimiter::builder(hourly(3))
+            .clock(ManualClock::new())
+            .sweep_interval(None)
+            .max_keys(std::num::NonZeroUsize::new(1).unwrap())
+            .build(),
+    ));
+    assert_eq!(store.acquire("tracked", 1).await.unwrap().tokens, 1);
+    let pool = LocalAllowance::new(
+        Arc::clone(&store),
+        "refused",
+        AllowanceConfig::new(FailurePolicy::Open),
+    )
+    .unwrap();
+    assert!(pool.refill().await.is_err());
+    for _ in 0..10 {
+        assert_eq!(pool.try_acquire(1), Err(AcquireError::StoreRefused));
+        assert_ne!(
+            pool.acquire(1, Duration::from_secs(5)).await,
+            Ok(Source::FailedOpen)
+        );
+    }
+    assert_eq!(pool.stats().failed_open, 0);
+}
+
+/// A key the store refuses is the server's problem, not the client's:
+/// 503, never a 429 nor an admission.
+#[cfg(feature = "http")]
+#[test]
+fn a_store_refusal_of_a_key_is_a_503() {
+    use tollgate::http::{PolicyName, RateLimitPolicy, Refusal};
+
+    let policy = RateLimitPolicy::from_quota(PolicyName::new("per-key").unwrap(), &hourly(3));
+    let response = Refusal::from_acquire(&AcquireError::StoreRefused, &policy).into_response();
+    assert_eq!(response.status(), 503);
+}
