@@ -419,3 +419,24 @@ fn a_store_refusal_of_a_key_is_a_503() {
     let response = Refusal::from_acquire(&AcquireError::StoreRefused, &policy).into_response();
     assert_eq!(response.status(), 503);
 }
+
+/// A `rediss://` URL is verified TLS or nothing: the `redis` crate's
+/// `#insecure` fragment (no certificate verification, should any crate of
+/// the build enable it) is refused before any connection is made.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_rediss_url_asking_for_no_certificate_verification_is_refused() {
+    use tollgate::shared::{RedisConfig, RedisStore, RedisStoreError};
+
+    for config in [
+        RedisConfig::node("rediss://127.0.0.1:1/#insecure"),
+        RedisConfig::cluster(["rediss://127.0.0.1:1/", "rediss://127.0.0.1:2/#insecure"]),
+    ] {
+        let built = RedisStore::connect_with(&config, hourly(3), "rl:tls:").await;
+        assert!(
+            matches!(built, Err(RedisStoreError::InsecureTls)),
+            "{:?}",
+            built.err()
+        );
+    }
+}

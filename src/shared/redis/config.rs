@@ -14,7 +14,9 @@ use ::redis::IntoConnectionInfo;
 /// only against [`ca_certificate_pem`](Self::ca_certificate_pem) when given),
 /// `redis+unix:///path` for a local socket (one server only). Credentials
 /// may sit in the URL (`redis://user:password@host`) or be set here, which
-/// wins.
+/// wins. The `redis` crate's `#insecure` fragment (`rediss://host/#insecure`,
+/// no certificate verification) is refused when the store connects
+/// ([`RedisStoreError::InsecureTls`](super::RedisStoreError::InsecureTls)).
 ///
 /// ```
 /// use std::time::Duration;

@@ -118,6 +118,14 @@ pub enum RedisStoreError {
     /// untouched.
     #[error("redis key {0:?} holds a value that is not a tollgate bucket")]
     ForeignValue(String),
+    /// A `rediss://` URL ends in `#insecure`, which tells the `redis` crate
+    /// to skip verifying the server's certificate (when its
+    /// `tls-rustls-insecure` feature is on, which any crate of the build
+    /// can turn on): anyone on the path could then answer for the store.
+    /// Trust a private CA with
+    /// [`RedisConfig::ca_certificate_pem`] instead.
+    #[error("a rediss:// URL with #insecure would not verify the server's certificate")]
+    InsecureTls,
 }
 
 /// A [`Store`] in Redis: one GCRA token bucket per key, shared by every
@@ -266,14 +274,18 @@ impl RedisStore {
     /// at most one second apart (the `redis` default backs off to a
     /// minute); a cluster connection follows the slot map, reconnecting to
     /// the nodes it finds. Each connection attempt is bounded by the
-    /// timeout. Before that, one plain connection to the first node and a
-    /// `PING` check the address, TLS and credentials, so that each fails
-    /// with its own error instead of a retry until the timeout.
+    /// timeout. Before that, a plain connection and a `PING` check the
+    /// address, TLS and credentials, so that each fails with its own error
+    /// instead of a retry until the timeout: each node (a cluster's seeds)
+    /// in turn until one answers, so one seed down does not keep the store
+    /// from starting; refused credentials or an untrusted certificate end
+    /// the search at once, since every seed shares them.
     ///
     /// # Errors
     ///
-    /// As [`new`](Self::new), and [`NoNodes`](RedisStoreError::NoNodes),
-    /// checked before connecting; then
+    /// As [`new`](Self::new), and [`NoNodes`](RedisStoreError::NoNodes) and
+    /// [`InsecureTls`](RedisStoreError::InsecureTls), checked before
+    /// connecting; then
     /// [`AuthenticationFailed`](RedisStoreError::AuthenticationFailed) for
     /// refused credentials, [`Tls`](RedisStoreError::Tls) for a server
     /// certificate that does not verify, [`Redis`](RedisStoreError::Redis)
