@@ -43,6 +43,13 @@ impl RedisConfig {
     /// [`timeout`](Self::timeout) sets another: a quarter of a second, long
     /// for a round trip inside a data centre, short for a request waiting
     /// on its limiter.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::shared::RedisConfig;
+    ///
+    /// assert_eq!(RedisConfig::DEFAULT_TIMEOUT, Duration::from_millis(250));
+    /// ```
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
 
     /// One server (or a proxy in front of a cluster) at `url`.
