@@ -129,6 +129,13 @@ pub enum AcquireError {
     /// never a 429.
     #[error("the key has no local lease: decide it on the async path")]
     NotLocal,
+    /// A shared budget's store answered, but refused this key (it cannot
+    /// track it, or the key holds a value the store did not write):
+    /// not an outage, so no failure policy admits it and other keys are
+    /// unaffected (`shared::Store::unavailable`). A server answers 503:
+    /// the client did nothing wrong, and nothing was spent locally.
+    #[error("the shared budget's store refused this key")]
+    StoreRefused,
 }
 
 impl AcquireError {
@@ -145,6 +152,7 @@ impl AcquireError {
             | AcquireError::ZeroCost
             | AcquireError::TooManyKeys { .. }
             | AcquireError::StoreUnavailable
+            | AcquireError::StoreRefused
             | AcquireError::TooManySteps { .. }
             | AcquireError::NotLocal => None,
         }

@@ -100,9 +100,15 @@ fn after_a_global_limit(
     (local, layer)
 }
 
-/// The tokens `store` holds for `key`.
+/// The tokens `store` holds for `key` of the `per-api-key` rule.
 fn left(store: &Shared, key: &str) -> u64 {
-    store.limiter().available(key)
+    store.limiter().available(&stored("per-api-key", key))
+}
+
+/// How a shared rule named `policy` names `key` in its store
+/// (`docs/http.md`, "Shared rules"): scoped by rule.
+fn stored(policy: &str, key: &str) -> String {
+    format!("{}:{policy}:{key}", policy.len())
 }
 
 /// The inner service: answers with the status in the `x-status` header,
@@ -362,7 +368,10 @@ async fn a_later_shared_refusal_gives_the_earlier_shared_charge_back() {
     // What the per-key budget took for each refused request went back
     // through its receipt: only the admitted request is spent.
     settle().await;
-    assert_eq!(left(&tenants, "acme"), 0);
+    assert_eq!(
+        tenants.limiter().available(&stored("per-tenant", "acme")),
+        0
+    );
     assert_eq!(left(&keys, "alice"), 10 - 1);
 }
 
@@ -379,7 +388,7 @@ async fn a_later_shared_refusal_gives_a_hot_keys_token_back_into_its_pool() {
         .rule(per_key(hourly(1000), per_key_node.clone()))
         .build();
     let mut admitted = make_hot(&alone, "alice").await;
-    assert!(per_key_node.is_hot("alice"));
+    assert!(per_key_node.is_hot(&stored("per-api-key", "alice")));
     let layer = RateLimitLayer::builder()
         .rule(per_key(hourly(1000), per_key_node.clone()))
         .rule(per_tenant(&tenants))
@@ -388,15 +397,15 @@ async fn a_later_shared_refusal_gives_a_hot_keys_token_back_into_its_pool() {
     assert_eq!(send(&layer, request()).await.status(), StatusCode::OK);
     admitted += 1;
     settle().await;
-    let pooled = per_key_node.pooled("alice");
+    let pooled = per_key_node.pooled(&stored("per-api-key", "alice"));
     for _ in 0..5 {
         let refused = send(&layer, request()).await;
         assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     }
-    assert_eq!(per_key_node.pooled("alice"), pooled);
+    assert_eq!(per_key_node.pooled(&stored("per-api-key", "alice")), pooled);
     assert_eq!(
         left(&keys, "alice"),
-        1000 - admitted - per_key_node.pooled("alice")
+        1000 - admitted - per_key_node.pooled(&stored("per-api-key", "alice"))
     );
 }
 
@@ -559,7 +568,7 @@ async fn a_hot_key_is_decided_without_awaiting_and_an_empty_lease_waits_for_its_
         .rule(per_key(hourly(1000), allowance.clone()))
         .build();
     let mut admitted = make_hot(&layer, "alice").await;
-    assert!(allowance.is_hot("alice"));
+    assert!(allowance.is_hot(&stored("per-api-key", "alice")));
     let reached = Arc::new(AtomicUsize::new(0));
     let mut service = layer.layer(inner(&reached));
     // Hot with its pool filled: decided in `call`, ready at the first poll.
@@ -582,7 +591,7 @@ async fn a_hot_key_is_decided_without_awaiting_and_an_empty_lease_waits_for_its_
     // The store debited every admission (and what the node holds leased).
     assert_eq!(
         left(&store, "alice"),
-        1000 - admitted - allowance.pooled("alice")
+        1000 - admitted - allowance.pooled(&stored("per-api-key", "alice"))
     );
 }
 

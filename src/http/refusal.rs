@@ -25,7 +25,7 @@ pub const DEFAULT_UNAVAILABLE_RETRY: Duration = Duration::from_secs(1);
 /// |---|---|---|---|
 /// | `Insufficient { retry_after }` | 429 | quota-exceeded | `retry_after`, rounded up |
 /// | `ExceedsCapacity` | 413 | quota-exceeded | none: waiting cannot help |
-/// | `StoreUnavailable`, `TooManyKeys`, load shedding | 503 | temporary-reduced-capacity | 1 s unless set |
+/// | `StoreUnavailable`, `StoreRefused`, `TooManyKeys`, load shedding | 503 | temporary-reduced-capacity | 1 s unless set |
 /// | `ZeroCost` (a mis-computed cost: the server's bug) | 500 | about:blank | none |
 /// | `NotLocal` (a cold shared key not routed to the async path: the server's bug) | 500 | about:blank | none |
 ///

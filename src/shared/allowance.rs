@@ -26,6 +26,9 @@ const POOL_LIMIT: u64 = u64::MAX >> 1;
 struct Claim<'a, S: Store> {
     inner: &'a Inner<S>,
     store_called: bool,
+    /// False once the store answered with a refusal of this key: a
+    /// failure, but not an outage.
+    unavailable: bool,
 }
 
 impl<S: Store> Claim<'_, S> {
@@ -40,7 +43,7 @@ impl<S: Store> Claim<'_, S> {
 impl<S: Store> Drop for Claim<'_, S> {
     fn drop(&mut self) {
         if self.store_called {
-            self.inner.record_failure();
+            self.inner.record_failure(self.unavailable);
         }
         self.inner.pool.land(0);
         self.inner.landed.notify_waiters();
@@ -320,8 +323,13 @@ struct Inner<S: Store> {
     largest_cost: AtomicU64,
     /// Smoothed local demand, tokens per second.
     demand: AtomicF64,
-    /// Whether the last store call failed: failure policy in force.
+    /// Whether the last store call failed with the store unreachable:
+    /// failure policy in force.
     degraded: AtomicBool,
+    /// Whether the last store call was refused for this key
+    /// ([`Store::unavailable`] false): callers the pool cannot serve get
+    /// [`AcquireError::StoreRefused`], never the failure policy.
+    refused: AtomicBool,
     /// How long a denied caller should wait, in nanoseconds: the store's
     /// last `retry_after`, or the last refill's duration.
     retry_hint: AtomicU64,
@@ -402,6 +410,7 @@ impl<S: Store> LocalAllowance<S> {
             largest_cost: AtomicU64::new(config.max_lease.min(POOL_LIMIT)),
             demand: AtomicF64::new(0.0),
             degraded: AtomicBool::new(false),
+            refused: AtomicBool::new(false),
             retry_hint: AtomicU64::new(0),
             fallback,
             shortfall: AtomicU64::new(0),
@@ -683,6 +692,9 @@ impl<S: Store> Inner<S> {
     /// The refusal or admission for a caller the pool could not serve.
     #[cold]
     fn when_short(&self, cost: u64) -> Result<Source, AcquireError> {
+        if self.refused.load(Ordering::Acquire) {
+            return Err(AcquireError::StoreRefused);
+        }
         if !self.degraded.load(Ordering::Acquire) {
             // Never zero: a refused caller told to retry at once would spin.
             let hint = Duration::from_nanos(self.retry_hint.load(Ordering::Relaxed));
@@ -712,6 +724,7 @@ impl<S: Store> Inner<S> {
         let mut claim = Claim {
             inner: self,
             store_called: false,
+            unavailable: true,
         };
         let not_before = self.lock_books().next_refill;
         if not_before > tokio::time::Instant::now() {
@@ -738,6 +751,7 @@ impl<S: Store> Inner<S> {
             // see: counted as spent, never asked for again as if lost.
             // Dropping the claim records the failure and ends the refill.
             Ok(Err(error)) => {
+                claim.unavailable = S::unavailable(&error);
                 drop(claim);
                 Err(RefillError::Store(error))
             }
@@ -763,6 +777,7 @@ impl<S: Store> Inner<S> {
         since_last_call: Option<Duration>,
     ) -> u64 {
         self.degraded.store(false, Ordering::Release);
+        self.refused.store(false, Ordering::Release);
         let largest = self.config.max_lease.min(grant.capacity).min(POOL_LIMIT);
         self.largest_cost.store(largest, Ordering::Relaxed);
         let tokens = grant.tokens.min(want);
@@ -809,10 +824,19 @@ impl<S: Store> Inner<S> {
     /// the next attempt waits a backoff that doubles with each failure in a
     /// row, from a quarter lease period up to 1 s, so a store that fails
     /// fast is not asked once per request.
-    fn record_failure(&self) {
-        // Degraded first, so that whoever sees the error counted also sees
-        // the failure policy in force.
-        self.degraded.store(true, Ordering::Release);
+    /// A refusal of this key (`unavailable` false) backs off the same way
+    /// but refuses callers instead of applying the failure policy.
+    fn record_failure(&self, unavailable: bool) {
+        // Flagged first, so that whoever sees the error counted also sees
+        // the failure policy (or the refusal) in force.
+        if unavailable {
+            self.refused.store(false, Ordering::Release);
+            self.degraded.store(true, Ordering::Release);
+        } else {
+            // The store answered: it is up.
+            self.refused.store(true, Ordering::Release);
+            self.degraded.store(false, Ordering::Release);
+        }
         self.stats.store_errors.fetch_add(1, Ordering::Release);
         let mut books = self.lock_books();
         books.failures = books.failures.saturating_add(1);

@@ -126,6 +126,12 @@ where
     /// A key the limiter cannot track ([`AcquireError::TooManyKeys`]).
     type Error = AcquireError;
 
+    /// Never: the store is this process, so every error it returns (a key
+    /// the limiter cannot track) is about one key.
+    fn unavailable(_: &AcquireError) -> bool {
+        false
+    }
+
     async fn acquire(&self, key: &str, want: u64) -> Result<Grant, AcquireError> {
         self.grant(key, want)
     }

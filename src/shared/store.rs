@@ -169,6 +169,28 @@ pub trait Store: Send + Sync + 'static {
     /// Why a call failed (unreachable, timed out, refused).
     type Error: std::error::Error + Send + Sync + 'static;
 
+    /// Whether `error` means the store is unreachable (down, timed out, not
+    /// answering as a store at all) rather than refusing one key. Only an
+    /// unreachable store puts callers under their [`FailurePolicy`](crate::shared::FailurePolicy):
+    /// a refusal about one key (a key the store cannot track, a stored
+    /// value it did not write) refuses that key alone
+    /// ([`AcquireError::StoreRefused`](crate::AcquireError::StoreRefused)),
+    /// so a client sending keys the store refuses can neither open other
+    /// keys under `Open` nor close them under `Closed`. The default, for a
+    /// store that cannot tell, is `true`.
+    ///
+    /// ```
+    /// use tollgate::{AcquireError, Quota};
+    /// use tollgate::shared::{LocalStore, Store};
+    ///
+    /// let full = AcquireError::TooManyKeys { max_keys: 2 };
+    /// assert!(!<LocalStore as Store>::unavailable(&full));
+    /// ```
+    fn unavailable(error: &Self::Error) -> bool {
+        let _ = error;
+        true
+    }
+
     /// Refills `key`'s bucket to the store's now and grants up to `want`
     /// tokens of it (`want >= 1`), in one atomic step, telling the key's
     /// capacity ([`Grant::capacity`]) whatever it grants.

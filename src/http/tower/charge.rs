@@ -10,6 +10,7 @@ use super::rule::{Binding, Bound, LimitRef};
 use super::shared::{Outcome, Receipt, SharedBound};
 use crate::hierarchy::{Taken, take_all};
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
+use crate::shared::refill_interval;
 use crate::{AcquireError, HierarchyError, Quota, Step};
 
 /// A rule bound to one request: which rule, its limit, the cost, and once
@@ -90,7 +91,7 @@ impl Charge {
                 }
                 _ => {
                     let pooled = bound.pooled();
-                    (pooled > 0).then(|| (pooled, emission_interval(bound.quota())))
+                    (pooled > 0).then(|| (pooled, refill_interval(bound.quota())))
                 }
             },
         }
@@ -307,12 +308,5 @@ fn next_token(
     if available < quota.capacity() {
         return wait(available + 1).unwrap_or(Duration::ZERO);
     }
-    emission_interval(quota)
-}
-
-/// The time one token takes to refill.
-fn emission_interval(quota: &Quota) -> Duration {
-    let (tokens, period) = quota.refill();
-    let nanos = period.as_nanos().div_ceil(u128::from(tokens.max(1)));
-    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    refill_interval(quota)
 }

@@ -153,6 +153,16 @@ where
 /// The longest header value [`header`] takes as a key, in bytes: longer
 /// ones give no key. API keys and tenant ids are far shorter; a bound keeps
 /// a client from making every key it sends cost a kilobyte of the table.
+///
+/// ```
+/// use http::{HeaderName, Request};
+/// use tollgate::http::tower::extract;
+///
+/// let api_key = extract::header(HeaderName::from_static("x-api-key"));
+/// let long = "k".repeat(extract::MAX_HEADER_KEY_LEN + 1);
+/// let (parts, ()) = Request::get("/").header("x-api-key", long).body(()).unwrap().into_parts();
+/// assert!(api_key(&parts).is_none());
+/// ```
 pub const MAX_HEADER_KEY_LEN: usize = 256;
 
 /// The value of header `name` as a key (an API key, a tenant id): only a

@@ -137,7 +137,8 @@ impl Rule {
     /// [`KeyedAllowance`] over a shared [`Store`] (Redis, say), the key
     /// taken from each request by `key` (the same extractors as
     /// [`keyed`](Self::keyed), its `Display` form naming the key in the
-    /// store), advertised as `quota`, which must be the quota the store
+    /// store after the rule's name, so two rules over one store keep their
+    /// budgets apart), advertised as `quota`, which must be the quota the store
     /// gives each key (a node cannot ask the store for it).
     ///
     /// A shared rule is charged after every in-process rule, whatever the
@@ -191,11 +192,9 @@ impl Rule {
         K: fmt::Display,
         F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
     {
+        let source = SharedSource::new(&name, allowance, *quota, key);
         let policy = RateLimitPolicy::from_quota(name, quota);
-        Rule::new(
-            policy,
-            Limiter::Shared(SharedSource::new(allowance, *quota, key)),
-        )
+        Rule::new(policy, Limiter::Shared(source))
     }
 
     fn new(policy: RateLimitPolicy, source: Limiter) -> Rule {

@@ -73,11 +73,18 @@ type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 pub(super) struct SharedSource {
     limit: Arc<dyn SharedLimit>,
     key: Arc<KeyFn>,
+    /// Put before each key to name it in the store ([`store_key`]).
+    scope: Arc<str>,
     quota: Quota,
 }
 
 impl SharedSource {
-    pub(super) fn new<S, K, F>(allowance: KeyedAllowance<S>, quota: Quota, key: F) -> SharedSource
+    pub(super) fn new<S, K, F>(
+        name: &PolicyName,
+        allowance: KeyedAllowance<S>,
+        quota: Quota,
+        key: F,
+    ) -> SharedSource
     where
         S: Store,
         K: std::fmt::Display,
@@ -86,23 +93,40 @@ impl SharedSource {
         SharedSource {
             limit: Arc::new(allowance),
             key: Arc::new(move |parts: &Parts| key(parts).map(|key| key.to_string())),
+            scope: rule_scope(name).into(),
             quota,
         }
     }
 
     pub(super) fn bind(&self, parts: &Parts) -> Option<SharedBound> {
+        let key = (self.key)(parts)?;
         Some(SharedBound {
             limit: Arc::clone(&self.limit),
-            key: (self.key)(parts)?,
+            stored: format!("{}{key}", self.scope),
+            key,
             quota: self.quota,
         })
     }
 }
 
+/// What names a rule's keys in the store: `<length of the policy name>:`
+/// then the name and `:`, so that two rules over one store never share a
+/// key (a client sending `x-api-key: acme` must not spend tenant `acme`'s
+/// budget). The length makes it unambiguous although a policy name may
+/// contain `:`: `per:a` + `b` and `per` + `a:b` are `5:per:a:b` and
+/// `3:per:a:b`.
+fn rule_scope(name: &PolicyName) -> String {
+    let name = name.as_str();
+    format!("{}:{name}:", name.len())
+}
+
 /// A shared limit bound to one request's key.
 pub(super) struct SharedBound {
     limit: Arc<dyn SharedLimit>,
+    /// The key as extracted: what partitions the RateLimit fields.
     key: String,
+    /// The key as the store names it: scoped by rule.
+    stored: String,
     quota: Quota,
 }
 
@@ -110,18 +134,18 @@ impl SharedBound {
     /// Takes `cost` from this node's lease of the key, or refuses with
     /// [`AcquireError::NotLocal`] when only the store can decide.
     pub(super) fn try_take(&self, cost: u64) -> Result<Receipt, AcquireError> {
-        self.limit.try_take(&self.key, cost)
+        self.limit.try_take(&self.stored, cost)
     }
 
     /// Takes `cost`, from the store if need be, within `max_wait`.
     pub(super) fn take(&self, cost: u64, max_wait: Duration) -> Decision {
-        self.limit.take(self.key.clone(), cost, max_wait)
+        self.limit.take(self.stored.clone(), cost, max_wait)
     }
 
     /// Tokens this node holds leased for the key: a lower bound of what the
     /// fleet has left, and all this node can vouch for.
     pub(super) fn pooled(&self) -> u64 {
-        self.limit.pooled(&self.key)
+        self.limit.pooled(&self.stored)
     }
 
     pub(super) fn quota(&self) -> &Quota {

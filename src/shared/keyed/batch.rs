@@ -1,9 +1,13 @@
 //! Hot keys' refills, batched: the store their pools lease from queues each
 //! request, and one task sends all that are queued together through
 //! [`Store::acquire_many`], so a node with many hot keys refills them in
-//! one round trip where the store can batch (Redis: one pipeline).
+//! one round trip where the store can batch (Redis: one pipeline). Each
+//! batch runs as its own task bounded by the store timeout, so a store
+//! call that never answers costs its own requests their timeout and
+//! never delays the batches after it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
@@ -20,8 +24,10 @@ pub(crate) enum BatchError<E: std::error::Error + 'static> {
     /// The store's own error for this request.
     #[error(transparent)]
     Store(E),
-    /// The batching task has ended (its keyed allowance was dropped).
-    #[error("the keyed allowance's refill batching has ended")]
+    /// No answer: the store did not answer the batch within the timeout
+    /// (the call may still have debited), or the batching task has ended
+    /// (its keyed allowance was dropped).
+    #[error("no answer from the keyed allowance's refill batch")]
     Closed,
 }
 
@@ -48,15 +54,26 @@ impl<S: Store> std::fmt::Debug for Batched<S> {
 impl<S: Store> Batched<S> {
     /// A batching front for `store`, its task spawned on `runtime`; the
     /// task ends once this is dropped and the queue drained.
-    pub(crate) fn new(store: Arc<S>, runtime: &Handle) -> Self {
+    /// Each batch, and each return of a grant nobody waits for, is bounded
+    /// by `timeout`.
+    pub(crate) fn new(store: Arc<S>, runtime: &Handle, timeout: Duration) -> Self {
         let (queue, requests) = mpsc::unbounded_channel();
-        runtime.spawn(send_batches(Arc::clone(&store), requests));
+        runtime.spawn(send_batches(Arc::clone(&store), requests, timeout));
         Batched { store, queue }
     }
 }
 
 impl<S: Store> Store for Batched<S> {
     type Error = BatchError<S::Error>;
+
+    /// The store's own verdict on its errors; no answer counts as the store
+    /// being unreachable, as a timeout does.
+    fn unavailable(error: &Self::Error) -> bool {
+        match error {
+            BatchError::Store(error) => S::unavailable(error),
+            BatchError::Closed => true,
+        }
+    }
 
     async fn acquire(&self, key: &str, want: u64) -> Result<Grant, Self::Error> {
         let (reply, answer) = oneshot::channel();
@@ -80,16 +97,15 @@ impl<S: Store> Store for Batched<S> {
     }
 }
 
-/// The batching task: takes whatever is queued (up to [`MAX_BATCH`]),
-/// sends it as one `acquire_many`, and answers each request. A grant whose
-/// requester stopped waiting (its refill timed out or was cancelled) is
-/// given back by the one rule instead of being stranded.
+/// The batching task: takes whatever is queued (up to [`MAX_BATCH`]) and
+/// sends it as one `acquire_many` in a task of its own.
 async fn send_batches<S: Store>(
     store: Arc<S>,
     mut requests: mpsc::UnboundedReceiver<Request<S::Error>>,
+    timeout: Duration,
 ) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
     loop {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
         if requests.recv_many(&mut batch, MAX_BATCH).await == 0 {
             return;
         }
@@ -101,24 +117,35 @@ async fn send_batches<S: Store>(
                 Err(_) => break,
             }
         }
-        let asks: Vec<(&str, u64)> = batch.iter().map(|r| (r.key.as_str(), r.want)).collect();
-        let outcomes = store.acquire_many(&asks).await;
-        drop(asks);
-        let mut outcomes = outcomes.into_iter();
-        for request in batch.drain(..) {
-            // A store answering fewer outcomes than requests fails the rest.
-            let Some(outcome) = outcomes.next() else {
-                break;
+        tokio::spawn(send_batch(Arc::clone(&store), batch, timeout));
+    }
+}
+
+/// Sends one batch and answers each request. A batch the store does not
+/// answer within `timeout` is dropped: its requesters see no answer, a
+/// failure that may have debited, as any timed-out call. A grant whose
+/// requester stopped waiting (its refill timed out or was cancelled) is
+/// given back by the one rule instead of being stranded.
+async fn send_batch<S: Store>(store: Arc<S>, batch: Vec<Request<S::Error>>, timeout: Duration) {
+    let asks: Vec<(&str, u64)> = batch.iter().map(|r| (r.key.as_str(), r.want)).collect();
+    let Ok(outcomes) = tokio::time::timeout(timeout, store.acquire_many(&asks)).await else {
+        return;
+    };
+    drop(asks);
+    // A store answering fewer outcomes than requests fails the rest.
+    for (request, outcome) in batch.into_iter().zip(outcomes) {
+        if let Err(Ok(grant)) = request.reply.send(outcome) {
+            let lease = Lease {
+                granted: grant.lease.granted.min(grant.tokens.min(request.want)),
+                at: grant.lease.at,
             };
-            if let Err(Ok(grant)) = request.reply.send(outcome) {
-                let lease = Lease {
-                    granted: grant.lease.granted.min(grant.tokens.min(request.want)),
-                    at: grant.lease.at,
-                };
-                if lease.granted > 0 {
-                    // Nobody to report to: a failed return is stranded.
-                    let _ = store.release(&request.key, lease, lease.granted).await;
-                }
+            if lease.granted > 0 {
+                let store = Arc::clone(&store);
+                // Nobody to report to: a failed or late return is stranded.
+                tokio::spawn(async move {
+                    let back = store.release(&request.key, lease, lease.granted);
+                    let _ = tokio::time::timeout(timeout, back).await;
+                });
             }
         }
     }
@@ -171,7 +198,11 @@ mod tests {
             batches: AtomicUsize::new(0),
             requests: AtomicUsize::new(0),
         });
-        let batched = Arc::new(Batched::new(Arc::clone(&store), &Handle::current()));
+        let batched = Arc::new(Batched::new(
+            Arc::clone(&store),
+            &Handle::current(),
+            Duration::from_secs(1),
+        ));
         let calls: Vec<_> = (0..50)
             .map(|i| {
                 let batched = Arc::clone(&batched);

@@ -35,8 +35,9 @@ pub(crate) enum Decided {
         capacity: u64,
     },
     /// The call failed or timed out: it may have debited, and whatever it
-    /// did is stranded.
-    Failed,
+    /// did is stranded. `unavailable` tells an unreachable store (a
+    /// timeout, or [`Store::unavailable`]) from one that refused this key.
+    Failed { unavailable: bool },
 }
 
 /// The store, the key and the books a cold call and its give-backs need,
@@ -77,7 +78,9 @@ impl<S: Store> ColdCall<S> {
     /// The store's decision. The call is bounded by the store timeout, so
     /// this ends within it.
     pub(crate) async fn answer(mut self) -> Decided {
-        let decided = (&mut self.reply).await.unwrap_or(Decided::Failed);
+        let decided = (&mut self.reply)
+            .await
+            .unwrap_or(Decided::Failed { unavailable: true });
         self.answered = true;
         decided
     }
@@ -104,10 +107,17 @@ impl<S: Store> Drop for ColdCall<S> {
 async fn decide<S: Store>(key: Arc<ColdKey<S>>, cost: u64, reply: oneshot::Sender<Decided>) {
     add(&key.counters.cold_calls, 1);
     let call = tokio::time::timeout(key.timeout, key.store.acquire(&key.key, cost)).await;
-    let Ok(Ok(grant)) = call else {
-        add(&key.counters.store_errors, 1);
-        let _ = reply.send(Decided::Failed);
-        return;
+    let grant = match call {
+        Ok(Ok(grant)) => grant,
+        failed => {
+            let unavailable = match &failed {
+                Ok(Err(error)) => S::unavailable(error),
+                _ => true,
+            };
+            add(&key.counters.store_errors, 1);
+            let _ = reply.send(Decided::Failed { unavailable });
+            return;
+        }
     };
     // Nothing beyond the ask is trusted: the excess is stranded, and the
     // receipt kept covers at most the tokens accepted.

@@ -21,7 +21,9 @@ use tokio::runtime::Handle;
 use crate::retry::JitterGenerator;
 use crate::shared::allowance::add;
 use crate::shared::pacing::{self, MIN_PAUSE};
-use crate::shared::{AllowanceError, FailurePolicy, LocalAllowance, Source, Store};
+use crate::shared::{
+    AllowanceConfig, AllowanceError, FailurePolicy, LocalAllowance, Source, Store,
+};
 use crate::{AcquireError, KeyedLimiter};
 use batch::Batched;
 use cold::{ColdCall, ColdKey, Decided};
@@ -142,7 +144,11 @@ impl<S: Store> KeyedAllowance<S> {
         };
         let counters = Arc::new(stats::Counters::default());
         let inner = Arc::new(Inner {
-            batched: Arc::new(Batched::new(Arc::clone(&store), &runtime)),
+            batched: Arc::new(Batched::new(
+                Arc::clone(&store),
+                &runtime,
+                config.allowance.timeout,
+            )),
             store,
             table: Table::new(&config, Arc::clone(&counters)),
             config,
@@ -227,7 +233,8 @@ impl<S: Store> KeyedAllowance<S> {
             inner.table.within_known_capacity(&name, cost)?;
             return Err(AcquireError::NotLocal);
         }
-        let answer = inner.table.try_hot(&name, cost, admitted)?;
+        let when_down = || inner.when_down(&name, cost).map(|(source, _)| source);
+        let answer = inner.table.try_hot(&name, cost, when_down, admitted)?;
         Ok((name, answer))
     }
 
@@ -345,6 +352,11 @@ impl<S: Store> KeyedAllowance<S> {
                         let origin = Origin::from_pool(&pool, source);
                         Ok(self.receipt(name, cost, source, origin))
                     }
+                    // The pool's policy is `Closed`: the key's failure state
+                    // is the node's, whether it is hot or cold.
+                    Err(AcquireError::StoreUnavailable) => inner
+                        .when_down(&name, cost)
+                        .map(|(source, origin)| self.receipt(name, cost, source, origin)),
                     Err(refused) => {
                         inner.table.asked(&name, cost);
                         Err(refused)
@@ -483,8 +495,13 @@ impl<S: Store> Inner<S> {
         };
         let decided = ColdCall::start(key, cost, &self.runtime).answer().await;
         match decided {
-            Decided::Failed => self.outage.failed(self.config.allowance.lease_period),
-            Decided::Granted(_) | Decided::Refused { .. } => self.outage.answered(),
+            Decided::Failed { unavailable: true } => {
+                self.outage.failed(self.config.allowance.lease_period)
+            }
+            // A refusal of this key is an answer: the store is up.
+            Decided::Failed { unavailable: false }
+            | Decided::Granted(_)
+            | Decided::Refused { .. } => self.outage.answered(),
         }
         match decided {
             Decided::Granted(lease) => {
@@ -508,7 +525,8 @@ impl<S: Store> Inner<S> {
                     })
                 }
             }
-            Decided::Failed => self.when_down(name, cost),
+            Decided::Failed { unavailable: true } => self.when_down(name, cost),
+            Decided::Failed { unavailable: false } => Err(AcquireError::StoreRefused),
         }
     }
 
@@ -572,13 +590,16 @@ async fn promote<S: Store>(inner: Weak<Inner<S>>, name: String) {
         let Some(inner) = inner.upgrade() else { return };
         // The configuration was validated when the allowance was built, so
         // this fails only outside a runtime, which a task is not.
-        LocalAllowance::new(
-            Arc::clone(&inner.batched),
-            name.clone(),
-            inner.config.allowance,
-        )
-        .ok()
-        .map(Arc::new)
+        // `Closed`: an outage is answered by the node's per-key failure
+        // state (`Inner::when_down`), not by a fallback bucket of the pool
+        // that would start full at each promotion.
+        let config = AllowanceConfig {
+            on_failure: FailurePolicy::Closed,
+            ..inner.config.allowance
+        };
+        LocalAllowance::new(Arc::clone(&inner.batched), name.clone(), config)
+            .ok()
+            .map(Arc::new)
     };
     if let Some(pool) = &pool {
         // A failed warm-up leaves the pool to its own failure policy.

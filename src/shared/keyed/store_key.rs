@@ -6,6 +6,13 @@ use std::borrow::Cow;
 use sha2::{Digest, Sha256};
 
 /// Keys up to this many bytes name their shared state as they are.
+///
+/// ```
+/// use tollgate::shared::{STORE_KEY_LITERAL_MAX, store_key};
+///
+/// let longest = "k".repeat(STORE_KEY_LITERAL_MAX);
+/// assert_eq!(store_key(&longest), longest);
+/// ```
 pub const LITERAL_MAX: usize = 64;
 
 /// What a fingerprint's name starts with. With the 64 hex digits it is 72

@@ -134,12 +134,15 @@ impl<S: Store> Table<S> {
     /// The hot path: a hot key's pool answers (tokens given back to it
     /// first), and `admitted` makes the answer from the pool and how it
     /// admitted (so that only a caller that wants a receipt pays for one);
-    /// any other key is not local.
+    /// any other key is not local. A pool whose store is unreachable
+    /// refuses (its own policy is `Closed`), and `when_down` answers in
+    /// its place: the node's one failure state per key.
     #[inline]
     pub(crate) fn try_hot<R>(
         &self,
         name: &str,
         cost: u64,
+        when_down: impl FnOnce() -> Result<Source, AcquireError>,
         admitted: impl FnOnce(&Arc<Pool<S>>, Source) -> R,
     ) -> Result<R, AcquireError> {
         let Some(tracked) = self.keys.get(name) else {
@@ -162,6 +165,7 @@ impl<S: Store> Table<S> {
         }
         match pool.try_acquire(cost) {
             Ok(source) => Ok(admitted(pool, source)),
+            Err(AcquireError::StoreUnavailable) => when_down().map(|source| admitted(pool, source)),
             Err(refused) => {
                 add(&tracked.asked, cost);
                 Err(refused)

@@ -14,7 +14,9 @@ use ::redis::IntoConnectionInfo;
 /// only against [`ca_certificate_pem`](Self::ca_certificate_pem) when given),
 /// `redis+unix:///path` for a local socket (one server only). Credentials
 /// may sit in the URL (`redis://user:password@host`) or be set here, which
-/// wins.
+/// wins. The `redis` crate's `#insecure` fragment (`rediss://host/#insecure`,
+/// no certificate verification) is refused when the store connects
+/// ([`RedisStoreError::InsecureTls`](super::RedisStoreError::InsecureTls)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -41,6 +43,13 @@ impl RedisConfig {
     /// [`timeout`](Self::timeout) sets another: a quarter of a second, long
     /// for a round trip inside a data centre, short for a request waiting
     /// on its limiter.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::shared::RedisConfig;
+    ///
+    /// assert_eq!(RedisConfig::DEFAULT_TIMEOUT, Duration::from_millis(250));
+    /// ```
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
 
     /// One server (or a proxy in front of a cluster) at `url`.

@@ -9,7 +9,7 @@ use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{
-    AsyncConnectionConfig, Client, ClientTlsConfig, Cmd, ConnectionInfo, ErrorKind,
+    AsyncConnectionConfig, Client, ClientTlsConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind,
     IntoConnectionInfo, Pipeline, RedisError, Script, TlsCertificates, Value,
 };
 
@@ -256,6 +256,9 @@ async fn send<'a>(
 /// `url` with the configuration's credentials, which win over the URL's.
 fn node_info(config: &RedisConfig, url: &str) -> Result<ConnectionInfo, RedisStoreError> {
     let mut info = url.into_connection_info()?;
+    if let ConnectionAddr::TcpTls { insecure: true, .. } = info.addr {
+        return Err(RedisStoreError::InsecureTls);
+    }
     if config.password.is_some() {
         info.redis.username.clone_from(&config.username);
         info.redis.password.clone_from(&config.password);
@@ -377,6 +380,7 @@ impl RedisStoreError {
             E::NoNodes => E::NoNodes,
             E::ServerClockOutOfRange => E::ServerClockOutOfRange,
             E::ForeignValue(key) => E::ForeignValue(key.clone()),
+            E::InsecureTls => E::InsecureTls,
         }
     }
 }

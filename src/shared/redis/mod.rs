@@ -118,6 +118,14 @@ pub enum RedisStoreError {
     /// untouched.
     #[error("redis key {0:?} holds a value that is not a tollgate bucket")]
     ForeignValue(String),
+    /// A `rediss://` URL ends in `#insecure`, which tells the `redis` crate
+    /// to skip verifying the server's certificate (when its
+    /// `tls-rustls-insecure` feature is on, which any crate of the build
+    /// can turn on): anyone on the path could then answer for the store.
+    /// Trust a private CA with
+    /// [`RedisConfig::ca_certificate_pem`] instead.
+    #[error("a rediss:// URL with #insecure would not verify the server's certificate")]
+    InsecureTls,
 }
 
 /// A [`Store`] in Redis: one GCRA token bucket per key, shared by every
@@ -266,14 +274,18 @@ impl RedisStore {
     /// at most one second apart (the `redis` default backs off to a
     /// minute); a cluster connection follows the slot map, reconnecting to
     /// the nodes it finds. Each connection attempt is bounded by the
-    /// timeout. Before that, one plain connection to the first node and a
-    /// `PING` check the address, TLS and credentials, so that each fails
-    /// with its own error instead of a retry until the timeout.
+    /// timeout. Before that, a plain connection and a `PING` check the
+    /// address, TLS and credentials, so that each fails with its own error
+    /// instead of a retry until the timeout: each node (a cluster's seeds)
+    /// in turn until one answers, so one seed down does not keep the store
+    /// from starting; refused credentials or an untrusted certificate end
+    /// the search at once, since every seed shares them.
     ///
     /// # Errors
     ///
-    /// As [`new`](Self::new), and [`NoNodes`](RedisStoreError::NoNodes),
-    /// checked before connecting; then
+    /// As [`new`](Self::new), and [`NoNodes`](RedisStoreError::NoNodes) and
+    /// [`InsecureTls`](RedisStoreError::InsecureTls), checked before
+    /// connecting; then
     /// [`AuthenticationFailed`](RedisStoreError::AuthenticationFailed) for
     /// refused credentials, [`Tls`](RedisStoreError::Tls) for a server
     /// certificate that does not verify, [`Redis`](RedisStoreError::Redis)
@@ -552,6 +564,30 @@ impl RedisStore {
 
 impl Store for RedisStore {
     type Error = RedisStoreError;
+
+    /// False for the errors the server answers about one key or refuses to
+    /// decide on: [`ForeignValue`](RedisStoreError::ForeignValue) (that
+    /// key's value) and
+    /// [`ServerClockOutOfRange`](RedisStoreError::ServerClockOutOfRange)
+    /// (a server that answers but whose clock no failure policy should
+    /// paper over). True for the rest, [`BadReply`](RedisStoreError::BadReply)
+    /// included: the scripts check each key's value themselves
+    /// (`ForeignValue`), so a reply no script returns means the server runs
+    /// other scripts or is not the store (a fleet half-upgraded), which
+    /// holds for every key, not one.
+    ///
+    /// ```
+    /// use tollgate::shared::{RedisStore, RedisStoreError, Store};
+    ///
+    /// assert!(!RedisStore::unavailable(&RedisStoreError::ForeignValue("rl:{k}".into())));
+    /// assert!(RedisStore::unavailable(&RedisStoreError::BadReply("nil".into())));
+    /// ```
+    fn unavailable(error: &RedisStoreError) -> bool {
+        !matches!(
+            error,
+            RedisStoreError::ForeignValue(_) | RedisStoreError::ServerClockOutOfRange
+        )
+    }
 
     /// Refills `key`'s bucket to the server's now and grants up to `want`
     /// tokens of it, in one script. Nothing granted means `retry_after` is
