@@ -5,7 +5,7 @@
 //! One group, `keyed_allowance`, every row in the same run, each admitting
 //! cost 1 on a quota that never runs out:
 //!
-//! - `token_bucket`: `TokenBucket::try_acquire` on the monotonic clock, the
+//! - `token_bucket`: `TokenBucket::try_acquire` on the default clock, the
 //!   in-process baseline (the target: a hot key within 2x of it).
 //! - `local_allowance`: `LocalAllowance::try_acquire`, one key's pool.
 //! - `keyed_hot`: `KeyedAllowance::try_acquire` on a hot key: the key's

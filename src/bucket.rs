@@ -13,7 +13,7 @@ use crate::{AcquireError, Clock, DefaultClock, Quota};
 /// Every decision reads the clock once, then runs a compare-and-swap loop on
 /// the state; a denial never writes. The quota beside the state is immutable.
 ///
-/// Linearization points (see `docs/design.md`):
+/// Linearization points (see [`docs/design.md`](crate::guide::design)):
 /// - an admission ([`try_acquire`](Self::try_acquire), [`reserve`](Self::reserve))
 ///   takes effect at its successful compare-and-swap;
 /// - a denial and [`available`](Self::available) at the load (or failed
@@ -124,7 +124,7 @@ impl<C: Clock> TokenBucket<C> {
     /// This is *delay* rather than denial: the tokens are spent at once (the
     /// bucket goes into debt), and the caller starts its work after the
     /// returned wait, which keeps the start times within the quota (to the
-    /// nanosecond the wait is rounded up to; see `docs/semantics.md`). A refusal
+    /// nanosecond the wait is rounded up to; see [`docs/semantics.md`](crate::guide::semantics)). A refusal
     /// reports how much later the same call would succeed. Nothing queues:
     /// the wait is the caller's to honour.
     ///
@@ -157,7 +157,7 @@ impl<C: Clock> TokenBucket<C> {
     /// reservation back by the rule that never mints credit: exactly, if
     /// nothing else reserved since; nothing, while a later reservation
     /// holds the bucket's future (its start was promised); otherwise the cost
-    /// less the time held (`docs/semantics.md`, "Giving back").
+    /// less the time held ([`docs/semantics.md`](crate::guide::semantics), "Giving back").
     ///
     /// Fairness: first come, first served. A caller's slot is fixed when it
     /// calls, and every later call, however small, is scheduled after it, so

@@ -128,7 +128,7 @@ impl Writer<'_> {
 /// updates per decision (four for a decision with a wait) to a stripe that
 /// only its thread writes, so they are plain loads and stores, with no
 /// locked read-modify-write and no cache line shared between threads
-/// (`docs/benchmarks.md` measures the cost). Stripes are indexed by a small
+/// ([`docs/benchmarks.md`](crate::guide::benchmarks) measures the cost). Stripes are indexed by a small
 /// id each live thread holds; a thread beyond the stripes (more live
 /// threads than four per core) or in its thread-local destructors counts on
 /// one shared stripe with locked adds instead. [`stats`](Self::stats) sums

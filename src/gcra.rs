@@ -9,7 +9,7 @@
 //!
 //! Time is counted in *ticks* of `1/d` nanosecond, where `d` is the reduced
 //! denominator of the emission interval in nanoseconds, so that `T` is a whole
-//! number of ticks and every decision is exact (see `docs/design.md`).
+//! number of ticks and every decision is exact (see [`docs/design.md`](crate::guide::design)).
 
 use std::time::Duration;
 
@@ -229,7 +229,7 @@ pub(crate) const FULL: u64 = 0;
 /// An emission interval of `period / tokens` time units as a whole number
 /// of ticks of `1 / ticks_per_unit` unit, `ticks_per_unit <= 8`. One
 /// construction for every clock unit: nanoseconds in-process, microseconds
-/// in the Redis store (`docs/design.md`, "Exact time").
+/// in the Redis store ([`docs/design.md`](crate::guide::design), "Exact time").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Interval {
     /// `d`: ticks per time unit.

@@ -222,14 +222,14 @@ pub struct HierarchyError {
 /// per account, then global): a request refused early never touches the
 /// global limit's contended word.
 ///
-/// An undo is a receipt's undo (`docs/semantics.md`, "Giving back"): exact
+/// An undo is a receipt's undo ([`docs/semantics.md`](crate::guide::semantics), "Giving back"): exact
 /// at the step's own clock reading, otherwise the cost less the time
 /// elapsed since it was taken: with other requests in between, returning it
 /// all could hand out refill the bucket would have wasted while full, and
 /// after the clock moved the undo cannot prove none came. Concurrent
 /// hierarchies therefore never admit more than any one limit's envelope;
 /// the price is that a denied request's undo may return a little less than
-/// it took, a few nanoseconds of refill (`docs/design.md` has the
+/// it took, a few nanoseconds of refill ([`docs/design.md`](crate::guide::design) has the
 /// argument).
 ///
 /// ```

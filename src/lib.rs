@@ -28,7 +28,7 @@
 //!   turns client addresses (behind trusted proxies) into keys;
 //! - [`try_acquire_all`]: several limits, all or nothing;
 //! - [`Receipt`]: an admission that may be given back, by the one rule that
-//!   never mints credit (`docs/semantics.md`, "Giving back");
+//!   never mints credit ([`docs/semantics.md`](crate::guide::semantics), "Giving back");
 //! - [`StripedBucket`]: one hot bucket shared by many threads through
 //!   per-thread pools;
 //! - [`concurrency`]: limits on work in flight, with RAII permits;
@@ -39,8 +39,8 @@
 //! - [`retry`]: Retry-After parsing and retry planning for clients.
 //!
 //! The contract (units, initial credit, denial versus delay, clocks) is in
-//! `docs/semantics.md`; the state packing and linearization points are in
-//! `docs/design.md`.
+//! [`docs/semantics.md`](crate::guide::semantics); the state packing and linearization points are in
+//! [`docs/design.md`](crate::guide::design).
 
 #![forbid(unsafe_code)]
 

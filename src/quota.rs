@@ -134,7 +134,7 @@ impl Quota {
 
     /// The most cost a bucket with this quota admits over any interval of
     /// length `elapsed` (`floor(B + r * elapsed)`, saturating): the envelope
-    /// that `docs/semantics.md` proves, useful for capacity planning and for
+    /// that [`docs/semantics.md`](crate::guide::semantics) proves, useful for capacity planning and for
     /// checking a run.
     ///
     /// ```

@@ -8,7 +8,7 @@ use crate::{AcquireError, Limit};
 /// Tokens one admission took from a [`Limit`], and the only way to give them
 /// back that never mints credit.
 ///
-/// [`undo`](Self::undo) applies the rule of `docs/semantics.md` ("Giving
+/// [`undo`](Self::undo) applies the rule of [`docs/semantics.md`](crate::guide::semantics) ("Giving
 /// back"): if it can prove nothing was admitted from the limit since (the
 /// clock has not moved, or a reservation's slot still lies ahead), the
 /// tokens go back exactly; otherwise the cost less the time the receipt was

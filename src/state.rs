@@ -120,7 +120,7 @@ impl Tat {
     ///
     /// Why not the whole cost: the state is at least `d_i + C_i` for every
     /// live admission `i` (`d_i` its due time, the reading for an immediate
-    /// admission; `C_i` the cost admitted from it on; `docs/semantics.md`,
+    /// admission; `C_i` the cost admitted from it on; [`docs/semantics.md`](crate::guide::semantics),
     /// "Giving back"). Removing admission `r` lowers the terms before it by
     /// its cost, but the term of a later admission `j` does not move, and it
     /// may have been below the state only because `r` was there:

@@ -16,12 +16,12 @@ use slots::{Slots, Take};
 ///
 /// **The bound is the bucket's envelope**: over every interval `[s, e]` of
 /// clock readings, the cost admitted at readings in it is at most
-/// `B + r·(e − s)`, exactly as for a [`TokenBucket`] (`docs/semantics.md`,
+/// `B + r·(e − s)`, exactly as for a [`TokenBucket`] ([`docs/semantics.md`](crate::guide::semantics),
 /// "The envelope"). A leased token occupies a slot of the bucket's timeline,
 /// which the bucket refills once the clock passes it; so a pool keeps slots,
 /// not a count, and a pooled token expires when the clock passes its slot.
 /// At any reading no pool's last lease is ahead of, the bucket's credit
-/// plus the tokens still usable in all pools is at most `B`. `docs/design.md` ("Striped buckets") has the proof.
+/// plus the tokens still usable in all pools is at most `B`. [`docs/design.md`](crate::guide::design) ("Striped buckets") has the proof.
 ///
 /// Linearization points:
 /// - an admission from a pool: its compare-and-swap on the pool's next
@@ -159,7 +159,7 @@ impl<C: Clock> StripedBucket<C> {
 
     /// Gives every pool's usable tokens back to the bucket, each pool
     /// against its last lease by the one rule that never mints credit (less
-    /// the time held; `docs/semantics.md`, "Giving back"), and returns how
+    /// the time held; [`docs/semantics.md`](crate::guide::semantics), "Giving back"), and returns how
     /// many tokens left the pools that way. Older leases' tokens are
     /// dropped, and a pool being refilled at that moment keeps its tokens.
     ///

@@ -45,7 +45,7 @@ struct Shared {
 
 impl CoarseClock {
     /// The shortest update period accepted: below it the updater's wake-ups
-    /// cost more than the readings they save (see `docs/clocks.md`).
+    /// cost more than the readings they save (see [`docs/clocks.md`](crate::guide::clocks)).
     pub const MIN_RESOLUTION: Duration = Duration::from_micros(10);
 
     /// The longest update period accepted.

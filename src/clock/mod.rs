@@ -4,7 +4,7 @@
 //! readings of the same clock, so the epoch is arbitrary. Clocks need not be
 //! strictly monotonic: a reading that is stale (taken before another thread's
 //! update) or that goes backwards can only make a bucket see *less* credit,
-//! never more (see `docs/semantics.md`).
+//! never more (see [`docs/semantics.md`](crate::guide::semantics)).
 //!
 //! | clock | cost of a reading (dev machine) | resolution | notes |
 //! |---|---|---|---|
@@ -13,7 +13,7 @@
 //! | [`CoarseClock`] | ~0.7 ns (one load) | its update period | a background thread |
 //! | [`ManualClock`] | one load | 1 ns | tests and simulations |
 //!
-//! `docs/clocks.md` has the measurements, including cross-core behaviour and
+//! [`docs/clocks.md`](crate::guide::clocks) has the measurements, including cross-core behaviour and
 //! the updater thread's cost.
 
 mod coarse;
@@ -36,7 +36,7 @@ pub use tsc::TscClock;
 /// reads, at about a third of the cost of `Instant::now()` here. Its
 /// readings may step back when a thread moves to a core whose counter is
 /// behind; a bucket then sees less credit, never more, and a reading below
-/// the clock's epoch counts as the epoch (`docs/clocks.md`, "The default").
+/// the clock's epoch counts as the epoch ([`docs/clocks.md`](crate::guide::clocks), "The default").
 /// One alias, so that changing the default is one line.
 ///
 /// ```

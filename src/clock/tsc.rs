@@ -4,7 +4,7 @@ use super::Clock;
 /// calibrates the counter against the OS clock and falls back to the OS clock
 /// where the counter is not invariant. It is the [`DefaultClock`](crate::DefaultClock).
 ///
-/// Trade-offs (measured in `docs/clocks.md`): about 40 % of the cost of
+/// Trade-offs (measured in [`docs/clocks.md`](crate::guide::clocks)): about 40 % of the cost of
 /// `Instant::now()` on the development machine. The counters of different
 /// cores disagree by up to tens of nanoseconds there; a reading that appears
 /// to go backwards only makes a bucket see less credit, never more, and a

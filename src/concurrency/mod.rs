@@ -24,7 +24,7 @@
 //! Every grant and release is one atomic operation on one word; waiting
 //! (feature `tokio`) costs nothing until some task waits. The contract
 //! (weights, RAII, panics, fairness, linearization points, combining with a
-//! rate limit) is in `docs/concurrency.md`.
+//! rate limit) is in [`docs/concurrency.md`](crate::guide::concurrency).
 
 mod counter;
 mod error;
@@ -39,7 +39,7 @@ pub use keyed::{KeyedConcurrencyLimiter, KeyedPermit};
 pub use limiter::ConcurrencyLimiter;
 pub use permit::{OwnedPermit, Permit};
 
-/// Compiles and runs the examples of `docs/concurrency.md` as doc tests, so
+/// Compiles and runs the examples of [`docs/concurrency.md`](crate::guide::concurrency) as doc tests, so
 /// the document cannot drift from the API.
 #[doc = include_str!("../../docs/concurrency.md")]
 #[cfg(doctest)]

@@ -24,7 +24,7 @@ const T: &KeyRef = KeyRef::constant("t");
 /// For a token bucket, `r` is the whole tokens available now and `t` the
 /// whole seconds (rounded up) until the next token arrives: within `t` the
 /// client can spend no more than `r`, which is the draft's "effective
-/// window". `docs/http.md` has the mapping.
+/// window". [`docs/http.md`](crate::guide::http) has the mapping.
 ///
 /// ```
 /// use tollgate::http::{PolicyName, ServiceLimit};

@@ -19,7 +19,7 @@
 //! - With feature `tower`, [`tower::RateLimitLayer`] does all of this as
 //!   middleware.
 //!
-//! `docs/http.md` has the response contract and the reasoning.
+//! [`docs/http.md`](crate::guide::http) has the response contract and the reasoning.
 //!
 //! ```
 //! use std::time::Duration;

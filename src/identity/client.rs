@@ -24,7 +24,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// address is one client whichever interface it arrives on. NAT64 local-use
 /// (`64:ff9b:1::/48`) and network-specific prefixes are chosen by the
 /// operator, with a length this function cannot know, so they stay IPv6 (see
-/// `docs/identity.md`).
+/// [`docs/identity.md`](crate::guide::identity)).
 ///
 /// ```
 /// use std::net::IpAddr;

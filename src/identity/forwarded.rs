@@ -196,7 +196,7 @@ impl Resolved {
 /// Finds the client address behind trusted reverse proxies, from the
 /// connecting peer and one forwarded header, and keys it.
 ///
-/// The rules, in order (`docs/identity.md` has a worked example):
+/// The rules, in order ([`docs/identity.md`](crate::guide::identity) has a worked example):
 ///
 /// 1. **The peer is not a trusted proxy**: the peer is the client. The
 ///    header is not read at all, so a client connecting directly can never

@@ -22,7 +22,7 @@ const V4_TAG: u64 = 0xffff_0000_0000;
 /// 2^64 addresses at will: keyed one by one, those would be 2^64 fresh
 /// budgets and would fill any key table. [`PrefixPolicy::EXACT`] keys every
 /// address on its own; a shorter IPv6 length such as `/56` also covers a
-/// subscriber hopping between its own subnets. `docs/identity.md` weighs the
+/// subscriber hopping between its own subnets. [`docs/identity.md`](crate::guide::identity) weighs the
 /// trade-off: the shorter the prefix, the fewer fresh budgets rotation buys,
 /// and the more unrelated clients share one.
 ///

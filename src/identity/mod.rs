@@ -16,7 +16,7 @@
 //! An address key is an address-level budget, not a person's or an
 //! account's: clients behind one NAT share it, and a client that moves gets
 //! a new one. Key per-account limits on the principal your authentication
-//! verified, never on a header. `docs/identity.md` has the whole story.
+//! verified, never on a header. [`docs/identity.md`](crate::guide::identity) has the whole story.
 //!
 //! ```
 //! use std::net::IpAddr;

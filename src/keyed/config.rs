@@ -58,7 +58,7 @@ pub(crate) struct KeyBound {
 }
 
 /// The default key cap: about a million keys, some 24 MiB of table for
-/// 16-byte keys (`docs/benchmarks.md` has the measured bytes per key).
+/// 16-byte keys ([`docs/benchmarks.md`](crate::guide::benchmarks) has the measured bytes per key).
 const DEFAULT_MAX_KEYS: usize = 1 << 20;
 
 /// The default least time between automatic sweeps at the cap.
@@ -68,7 +68,7 @@ const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// ids, tenant and account names and most routes are shorter and stay
 /// exact (and as fast as ever to look up); a copied key then holds at most
 /// about 64 bytes of heap, so the default cap bounds the table to some
-/// 160 MiB whatever clients send (`docs/benchmarks.md`).
+/// 160 MiB whatever clients send ([`docs/benchmarks.md`](crate::guide::benchmarks)).
 const DEFAULT_MAX_EXACT_KEY_BYTES: usize = 64;
 
 /// Configures a [`KeyedLimiter`]: clock, hasher and memory bound.
@@ -214,7 +214,7 @@ impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S> {
     /// Clients choose how long keys are (a request path may be 64 KiB), so
     /// without this a key cap would bound the table's keys but not its
     /// bytes. Two distinct keys share a budget only if their fingerprints
-    /// collide: about 2^-89 among 2^20 keys (`docs/semantics.md`).
+    /// collide: about 2^-89 among 2^20 keys ([`docs/semantics.md`](crate::guide::semantics)).
     /// Exact keys are looked up faster (one fast hash, no SipHash pass);
     /// raise the bound for long keys that are not clients' to choose, lower
     /// it (0 keeps every key as a fingerprint) to bound bytes more tightly.

@@ -45,7 +45,7 @@ impl Hash for Fingerprint {
 /// Fingerprints keys with SipHash-1-3 (128-bit output) under a key of its
 /// own, drawn once per limiter. SipHash is a keyed pseudorandom function:
 /// without the key, nobody can find two keys with the same fingerprint
-/// faster than by luck, and luck is 2^-128 per pair (`docs/semantics.md`
+/// faster than by luck, and luck is 2^-128 per pair ([`docs/semantics.md`](crate::guide::semantics)
 /// gives the birthday bounds).
 #[derive(Clone)]
 pub(crate) struct Fingerprinter {

@@ -75,11 +75,11 @@ macro_rules! in_table {
 /// as the bytes its `Hash` writes) is kept as a 128-bit keyed fingerprint,
 /// 16 bytes whatever its length, instead of a copy. Two long keys share a
 /// budget only if their fingerprints collide: about 2^-89 among 2^20 keys
-/// (`docs/semantics.md`, "Bounded memory"), and a shared budget only ever
+/// ([`docs/semantics.md`](crate::guide::semantics), "Bounded memory"), and a shared budget only ever
 /// refuses more. [`sweep`](Self::sweep) drops buckets that have refilled to
 /// full and nothing else; at the cap, new keys get the [`AtCapacity`]
 /// policy. No eviction ever gives a key credit it would not have had
-/// (`docs/semantics.md`). A dropped key that comes back starts with the
+/// ([`docs/semantics.md`](crate::guide::semantics)). A dropped key that comes back starts with the
 /// quota's initial credit: with
 /// [`InitialCredit::Full`](crate::InitialCredit::Full) (the default) a sweep
 /// changes no decision; with less, a returning key gets less than it would

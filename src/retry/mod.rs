@@ -17,7 +17,7 @@
 //!
 //! Retry-After is a scheduling signal, not a promise that the next attempt
 //! succeeds and not a licence to replay a request that may already have
-//! taken effect. `docs/retry.md` has the details and the choices made.
+//! taken effect. [`docs/retry.md`](crate::guide::retry) has the details and the choices made.
 //!
 //! ```
 //! use std::time::{Duration, Instant, SystemTime};

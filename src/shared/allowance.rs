@@ -111,7 +111,7 @@ pub struct AllowanceConfig {
     /// grant smaller than asked for, or one that left the store less than
     /// a batch (the shared budget is exhausted, or about to be), the next
     /// request waits until this node's share of the refill is worth
-    /// a lease (`docs/distributed.md`, "Pacing"), and at least a quarter
+    /// a lease ([`docs/distributed.md`](crate::guide::distributed), "Pacing"), and at least a quarter
     /// of this (taken between 1 ms and 1 s); keep a quarter of it below the
     /// shared bucket's fill time `B / r`, or refill is wasted while a lone
     /// node waits. Any value, zero and `Duration::MAX` included.
@@ -288,7 +288,7 @@ pub enum AllowanceError {
 /// [`FailurePolicy::Open`]/[`FailurePolicy::Fallback`] excepted, which are
 /// counted). A lease whose reply is lost or late strands its tokens: fewer
 /// admitted, never more. Returns are sent once, never retried.
-/// `docs/distributed.md` has the proof and the trade-offs.
+/// [`docs/distributed.md`](crate::guide::distributed) has the proof and the trade-offs.
 ///
 /// ```
 /// use std::sync::Arc;

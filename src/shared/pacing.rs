@@ -2,7 +2,7 @@
 //! the shared budget is exhausted or nearly so (short of its ask, or
 //! leaving less than a batch in the store), and after a failed call.
 //!
-//! The rule (`docs/distributed.md`, "Pacing"): a node whose grant was
+//! The rule ([`docs/distributed.md`](crate::guide::distributed), "Pacing"): a node whose grant was
 //! scarce waits until its *share* of the key's refill has grown to a batch
 //! worth a round trip. It does not know how many nodes share the key, so it
 //! measures its share: of the `interval / refill_interval` tokens the store

@@ -34,7 +34,7 @@ pub struct Grant {
     /// How long the store takes to refill one token of this key (the
     /// quota's `1/r`). A node whose grant came back short uses it to wait
     /// until its share of the refill is worth a round trip, instead of
-    /// asking again on a fixed beat (`docs/distributed.md`, "Pacing");
+    /// asking again on a fixed beat ([`docs/distributed.md`](crate::guide::distributed), "Pacing");
     /// `Duration::ZERO` from a store that cannot tell.
     pub refill_interval: Duration,
     /// Whole tokens the key's bucket still holds right after this grant,
@@ -44,7 +44,7 @@ pub struct Grant {
     /// an ask of zero tokens, answered without looking. A
     /// grant of everything asked that left little behind tells a node the
     /// key is near exhaustion as surely as a short grant does: pacing
-    /// (`docs/distributed.md`, "Pacing") reads it so that nodes asking
+    /// ([`docs/distributed.md`](crate::guide::distributed), "Pacing") reads it so that nodes asking
     /// for modest leases, always granted in full, still space their asks.
     pub remaining: Option<u64>,
 }
@@ -109,7 +109,7 @@ pub(crate) fn refill_interval(quota: &Quota) -> Duration {
 /// Giving tokens back needs both: returning a grant's tokens long after it
 /// was made must not hand out refill the shared bucket wasted while full,
 /// so a store returns at most the unused tokens, and at most the grant's
-/// cost less the time held since it (the one rule of `docs/semantics.md`,
+/// cost less the time held since it (the one rule of [`docs/semantics.md`](crate::guide::semantics),
 /// "Giving back").
 ///
 /// ```
@@ -201,7 +201,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Grant, Self::Error>> + Send;
 
     /// Gives back `unused` tokens (at most `lease.granted`) of the grant
-    /// `lease`, by the one rule of `docs/semantics.md` ("Giving back"): at
+    /// `lease`, by the one rule of [`docs/semantics.md`](crate::guide::semantics) ("Giving back"): at
     /// most the unused part, and at most the grant's cost less the time
     /// held since it, so refill the shared bucket wasted while full is never
     /// handed out again.

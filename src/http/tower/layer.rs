@@ -36,7 +36,7 @@ pub type RateLimitBody<B> = Either<Full<Bytes>, B>;
 /// nothing anywhere). An admitted request goes to the inner service and
 /// stays charged: only a response whose status a rule gives back
 /// ([`Rule::give_back_on`]) returns that rule's charge, by the one rule of
-/// `docs/semantics.md` ("Giving back"). A response future that is dropped
+/// [`docs/semantics.md`](crate::guide::semantics) ("Giving back"). A response future that is dropped
 /// (the client hung up), an inner error or a panic gives nothing back. A
 /// refused request gets the response of [`Refusal`] (429 with Retry-After,
 /// the RateLimit fields and a problem+json body; 503 when the limiter
@@ -48,7 +48,7 @@ pub type RateLimitBody<B> = Either<Full<Bytes>, B>;
 /// [`store_wait`](RateLimitLayerBuilder::store_wait). The inner service is
 /// then called from that future, so it must be `Clone + Send + 'static`
 /// (axum's are): the future takes the service `poll_ready` readied and
-/// leaves a clone in its place. `docs/http.md` has the contract.
+/// leaves a clone in its place. [`docs/http.md`](crate::guide::http) has the contract.
 ///
 /// Cheap to clone: the configuration is behind an `Arc`.
 ///

@@ -155,7 +155,7 @@ impl Rule {
     /// shared rule: back into the key's lease pool, or to the store by the
     /// one rule). A store that is down is a 503 under
     /// [`FailurePolicy::Closed`](crate::shared::FailurePolicy), and lets
-    /// the request through under `Open`. `docs/http.md` ("Shared rules")
+    /// the request through under `Open`. [`docs/http.md`](crate::guide::http) ("Shared rules")
     /// has the contract.
     ///
     /// ```
@@ -316,7 +316,7 @@ impl Rule {
 
     /// Gives the request's charge back to this limit when the inner
     /// service answers with one of `statuses`, by the one rule of
-    /// `docs/semantics.md` ("Giving back"): all of it if nothing was
+    /// [`docs/semantics.md`](crate::guide::semantics) ("Giving back"): all of it if nothing was
     /// admitted from the limit since, otherwise the cost less the time the
     /// request held it (nothing, once that much has refilled). Nothing is
     /// ever given back without a response: a request whose future is

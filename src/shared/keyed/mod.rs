@@ -52,7 +52,7 @@ use table::Table;
 /// **The bound**, per key over all nodes: admitted ≤ granted by the store
 /// (net of returns) ≤ `B + r·t` on the store's clock, under every
 /// interleaving (admissions under [`FailurePolicy::Open`] and
-/// [`FailurePolicy::Fallback`] excepted, and counted). `docs/distributed.md`
+/// [`FailurePolicy::Fallback`] excepted, and counted). [`docs/distributed.md`](crate::guide::distributed)
 /// ("Keyed shared budgets") has the proof.
 ///
 /// **Giving back**: [`take`](Self::take) and [`try_take`](Self::try_take)

@@ -52,7 +52,7 @@ impl<S: Store> Origin<S> {
 ///   (counted as stranded).
 /// - **from a cold decision**: to the store, by
 ///   [`Store::release`] against the grant's receipt — the one rule of
-///   `docs/semantics.md` ("Giving back"): at most the cost less the time
+///   [`docs/semantics.md`](crate::guide::semantics) ("Giving back"): at most the cost less the time
 ///   held, so refill the shared bucket wasted while full is never handed
 ///   out again. A failed return strands them.
 /// - **from the failure policy** (`Open`, `Fallback`): the store debited

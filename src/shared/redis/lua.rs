@@ -125,7 +125,7 @@ return {granted, 0, now, idiv(room - granted * T, T)}
 /// time `at`, `ARGV[8]` the `unused` tokens (`1 <= unused <= granted`).
 ///
 /// Moves the state back by `min(unused*T, granted*T - (now - at))`, the
-/// one rule of `docs/semantics.md` ("Giving back"), and by nothing when
+/// one rule of [`docs/semantics.md`](crate::guide::semantics) ("Giving back"), and by nothing when
 /// `at` is after `now` (the server clock stepped back: the time held is
 /// unknown) or before the key was created (the lease was debited from a
 /// state since lost). An absent key is a full bucket: nothing to give back

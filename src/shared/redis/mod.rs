@@ -4,7 +4,7 @@
 //! instant the bucket is full again), changed only by two short Lua scripts
 //! that run atomically on the server and take the time from the server's
 //! own clock. The details, and what a timed-out call means, are in
-//! `docs/redis.md`.
+//! [`docs/redis.md`](crate::guide::redis).
 
 mod config;
 mod connection;

@@ -1,6 +1,6 @@
 //! A quota in the Redis store's integer time: ticks of `1/d` microsecond.
 //!
-//! The same construction as `crate::gcra::Gcra::new` (see `docs/design.md`,
+//! The same construction as `crate::gcra::Gcra::new` (see [`docs/design.md`](crate::guide::design),
 //! "Exact time: ticks of 1/d nanosecond"), with two differences that come
 //! from where the arithmetic runs:
 //!
