@@ -38,17 +38,6 @@ async fn node(
     LocalAllowance::new(Arc::new(store), KEY, config).expect("inside a runtime")
 }
 
-/// The server's clock in microseconds: the only clock the bound is about.
-async fn server_micros(server: &RedisServer) -> u64 {
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let (seconds, micros): (u64, u64) = redis::cmd("TIME")
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    seconds * 1_000_000 + micros
-}
-
 /// Four nodes hammer one key for half a second: the total admitted stays
 /// within `B + r·t`, `t` measured on the server's clock around the run, and
 /// the nodes made far fewer round trips than admissions.
@@ -64,7 +53,7 @@ async fn nodes_sharing_a_key_in_redis_stay_within_the_envelope() {
     for _ in 0..4 {
         nodes.push(Arc::new(node(&server, quota, FailurePolicy::Closed).await));
     }
-    let start = server_micros(&server).await;
+    let start = server.time_micros();
     let tasks: Vec<_> = nodes
         .iter()
         .map(|node| {
@@ -89,7 +78,7 @@ async fn nodes_sharing_a_key_in_redis_stay_within_the_envelope() {
     for task in tasks {
         admitted += task.await.unwrap();
     }
-    let elapsed_ns = (server_micros(&server).await - start) * 1_000;
+    let elapsed_ns = (server.time_micros() - start) * 1_000;
     let envelope = Envelope {
         capacity,
         tokens: rate,

@@ -170,6 +170,35 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
+    /// The server's clock in microseconds (`TIME`, in RESP over a plain
+    /// connection): the clock a store's bound is measured on. Panics if the
+    /// server does not answer.
+    pub fn time_micros(&self) -> u64 {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port))
+            .expect("connect to the test server for TIME");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("a read timeout");
+        stream
+            .write_all(b"*1\r\n$4\r\nTIME\r\n")
+            .expect("send TIME");
+        // `*2`, then two bulk strings: five lines, each ending in CRLF.
+        let mut reply = Vec::new();
+        let mut chunk = [0; 64];
+        while reply.windows(2).filter(|w| w == b"\r\n").count() < 5 {
+            let read = stream.read(&mut chunk).expect("read the TIME reply");
+            assert!(
+                read > 0,
+                "redis closed the connection before answering TIME"
+            );
+            reply.extend_from_slice(&chunk[..read]);
+        }
+        let text = String::from_utf8(reply).expect("a TIME reply is ASCII");
+        let lines: Vec<&str> = text.split("\r\n").collect();
+        let number = |line: &str| -> u64 { line.parse().expect("a TIME reply holds integers") };
+        number(lines[2]) * 1_000_000 + number(lines[4])
+    }
+
     /// Kills the server (SIGKILL: no clean shutdown) and waits for it.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
