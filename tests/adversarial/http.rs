@@ -729,14 +729,8 @@ mod late_give_backs {
         clock.advance(std::time::Duration::from_millis(900));
         let mut ok_in_window = 0;
         for _ in 0..5 {
-            let response = service
-                .ready()
-                .await
-                .unwrap()
-                .call(request(200, None))
-                .await
-                .unwrap();
-            assert_eq!(response.status(), 200);
+            let response = service.ready().await.unwrap().call(request(200, None));
+            assert_eq!(response.await.unwrap().status(), 200);
             ok_in_window += 1;
         }
         for (gate, response) in gates.iter().zip(late).rev() {
@@ -745,14 +739,8 @@ mod late_give_backs {
         }
         for _ in 0..2 {
             loop {
-                let response = service
-                    .ready()
-                    .await
-                    .unwrap()
-                    .call(request(200, None))
-                    .await
-                    .unwrap();
-                if response.status() != 200 {
+                let response = service.ready().await.unwrap().call(request(200, None));
+                if response.await.unwrap().status() != 200 {
                     break;
                 }
                 ok_in_window += 1;
