@@ -121,7 +121,7 @@ impl<C: Clock> StripedBucket<C> {
         // The bucket's checks, so that a bad cost is refused the same way
         // whichever path would have served it.
         let cost_ticks = self.bucket.quota().gcra().cost_ticks(cost)?;
-        let stripe = &self.stripes[crate::stripe::of(self.stripes.len())];
+        let stripe = &self.stripes[crate::thread_id::stripe(self.stripes.len())];
         match stripe.take(self.bucket.now(), cost_ticks, self.low_water) {
             Take::Taken { low } => {
                 if low {

@@ -1,5 +1,5 @@
-//! Which stripe of a per-thread structure this thread uses: a small id per
-//! live thread, recycled when the thread exits.
+//! Thread ids: a small id per live thread, recycled when the thread exits,
+//! and the stripe of a per-thread structure that id picks.
 //!
 //! Hand-written rather than taken from the `thread_local` crate: its slot
 //! creation panics when reached from a thread-local destructor once its own
@@ -53,15 +53,15 @@ thread_local! {
 /// under, so it sees everything this one wrote while holding it. `None`
 /// while the thread's thread-locals are being destroyed.
 #[inline]
-pub(crate) fn id() -> Option<usize> {
+pub(crate) fn current() -> Option<usize> {
     ID.try_with(|held| held.0).ok()
 }
 
 /// This thread's stripe among `stripes` (at least 1): live threads spread
 /// evenly, and a thread always lands on the same stripe.
 #[inline]
-pub(crate) fn of(stripes: usize) -> usize {
-    id().unwrap_or(0) % stripes
+pub(crate) fn stripe(stripes: usize) -> usize {
+    current().unwrap_or(0) % stripes
 }
 
 #[cfg(test)]
@@ -75,7 +75,7 @@ mod tests {
             let handles: Vec<_> = (0..4)
                 .map(|_| {
                     s.spawn(|| {
-                        let id = id().expect("a live thread has an id");
+                        let id = current().expect("a live thread has an id");
                         barrier.wait(); // all four alive at once
                         id
                     })
@@ -92,7 +92,7 @@ mod tests {
         // threads may take some meanwhile).
         let before = lock(&IDS).next;
         for _ in 0..100 {
-            std::thread::spawn(|| id().unwrap()).join().unwrap();
+            std::thread::spawn(|| current().unwrap()).join().unwrap();
         }
         let grown = lock(&IDS).next - before;
         assert!(grown < 50, "{grown} new ids for 100 threads in turn");
