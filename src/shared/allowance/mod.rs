@@ -235,8 +235,8 @@ impl<S: Store> LocalAllowance<S> {
         self.inner.refill_claimed().await
     }
 
-    /// Gives every unused token back to the store (once; a failed return
-    /// strands them) and returns how many were given back.
+    /// Returns every unused token to the store (once; a failed return
+    /// strands them); the result is how many the store took back.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -253,7 +253,7 @@ impl<S: Store> LocalAllowance<S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn shutdown(&self) -> u64 {
-        self.inner.give_back().await
+        self.inner.return_unused().await
     }
 
     /// Tokens in the local pool now.

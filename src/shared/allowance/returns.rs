@@ -22,7 +22,7 @@ pub(super) async fn watch_idle<S: Store>(inner: Weak<Inner<S>>, idle: Duration) 
             inner.stats.leases.load(Ordering::Relaxed),
         );
         if last == Some(now) && now.0 > 0 {
-            inner.give_back().await;
+            inner.return_unused().await;
         }
         last = Some((
             inner.pool.tokens(),
@@ -32,16 +32,16 @@ pub(super) async fn watch_idle<S: Store>(inner: Weak<Inner<S>>, idle: Duration) 
 }
 
 impl<S: Store> Inner<S> {
-    /// Drains the pool and gives the tokens back, once, against the last
-    /// lease's receipt. Which lease a pooled token came from does not matter
+    /// Drains the pool and returns the tokens to the store, once, against
+    /// the last lease's receipt. Which lease a pooled token came from does not matter
     /// to the store, which only sees grants; what matters is that no receipt
-    /// is used for more than it granted, so the tokens given back are taken
-    /// off the receipt. Tokens beyond it came from older leases, whose
+    /// is used for more than it granted, so the tokens returned are taken off
+    /// the receipt. Tokens beyond it came from older leases, whose
     /// receipts are not kept: they are stranded. The drained tokens count as
     /// stranded until the store confirms the return, so a return cancelled
     /// while in flight (which may or may not have reached the store) leaves
     /// the books whole.
-    pub(super) async fn give_back(&self) -> u64 {
+    pub(super) async fn return_unused(&self) -> u64 {
         let drained = self.pool.drain();
         if drained == 0 {
             return 0;
@@ -81,6 +81,6 @@ impl<S: Store> Inner<S> {
             }
             landed.await;
         }
-        self.give_back().await;
+        self.return_unused().await;
     }
 }

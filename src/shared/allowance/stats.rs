@@ -29,10 +29,10 @@ pub struct AllowanceStats {
     pub leases: u64,
     /// Tokens the store granted in all.
     pub leased: u64,
-    /// Tokens given back to the store.
+    /// Tokens returned to the store.
     pub returned: u64,
     /// Tokens debited from the store that this node will never spend nor
-    /// give back (a failed return, tokens of older leases at return, what a
+    /// return (a failed return, tokens of older leases at return, what a
     /// grant held beyond the ask); a return in flight counts here until the
     /// store confirms it.
     pub stranded: u64,
