@@ -3,11 +3,11 @@
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+use crate::sync::{AtomicU64, Ordering};
 use crate::{AcquireError, Clock, KeyedLimiter, TokenBucket};
 
 /// Counts of a [`Counted`] limiter's decisions, summed over threads.

@@ -106,7 +106,7 @@ macro_rules! forward_limit {
         impl<L: Limit + ?Sized $(+ $bound)?> Limit for $pointer {}
     )*};
 }
-forward_limit!(&L where; Box<L> where; std::sync::Arc<L> where Send);
+forward_limit!(&L where; Box<L> where; crate::sync::unmodelled::Arc<L> where Send);
 
 impl<C: Clock> TokenBucket<C> {
     /// This bucket charged `cost` tokens, as a step of a hierarchy.

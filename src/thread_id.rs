@@ -9,11 +9,10 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::Mutex;
 
-use crate::sync::lock;
+use crate::sync::unmodelled::{Mutex, lock, thread_local};
 
-/// Ids handed out so far, and those given back by exited threads.
+/// Ids handed out so far, and those released by exited threads.
 struct Ids {
     next: usize,
     /// Smallest first, so live threads keep the lowest ids and per-thread
@@ -26,7 +25,7 @@ static IDS: Mutex<Ids> = Mutex::new(Ids {
     free: BinaryHeap::new(),
 });
 
-/// A thread's id, given back when the thread's thread-locals are destroyed.
+/// A thread's id, released when the thread's thread-locals are destroyed.
 struct Held(usize);
 
 impl Drop for Held {
@@ -69,7 +68,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn live_threads_have_distinct_ids_and_exited_ones_give_theirs_back() {
+    fn live_threads_have_distinct_ids_and_exited_ones_release_theirs() {
         let barrier = std::sync::Barrier::new(4);
         let ids: Vec<usize> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..4)
@@ -87,7 +86,7 @@ mod tests {
         distinct.sort_unstable();
         distinct.dedup();
         assert_eq!(distinct.len(), 4, "{ids:?}");
-        // Exited threads give their ids back: a hundred threads, one after
+        // Exited threads release their ids: a hundred threads, one after
         // the other, take far fewer than a hundred new ones (other tests'
         // threads may take some meanwhile).
         let before = lock(&IDS).next;

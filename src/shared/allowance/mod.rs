@@ -12,8 +12,6 @@ mod returns;
 mod state;
 mod stats;
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -21,6 +19,8 @@ use tokio::runtime::Handle;
 use crate::AcquireError;
 use crate::shared::Store;
 use crate::shared::pool::Take;
+use crate::sync::Ordering;
+use crate::sync::unmodelled::Arc;
 use refill::spawn_refill;
 use returns::watch_idle;
 use state::Inner;

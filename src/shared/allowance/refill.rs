@@ -2,8 +2,6 @@
 //! sized to the smoothed demand, books the answer, and backs off after
 //! failures.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::state::{Inner, POOL_LIMIT};
@@ -13,6 +11,8 @@ use crate::clock::saturating_nanos;
 use crate::shared::LocalAllowance;
 use crate::shared::pacing::{Reply, failure_backoff};
 use crate::shared::{Grant, Lease, Store};
+use crate::sync::unmodelled::Arc;
+use crate::sync::{AtomicU64, Ordering};
 
 /// A refill claim, ended exactly once: by [`Claim::land`], or on drop (a
 /// failed call, or a refill cancelled or panicking before it ended), so
@@ -214,13 +214,13 @@ impl<S: Store> Inner<S> {
             books.spent_by_then = spent;
             // Half old, half new: follows a change of demand within a few
             // leases without chasing every burst.
-            let old = self.demand.load(Ordering::Relaxed);
+            let old = f64::from_bits(self.demand.load(Ordering::Relaxed));
             let smoothed = if old == 0.0 {
                 rate
             } else {
                 0.5 * old + 0.5 * rate
             };
-            self.demand.store(smoothed, Ordering::Relaxed);
+            self.demand.store(smoothed.to_bits(), Ordering::Relaxed);
             (smoothed, books.pacer.least_ask(smoothed))
         };
         let wanted = (demand * self.config.lease_period.as_secs_f64()).ceil();

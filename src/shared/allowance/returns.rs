@@ -1,14 +1,14 @@
 //! Returns: unused tokens go back to the store after the pool sat idle, on
 //! shutdown, and when the allowance is dropped.
 
-use std::sync::Weak;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::state::Inner;
 use super::stats::add;
 use crate::shared::Store;
 use crate::shared::pacing::MIN_PAUSE;
+use crate::sync::Ordering;
+use crate::sync::unmodelled::Weak;
 
 /// Returns the pool's tokens once it has sat unchanged for `idle`.
 pub(super) async fn watch_idle<S: Store>(inner: Weak<Inner<S>>, idle: Duration) {

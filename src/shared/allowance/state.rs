@@ -1,11 +1,8 @@
 //! What one allowance's handle, refill task and returns share: the pool,
 //! the hints it refuses with, the failure policy's state, and the books.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use atomic_float::AtomicF64;
 use tokio::runtime::Handle;
 
 use super::stats::{Stats, add};
@@ -13,6 +10,8 @@ use super::{AllowanceConfig, FailurePolicy, Source};
 use crate::shared::pacing::{MIN_PAUSE, Pacer};
 use crate::shared::pool::LeasePool;
 use crate::shared::{Lease, Store};
+use crate::sync::unmodelled::Arc;
+use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering, lock};
 use crate::{AcquireError, TokenBucket};
 
 /// The most tokens a pool can hold (`LeasePool` counts in 63 bits): a lease
@@ -31,8 +30,8 @@ pub(super) struct Inner<S: Store> {
     /// The largest cost a call can ever be served: `max_lease`, the store's
     /// capacity once a grant has told it, and what a pool can hold.
     pub(super) largest_cost: AtomicU64,
-    /// Smoothed local demand, tokens per second.
-    pub(super) demand: AtomicF64,
+    /// Smoothed local demand, tokens per second: an `f64`'s bits.
+    pub(super) demand: AtomicU64,
     /// Whether the last store call failed with the store unreachable:
     /// failure policy in force.
     pub(super) degraded: AtomicBool,
@@ -97,7 +96,7 @@ impl<S: Store> Inner<S> {
             pool: LeasePool::new(),
             low_water: AtomicU64::new(config.min_lease.div_ceil(2)),
             largest_cost: AtomicU64::new(config.max_lease.min(POOL_LIMIT)),
-            demand: AtomicF64::new(0.0),
+            demand: AtomicU64::new(0.0_f64.to_bits()),
             degraded: AtomicBool::new(false),
             refused: AtomicBool::new(false),
             retry_hint: AtomicU64::new(0),
@@ -144,7 +143,7 @@ impl<S: Store> Inner<S> {
         }
     }
 
-    pub(super) fn lock_books(&self) -> std::sync::MutexGuard<'_, Books> {
-        crate::sync::lock(&self.books)
+    pub(super) fn lock_books(&self) -> MutexGuard<'_, Books> {
+        lock(&self.books)
     }
 }

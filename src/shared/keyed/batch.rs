@@ -6,13 +6,13 @@
 //! call that never answers costs its own requests their timeout and
 //! never delays the batches after it.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::shared::{Grant, Lease, Store};
+use crate::sync::unmodelled::Arc;
 
 /// The most requests one `acquire_many` carries: bounds one call's size
 /// (and its reply) whatever the number of hot keys.

@@ -8,7 +8,6 @@
 //! waiting (a timeout, a dropped future) does not abandon a grant in
 //! flight: the task returns whatever nobody will admit.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -17,6 +16,7 @@ use tokio::sync::oneshot;
 use super::stats::Counters;
 use crate::shared::allowance::add;
 use crate::shared::{Lease, Store};
+use crate::sync::unmodelled::Arc;
 
 /// What the store decided on a cold request.
 #[derive(Clone, Copy, Debug)]

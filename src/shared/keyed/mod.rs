@@ -13,7 +13,6 @@ mod store_key;
 mod table;
 
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -24,6 +23,7 @@ use crate::shared::pacing::{self, MIN_PAUSE};
 use crate::shared::{
     AllowanceConfig, AllowanceError, FailurePolicy, LocalAllowance, Source, Store,
 };
+use crate::sync::unmodelled::{Arc, Weak};
 use crate::{AcquireError, KeyedLimiter};
 use batch::Batched;
 use cold::{ColdCall, ColdKey, Decided};

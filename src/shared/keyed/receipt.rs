@@ -2,13 +2,13 @@
 //! to give it back.
 
 use std::fmt;
-use std::sync::{Arc, Weak};
 
 use super::Inner;
 use super::batch::Batched;
 use super::cold::{ColdKey, return_to_store};
 use crate::shared::allowance::add;
 use crate::shared::{Lease, LocalAllowance, Source, Store};
+use crate::sync::unmodelled::{Arc, Weak};
 
 /// A hot key's lease pool.
 pub(super) type Pool<S> = LocalAllowance<Batched<S>>;

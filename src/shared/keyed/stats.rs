@@ -1,6 +1,6 @@
 //! A keyed allowance's counters, kept off the hot path.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 use crate::shared::AllowanceStats;
 
