@@ -3,11 +3,11 @@
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+use crate::sync::{AtomicU64, Ordering};
 use crate::{AcquireError, Clock, KeyedLimiter, TokenBucket};
 
 /// Counts of a [`Counted`] limiter's decisions, summed over threads.
@@ -148,7 +148,7 @@ impl Writer<'_> {
 pub struct Counted<L> {
     limiter: L,
     /// Stripe `i` is written only by the live thread whose id is `i`
-    /// (`crate::stripe::id`).
+    /// (`crate::thread_id::current`).
     own: Box<[CachePadded<Stripe>]>,
     /// Written, with read-modify-writes, by every other thread.
     shared: CachePadded<Stripe>,
@@ -220,7 +220,7 @@ impl<L> Counted<L> {
     /// The stripe this thread writes.
     #[inline]
     fn writer(&self) -> Writer<'_> {
-        match crate::stripe::id().and_then(|id| self.own.get(id)) {
+        match crate::thread_id::current().and_then(|id| self.own.get(id)) {
             Some(own) => Writer {
                 stripe: own,
                 exclusive: true,

@@ -63,9 +63,9 @@ mod receipt;
 pub mod retry;
 pub mod shared;
 mod state;
-mod stripe;
 mod striped;
 mod sync;
+mod thread_id;
 mod timeline;
 #[cfg(feature = "tokio")]
 mod waiting;

@@ -34,7 +34,7 @@ use slots::{Slots, Take};
 ///
 /// The price is precision near the limit: tokens can sit in other threads'
 /// pools while a thread is refused (up to about `1.5 × lease` per stripe,
-/// fewer as their slots pass). [`flush`](Self::flush) gives them back.
+/// fewer as their slots pass). [`flush`](Self::flush) returns them.
 ///
 /// ```
 /// use std::time::Duration;
@@ -121,7 +121,7 @@ impl<C: Clock> StripedBucket<C> {
         // The bucket's checks, so that a bad cost is refused the same way
         // whichever path would have served it.
         let cost_ticks = self.bucket.quota().gcra().cost_ticks(cost)?;
-        let stripe = &self.stripes[crate::stripe::of(self.stripes.len())];
+        let stripe = &self.stripes[crate::thread_id::stripe(self.stripes.len())];
         match stripe.take(self.bucket.now(), cost_ticks, self.low_water) {
             Take::Taken { low } => {
                 if low {
@@ -157,7 +157,7 @@ impl<C: Clock> StripedBucket<C> {
         true
     }
 
-    /// Gives every pool's usable tokens back to the bucket, each pool
+    /// Returns every pool's usable tokens to the bucket, each pool
     /// against its last lease by the one rule that never mints credit (less
     /// the time held; [`docs/semantics.md`](crate::guide::semantics), "Giving back"), and returns how
     /// many tokens left the pools that way. Older leases' tokens are

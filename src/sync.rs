@@ -1,10 +1,18 @@
-//! The atomics the lock-free state machines are built from, and the one
-//! lock the keyed limiter's cap waits on when its table is full.
+//! Every synchronization primitive the crate uses, from one place (as
+//! crossbeam's `primitive` module does): atomics, `Arc`, `Mutex` and its
+//! poison-tolerant lock.
 //!
 //! Under `--cfg tollgate_loom` these are loom's instrumented types, so the
 //! models in `loom-tests/` explore the interleavings of the real code rather
-//! than of a copy. A project-specific cfg (not `loom`) keeps dependencies that
-//! test `cfg(loom)` themselves unchanged.
+//! than of a copy, and any structure built on them can be given a model. A
+//! project-specific cfg (not `loom`) keeps dependencies that test
+//! `cfg(loom)` themselves unchanged.
+//!
+//! What loom cannot stand in for is in [`unmodelled`], std's in every build.
+//! Outside this module: tokio's `Notify` and channels stay tokio's (the
+//! async layers are tested on tokio's paused clock, not under loom), and the
+//! unit tests' own barriers and counters stay std's (they are the test's
+//! instruments, not the code under test).
 
 #[cfg(tollgate_loom)]
 pub(crate) use loom::sync::{
@@ -17,11 +25,55 @@ pub(crate) use std::sync::{
     atomic::{AtomicU64, AtomicUsize, Ordering},
 };
 
-/// Locks `mutex` (std's, never modelled), using the data even if a thread panicked while holding it:
-/// every mutex in this crate guards plain numbers that a panic elsewhere
-/// cannot leave inconsistent in a way that matters.
-pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+// Only the local allowance and the keyed allowance's outage flag use a
+// boolean word.
+#[cfg(all(tollgate_loom, feature = "tokio"))]
+pub(crate) use loom::sync::atomic::AtomicBool;
+#[cfg(all(not(tollgate_loom), feature = "tokio"))]
+pub(crate) use std::sync::atomic::AtomicBool;
+
+/// Locks `mutex`, using the data even if a thread panicked while holding
+/// it: every mutex in this crate guards plain numbers that a panic
+/// elsewhere cannot leave inconsistent in a way that matters. loom's
+/// mutexes never report poisoning (a panic ends the model instead), so the
+/// same call serves both builds.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    unpoisoned(mutex.lock())
+}
+
+/// The guard of a lock, poisoned or not.
+fn unpoisoned<G>(locked: std::sync::LockResult<G>) -> G {
+    locked.unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What loom cannot model: std's types in every build.
+///
+/// loom has no `Weak`, and its `Arc` can be neither a method receiver
+/// (`self: &Arc<Self>`) nor unsized into a trait object; nor is it the `Arc`
+/// a caller hands in. Shared ownership that needs any of these is std's;
+/// what it shares is built on the modelled atomics all the same.
+pub(crate) mod unmodelled {
+    pub(crate) use std::sync::{Arc, Weak};
+
+    /// The coarse clock's time: written by the clock's own OS thread,
+    /// which no model can schedule.
+    pub(crate) use std::sync::atomic::AtomicU64;
+
+    /// The thread-id registry's lock and thread-local. An exiting thread
+    /// releases its id from a thread-local destructor, and loom drops its
+    /// statics before the main model thread's thread-locals, so a modelled
+    /// registry would be gone when that thread releases into it. loom's
+    /// threads share one OS thread, so under loom they share one id: the
+    /// striped models are written for that.
+    pub(crate) use std::sync::{Mutex, MutexGuard};
+    pub(crate) use std::thread_local;
+
+    /// [`lock`](super::lock), for the unmodelled mutex.
+    pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+        super::unpoisoned(mutex.lock())
+    }
+
+    /// The Redis scripts, compiled once per process.
+    #[cfg(feature = "redis")]
+    pub(crate) use std::sync::LazyLock;
 }

@@ -1,12 +1,12 @@
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
 use super::{Clock, saturating_nanos};
+use crate::sync::Ordering;
+use crate::sync::unmodelled::{Arc, AtomicU64, Weak};
 
 /// A clock read with a single atomic load: a background thread stores the
 /// monotonic time every `resolution`.

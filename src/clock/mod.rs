@@ -81,7 +81,7 @@ impl<C: Clock + ?Sized> Clock for &C {
     }
 }
 
-impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
+impl<C: Clock + ?Sized> Clock for crate::sync::unmodelled::Arc<C> {
     #[inline]
     fn now_nanos(&self) -> u64 {
         (**self).now_nanos()

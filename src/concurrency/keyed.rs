@@ -23,14 +23,13 @@
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::num::NonZeroUsize;
-use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 
 use super::{InFlightError, LimitError, counter};
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
 
 /// At most `max` units of work in flight per key, and optionally at most
 /// `max_keys` keys with work in flight.

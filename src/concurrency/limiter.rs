@@ -1,11 +1,6 @@
 //! `ConcurrencyLimiter`: at most `max` units in flight, in one cache-padded
 //! atomic word.
 
-// Owned permits hold std's `Arc` even under loom: a method receiver
-// (`self: &Arc<Self>`) must be std's, and the reference count is not what the
-// models check.
-use std::sync::Arc;
-
 use crossbeam_utils::CachePadded;
 
 use super::counter;
@@ -13,6 +8,10 @@ use super::counter;
 use super::wait::Waiters;
 use super::{InFlightError, LimitError, OwnedPermit, Permit};
 use crate::sync::{AtomicU64, Ordering};
+// Owned permits hold std's `Arc` even under loom: a method receiver
+// (`self: &Arc<Self>`) must be std's, and the reference count is not what the
+// models check.
+use crate::sync::unmodelled::Arc;
 
 /// The ordering of a release's subtraction. With async waiting compiled in
 /// it is one half of the `SeqCst` handshake in `wait.rs`; without it,

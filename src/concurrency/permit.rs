@@ -8,9 +8,9 @@
 //! still allows for whoever means it.
 
 use std::fmt;
-use std::sync::Arc;
 
 use super::ConcurrencyLimiter;
+use crate::sync::unmodelled::Arc;
 
 /// Units in flight on a [`ConcurrencyLimiter`], borrowed from it; dropping
 /// the permit returns them.

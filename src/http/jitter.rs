@@ -7,10 +7,10 @@
 //! `retry::JitterGenerator`, shared with the client-side retry planner.
 
 use std::fmt;
-use std::sync::Arc;
 
 use crate::retry::JitterGenerator;
 use crate::retry::jitter::scale_fraction;
+use crate::sync::unmodelled::Arc;
 
 /// A bounded, non-negative addition to advertised `t` values, in whole
 /// seconds.

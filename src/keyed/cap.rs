@@ -13,7 +13,7 @@
 //! `loom-tests/` run this very code (the dashmap tables around it are not
 //! loom-aware; a model stands in for them).
 
-use crate::sync::{AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicUsize, Mutex, MutexGuard, Ordering, lock};
 
 /// The count of keys a table holds, bounded by `max_keys`, and the sweep
 /// schedule at the cap.
@@ -34,12 +34,12 @@ pub struct KeyCap {
 }
 
 /// A new key's place under the cap, taken before its bucket is inserted and
-/// given back when dropped unless [`Place::keep`] says the bucket went in.
+/// released when dropped unless [`Place::keep`] says the bucket went in.
 /// A key's own code (`Clone`, `Hash`, `Eq`) runs in between and may panic:
 /// without this, each such panic would leave a count for a key that is not
 /// there, and enough of them would fill the cap for good.
 #[derive(Debug)]
-#[must_use = "a place dropped without `keep` is given back"]
+#[must_use = "a place dropped without `keep` is released"]
 pub struct Place<'a>(&'a AtomicUsize);
 
 impl Place<'_> {
@@ -140,11 +140,9 @@ impl KeyCap {
         self.keys.fetch_sub(dropped, Ordering::AcqRel);
     }
 
-    fn lock_sweeps(&self) -> crate::sync::MutexGuard<'_, u64> {
+    fn lock_sweeps(&self) -> MutexGuard<'_, u64> {
         // A sweep that panicked (a key's `Drop` may) left the schedule
         // whole: a plain number, written before the sweep starts.
-        self.sweeps
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.sweeps)
     }
 }

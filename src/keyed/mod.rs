@@ -11,7 +11,6 @@ mod tiers;
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
@@ -27,6 +26,7 @@ pub use cap::{KeyCap, Place};
 
 use crate::hierarchy::Taken;
 use crate::state::{Admission, Tat};
+use crate::sync::AtomicU64;
 use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, DefaultClock, Quota};
 #[cfg(not(tollgate_loom))]

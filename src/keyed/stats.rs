@@ -1,7 +1,7 @@
 //! What a keyed limiter's table holds and has dropped: kept off the
 //! decision path, so reading it costs a decision nothing.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 /// A snapshot of a [`KeyedLimiter`](crate::KeyedLimiter)'s key table, from
 /// [`table_stats`](crate::KeyedLimiter::table_stats).

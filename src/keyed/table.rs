@@ -5,7 +5,6 @@
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
 use dashmap::mapref::entry::{Entry, VacantEntry};
@@ -14,6 +13,7 @@ use dashmap::mapref::one::Ref;
 use super::cap::Place;
 use super::{AtCapacity, KeyedLimiter};
 use crate::state::{Admission, Tat};
+use crate::sync::{AtomicU64, Ordering};
 use crate::{AcquireError, Clock};
 
 /// A key table: one bucket state per stored key.

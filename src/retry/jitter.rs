@@ -19,8 +19,9 @@
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::sync::{AtomicU64, Ordering};
 
 /// The splitmix64 step: the fractional part of the golden ratio, odd, so
 /// the counter visits every `u64` once per period.

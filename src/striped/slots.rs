@@ -19,7 +19,7 @@ use crate::sync::{AtomicU64, Ordering};
 /// A stripe's leased slots and the one refill or flush acting on them.
 #[derive(Debug)]
 pub(super) struct Slots {
-    /// The first slot not yet spent, expired or given back. It only grows,
+    /// The first slot not yet spent, expired or returned. It only grows,
     /// and every change makes it larger, so a take whose compare-and-swap
     /// on it succeeds knows that no other take and no flush came between its
     /// load and its swap.
@@ -33,8 +33,8 @@ pub(super) struct Slots {
     floor: AtomicU64,
     /// Non-zero while a thread holds the [`Claim`].
     claimed: AtomicU64,
-    /// The last lease's tokens not yet given back, and its reading: the
-    /// receipt a flush gives back against. Accessed only under the claim.
+    /// The last lease's tokens not yet returned, and its reading: the
+    /// receipt a flush returns them against. Accessed only under the claim.
     granted: AtomicU64,
     at: AtomicU64,
 }
@@ -60,13 +60,13 @@ pub(super) enum Take {
 #[derive(Debug)]
 pub(super) struct Claim<'a>(&'a Slots);
 
-/// What [`Claim::drain`] took out of the pool, with the receipt to give it
-/// back against.
+/// What [`Claim::drain`] took out of the pool, with the receipt to return
+/// it against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Drained {
     /// Tokens taken out that the last lease can account for.
     pub(super) tokens: u64,
-    /// That lease's tokens not given back before this drain.
+    /// That lease's tokens not returned before this drain.
     pub(super) granted: u64,
     /// That lease's reading.
     pub(super) at: u64,

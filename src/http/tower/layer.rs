@@ -5,7 +5,6 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -24,6 +23,7 @@ use crate::HierarchyError;
 use crate::http::fields::{RATELIMIT, RATELIMIT_POLICY, rate_limit_policy_value, rate_limit_value};
 use crate::http::problem::client_error;
 use crate::http::{Jitter, PartitionKeys, RateLimitPolicy, Refusal, ServiceLimit, delay_seconds};
+use crate::sync::unmodelled::Arc;
 
 /// The body of the layer's responses: its own refusals (`Left`) or the
 /// inner service's body (`Right`).

@@ -4,7 +4,6 @@
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -14,6 +13,7 @@ use super::CostError;
 use super::shared::{SharedBound, SharedSource};
 use crate::http::{PartitionKey, PartitionKeys, PolicyName, RateLimitPolicy};
 use crate::shared::{KeyedAllowance, Store};
+use crate::sync::unmodelled::Arc;
 use crate::{AcquireError, Clock, KeyedLimiter, Limit, Quota, TokenBucket};
 
 /// What the layer does with a request from which a rule cannot extract a

@@ -5,13 +5,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use http::request::Parts;
 
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
 use crate::shared::{KeyedAllowance, KeyedReceipt, Store};
+use crate::sync::unmodelled::Arc;
 use crate::{AcquireError, Quota};
 
 /// A shared admission's receipt, its store type erased.

@@ -6,13 +6,13 @@
 //! call that never answers costs its own requests their timeout and
 //! never delays the batches after it.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::shared::{Grant, Lease, Store};
+use crate::sync::unmodelled::Arc;
 
 /// The most requests one `acquire_many` carries: bounds one call's size
 /// (and its reply) whatever the number of hot keys.
@@ -125,7 +125,7 @@ async fn send_batches<S: Store>(
 /// answer within `timeout` is dropped: its requesters see no answer, a
 /// failure that may have debited, as any timed-out call. A grant whose
 /// requester stopped waiting (its refill timed out or was cancelled) is
-/// given back by the one rule instead of being stranded.
+/// returned to the store instead of being stranded.
 async fn send_batch<S: Store>(store: Arc<S>, batch: Vec<Request<S::Error>>, timeout: Duration) {
     let asks: Vec<(&str, u64)> = batch.iter().map(|r| (r.key.as_str(), r.want)).collect();
     let Ok(outcomes) = tokio::time::timeout(timeout, store.acquire_many(&asks)).await else {

@@ -2,13 +2,12 @@
 //! nothing, that no cancellation can turn into lost or minted tokens.
 //!
 //! `Store::acquire` grants *up to* what it is asked. A cold request needs
-//! its whole cost or nothing, so a grant short of it is given back at once
-//! by the one rule (`Store::release` against its receipt) and the request
-//! is refused. The call runs as its own task, so a caller that stops
+//! its whole cost or nothing, so a grant short of it is returned to the
+//! store at once (`Store::release` against its receipt, by the one rule)
+//! and the request is refused. The call runs as its own task, so a caller that stops
 //! waiting (a timeout, a dropped future) does not abandon a grant in
-//! flight: the task gives back whatever nobody will admit.
+//! flight: the task returns whatever nobody will admit.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -17,14 +16,15 @@ use tokio::sync::oneshot;
 use super::stats::Counters;
 use crate::shared::allowance::add;
 use crate::shared::{Lease, Store};
+use crate::sync::unmodelled::Arc;
 
 /// What the store decided on a cold request.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Decided {
-    /// The whole cost was debited; the receipt covers what may be given
-    /// back should nobody admit it.
+    /// The whole cost was debited; the receipt covers what may be returned
+    /// should nobody admit it.
     Granted(Lease),
-    /// Fewer tokens than the cost (already given back).
+    /// Fewer tokens than the cost (already returned).
     Refused {
         /// Tokens the store had (and granted, and got back).
         had: u64,
@@ -40,7 +40,7 @@ pub(crate) enum Decided {
     Failed { unavailable: bool },
 }
 
-/// The store, the key and the books a cold call and its give-backs need,
+/// The store, the key and the books a cold call and its returns need,
 /// owned so that they outlive the caller.
 pub(crate) struct ColdKey<S: Store> {
     pub(crate) store: Arc<S>,
@@ -50,8 +50,8 @@ pub(crate) struct ColdKey<S: Store> {
 }
 
 /// A cold call in flight. Dropping it before its answer was taken (the
-/// caller's future cancelled) gives a grant that arrived, or arrives
-/// later, back to the store.
+/// caller's future cancelled) returns a grant that arrived, or arrives
+/// later, to the store.
 pub(crate) struct ColdCall<S: Store> {
     reply: oneshot::Receiver<Decided>,
     key: Arc<ColdKey<S>>,
@@ -92,13 +92,13 @@ impl<S: Store> Drop for ColdCall<S> {
             return;
         }
         // Closed first: from now on the task cannot hand a grant over and
-        // gives it back itself; one handed over before is given back here.
+        // returns it itself; one handed over before is returned here.
         self.reply.close();
         if let Ok(Decided::Granted(lease)) = self.reply.try_recv() {
             let key = Arc::clone(&self.key);
             let cost = self.cost;
             self.runtime
-                .spawn(async move { give_back(&key, lease, cost).await });
+                .spawn(async move { return_to_store(&key, lease, cost).await });
         }
     }
 }
@@ -129,13 +129,13 @@ async fn decide<S: Store>(key: Arc<ColdKey<S>>, cost: u64, reply: oneshot::Sende
     add(&key.counters.stranded, grant.tokens - kept);
     if kept == cost {
         if let Err(Decided::Granted(lease)) = reply.send(Decided::Granted(lease)) {
-            give_back(&key, lease, kept).await;
+            return_to_store(&key, lease, kept).await;
         }
         return;
     }
-    // Given back before the refusal is told, so a caller who sees it sees
+    // Returned before the refusal is told, so a caller who sees it sees
     // the store as it left it.
-    give_back(&key, lease, kept).await;
+    return_to_store(&key, lease, kept).await;
     add(&key.counters.cold_refused, 1);
     let _ = reply.send(Decided::Refused {
         had: kept,
@@ -162,11 +162,12 @@ pub(crate) fn wait_for(
     first_token.saturating_add(rest)
 }
 
-/// Gives back `tokens` nobody will admit against their receipt `lease`,
-/// by the one rule, once; returns the tokens the store confirmed taking
-/// back (the rule may keep part of them). What the receipt does not cover,
-/// or a return that fails, is stranded.
-pub(super) async fn give_back<S: Store>(key: &ColdKey<S>, lease: Lease, tokens: u64) -> u64 {
+/// Returns `tokens` nobody will admit to the store against their receipt
+/// `lease`, once (the store credits them by the one rule); the result is
+/// the tokens the store confirmed taking back (the rule may keep part of
+/// them). What the receipt does not cover, or a return that fails, is
+/// stranded.
+pub(super) async fn return_to_store<S: Store>(key: &ColdKey<S>, lease: Lease, tokens: u64) -> u64 {
     add(&key.counters.stranded, tokens - lease.granted);
     if lease.granted == 0 {
         return 0;

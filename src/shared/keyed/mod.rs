@@ -13,7 +13,6 @@ mod store_key;
 mod table;
 
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -24,6 +23,7 @@ use crate::shared::pacing::{self, MIN_PAUSE};
 use crate::shared::{
     AllowanceConfig, AllowanceError, FailurePolicy, LocalAllowance, Source, Store,
 };
+use crate::sync::unmodelled::{Arc, Weak};
 use crate::{AcquireError, KeyedLimiter};
 use batch::Batched;
 use cold::{ColdCall, ColdKey, Decided};
@@ -43,7 +43,7 @@ use table::Table;
 /// idle keys strand no tokens. **Hot keys** — those whose demand on this
 /// node reaches [`hot_at`](KeyedAllowanceConfig::hot_at) tokens a second —
 /// get a lease pool ([`LocalAllowance`]'s, one compare-and-swap per
-/// request), given back when their demand falls below
+/// request), returned to the store when their demand falls below
 /// [`cold_below`](KeyedAllowanceConfig::cold_below). Local state is
 /// bounded by a key cap, a byte bound and a cap on hot keys; idle keys are
 /// forgotten, and forgetting a key never gives it fresh credit, since the
@@ -259,9 +259,9 @@ impl<S: Store> KeyedAllowance<S> {
     /// [`LocalAllowance::acquire`]; a cold key is one store decision for
     /// exactly `cost` (bounded by the store timeout, whatever `max_wait`),
     /// asked again after the store's wait (spread by jitter, at most 1 s at
-    /// a time) while that wait fits in `max_wait`. A grant short of the cost is given back at once by the
-    /// one rule and the request refused: never half-used. Cancelling the
-    /// future gives back a grant it had not yet admitted.
+    /// a time) while that wait fits in `max_wait`. A grant short of the cost is returned to the store at once
+    /// and the request refused: never half-used. Cancelling the future
+    /// returns a grant it had not yet admitted.
     ///
     /// An admission is [`Source::Lease`] whether it came from the key's
     /// pool or from a cold decision: either way a grant of the store,
@@ -386,8 +386,8 @@ impl<S: Store> KeyedAllowance<S> {
         }
     }
 
-    /// Gives every hot key's unused tokens back to the store and makes the
-    /// keys cold; returns how many tokens were given back. Keys become hot
+    /// Returns every hot key's unused tokens to the store and makes the
+    /// keys cold; the result is how many the store took back. Keys become hot
     /// again as their demand is measured: this does not close the
     /// allowance.
     ///

@@ -3,14 +3,13 @@
 //! refill, so a store that is down is not asked once per request by every
 //! cold key of the node.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::retry::JitterGenerator;
 use crate::shared::pacing;
+use crate::sync::{AtomicBool, Mutex, Ordering, lock};
 
 /// The node's view of its store for cold keys.
 #[derive(Debug)]
@@ -44,13 +43,13 @@ impl Outage {
     /// Whether cold calls are held back now: the failure policy answers
     /// without asking the store.
     pub(crate) fn in_force(&self) -> bool {
-        self.down.load(Ordering::Acquire) && Instant::now() < crate::sync::lock(&self.state).until
+        self.down.load(Ordering::Acquire) && Instant::now() < lock(&self.state).until
     }
 
     /// A cold call failed: hold cold calls back for a backoff that doubles
     /// with each failure in a row (`pacing::failure_backoff`, spread).
     pub(crate) fn failed(&self, lease_period: Duration) {
-        let mut state = crate::sync::lock(&self.state);
+        let mut state = lock(&self.state);
         state.failures = state.failures.saturating_add(1);
         let backoff = pacing::failure_backoff(lease_period, state.failures);
         let pause = pacing::spread(backoff, pacing::MAX_PAUSE, &mut state.jitter);
@@ -61,7 +60,7 @@ impl Outage {
     /// A cold call got an answer: the store is up.
     pub(crate) fn answered(&self) {
         if self.down.swap(false, Ordering::AcqRel) {
-            crate::sync::lock(&self.state).failures = 0;
+            lock(&self.state).failures = 0;
         }
     }
 }

@@ -2,13 +2,13 @@
 //! to give it back.
 
 use std::fmt;
-use std::sync::{Arc, Weak};
 
 use super::Inner;
 use super::batch::Batched;
-use super::cold::{ColdKey, give_back};
+use super::cold::{ColdKey, return_to_store};
 use crate::shared::allowance::add;
 use crate::shared::{Lease, LocalAllowance, Source, Store};
+use crate::sync::unmodelled::{Arc, Weak};
 
 /// A hot key's lease pool.
 pub(super) type Pool<S> = LocalAllowance<Batched<S>>;
@@ -174,7 +174,7 @@ impl<S: Store> KeyedReceipt<S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn undo(self) -> u64 {
-        match self.give_back_locally() {
+        match self.undo_locally() {
             Ok(given) => given,
             Err(to_store) => to_store.send().await,
         }
@@ -185,14 +185,14 @@ impl<S: Store> KeyedReceipt<S> {
     /// (for callers that cannot await, such as a response's completion).
     pub(crate) fn undo_in_background(self) {
         let runtime = self.inner.runtime.clone();
-        if let Err(to_store) = self.give_back_locally() {
+        if let Err(to_store) = self.undo_locally() {
             runtime.spawn(to_store.send());
         }
     }
 
-    /// Gives back what needs no store call, returning the tokens given;
+    /// Undoes what needs no store call, returning the tokens given back;
     /// or the return to the store still to make.
-    fn give_back_locally(self) -> Result<u64, StoreReturn<S>> {
+    fn undo_locally(self) -> Result<u64, StoreReturn<S>> {
         let KeyedReceipt {
             inner,
             name,
@@ -259,7 +259,7 @@ struct StoreReturn<S: Store> {
 
 impl<S: Store> StoreReturn<S> {
     async fn send(self) -> u64 {
-        give_back(&self.key, self.lease, self.tokens).await
+        return_to_store(&self.key, self.lease, self.tokens).await
     }
 }
 

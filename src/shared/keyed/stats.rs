@@ -1,6 +1,6 @@
 //! A keyed allowance's counters, kept off the hot path.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 use crate::shared::AllowanceStats;
 
@@ -35,10 +35,10 @@ pub struct KeyedAllowanceStats {
     /// key had no token until later.
     pub refused_locally: u64,
     /// Tokens of grants short of the cost, of grants whose caller had
-    /// gone, or of undone cold receipts, given back to the store.
+    /// gone, or of undone cold receipts, returned to the store.
     pub returned: u64,
     /// Tokens debited at the store that this node will never admit nor
-    /// give back: a cold grant's excess over the ask, a failed return, and
+    /// return: a cold grant's excess over the ask, a failed return, and
     /// tokens receipts gave back to a hot key's pool that went before they
     /// were spent (or undone after it went).
     pub stranded: u64,

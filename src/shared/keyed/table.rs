@@ -1,8 +1,6 @@
 //! The keys a keyed allowance tracks: each one's measured demand and, for
 //! hot keys, its lease pool; bounded in keys, bytes and hot keys.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -21,6 +19,8 @@ use crate::clock::saturating_nanos;
 use crate::shared::allowance::add;
 use crate::shared::pacing;
 use crate::shared::{AllowanceStats, LocalAllowance, Source, Store};
+use crate::sync::unmodelled::{Arc, Weak};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 /// The fewest samples a key keeps its pool once installed (1 s at the
 /// default `sample_every`): a promotion costs a lease and a demotion a

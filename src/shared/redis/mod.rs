@@ -18,7 +18,6 @@ mod scale;
 
 use std::fmt;
 use std::future::Future;
-use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
 use ::redis::{Cmd, RedisError, Script, Value};
@@ -27,6 +26,7 @@ pub use self::config::RedisConfig;
 pub use self::connection::RedisConnection;
 use self::scale::{EPOCH_UNIX_SECS, Scale};
 use super::store::{Grant, Lease, Store, refill_interval};
+use crate::sync::unmodelled::LazyLock;
 use crate::{InitialCredit, Quota};
 
 // Loaded by hash: each call is an EVALSHA and, on a NOSCRIPT reply (a

@@ -1,5 +1,5 @@
-//! Which stripe of a per-thread structure this thread uses: a small id per
-//! live thread, recycled when the thread exits.
+//! Thread ids: a small id per live thread, recycled when the thread exits,
+//! and the stripe of a per-thread structure that id picks.
 //!
 //! Hand-written rather than taken from the `thread_local` crate: its slot
 //! creation panics when reached from a thread-local destructor once its own
@@ -9,11 +9,10 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::Mutex;
 
-use crate::sync::lock;
+use crate::sync::unmodelled::{Mutex, lock, thread_local};
 
-/// Ids handed out so far, and those given back by exited threads.
+/// Ids handed out so far, and those released by exited threads.
 struct Ids {
     next: usize,
     /// Smallest first, so live threads keep the lowest ids and per-thread
@@ -26,7 +25,7 @@ static IDS: Mutex<Ids> = Mutex::new(Ids {
     free: BinaryHeap::new(),
 });
 
-/// A thread's id, given back when the thread's thread-locals are destroyed.
+/// A thread's id, released when the thread's thread-locals are destroyed.
 struct Held(usize);
 
 impl Drop for Held {
@@ -53,15 +52,15 @@ thread_local! {
 /// under, so it sees everything this one wrote while holding it. `None`
 /// while the thread's thread-locals are being destroyed.
 #[inline]
-pub(crate) fn id() -> Option<usize> {
+pub(crate) fn current() -> Option<usize> {
     ID.try_with(|held| held.0).ok()
 }
 
 /// This thread's stripe among `stripes` (at least 1): live threads spread
 /// evenly, and a thread always lands on the same stripe.
 #[inline]
-pub(crate) fn of(stripes: usize) -> usize {
-    id().unwrap_or(0) % stripes
+pub(crate) fn stripe(stripes: usize) -> usize {
+    current().unwrap_or(0) % stripes
 }
 
 #[cfg(test)]
@@ -69,13 +68,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn live_threads_have_distinct_ids_and_exited_ones_give_theirs_back() {
+    fn live_threads_have_distinct_ids_and_exited_ones_release_theirs() {
         let barrier = std::sync::Barrier::new(4);
         let ids: Vec<usize> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..4)
                 .map(|_| {
                     s.spawn(|| {
-                        let id = id().expect("a live thread has an id");
+                        let id = current().expect("a live thread has an id");
                         barrier.wait(); // all four alive at once
                         id
                     })
@@ -87,12 +86,12 @@ mod tests {
         distinct.sort_unstable();
         distinct.dedup();
         assert_eq!(distinct.len(), 4, "{ids:?}");
-        // Exited threads give their ids back: a hundred threads, one after
+        // Exited threads release their ids: a hundred threads, one after
         // the other, take far fewer than a hundred new ones (other tests'
         // threads may take some meanwhile).
         let before = lock(&IDS).next;
         for _ in 0..100 {
-            std::thread::spawn(|| id().unwrap()).join().unwrap();
+            std::thread::spawn(|| current().unwrap()).join().unwrap();
         }
         let grown = lock(&IDS).next - before;
         assert!(grown < 50, "{grown} new ids for 100 threads in turn");

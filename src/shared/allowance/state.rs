@@ -1,0 +1,149 @@
+//! What one allowance's handle, refill task and returns share: the pool,
+//! the hints it refuses with, the failure policy's state, and the books.
+
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+
+use super::stats::{Stats, add};
+use super::{AllowanceConfig, FailurePolicy, Source};
+use crate::shared::pacing::{MIN_PAUSE, Pacer};
+use crate::shared::pool::LeasePool;
+use crate::shared::{Lease, Store};
+use crate::sync::unmodelled::Arc;
+use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering, lock};
+use crate::{AcquireError, TokenBucket};
+
+/// The most tokens a pool can hold (`LeasePool` counts in 63 bits): a lease
+/// asks for at most what still fits.
+pub(super) const POOL_LIMIT: u64 = u64::MAX >> 1;
+
+/// One allowance: what its handle, its refill task and its returns share.
+#[derive(Debug)]
+pub(super) struct Inner<S: Store> {
+    pub(super) store: Arc<S>,
+    pub(super) key: String,
+    pub(super) config: AllowanceConfig,
+    pub(super) pool: LeasePool,
+    /// Refill when the pool falls below this (half the last lease size).
+    pub(super) low_water: AtomicU64,
+    /// The largest cost a call can ever be served: `max_lease`, the store's
+    /// capacity once a grant has told it, and what a pool can hold.
+    pub(super) largest_cost: AtomicU64,
+    /// Smoothed local demand, tokens per second: an `f64`'s bits.
+    pub(super) demand: AtomicU64,
+    /// Whether the last store call failed with the store unreachable:
+    /// failure policy in force.
+    pub(super) degraded: AtomicBool,
+    /// Whether the last store call was refused for this key
+    /// ([`Store::unavailable`] false): callers the pool cannot serve get
+    /// [`AcquireError::StoreRefused`], never the failure policy.
+    pub(super) refused: AtomicBool,
+    /// How long a denied caller should wait, in nanoseconds: the store's
+    /// last `retry_after`, or the last refill's duration.
+    pub(super) retry_hint: AtomicU64,
+    pub(super) fallback: Option<TokenBucket>,
+    /// The largest cost a caller found the pool short of since the last
+    /// lease: the next lease asks for at least that, so a call costing more
+    /// than the demand-sized lease is not refused forever.
+    pub(super) shortfall: AtomicU64,
+    /// Woken whenever a refill ends, for callers of `acquire`.
+    pub(super) landed: tokio::sync::Notify,
+    pub(super) runtime: Handle,
+    /// Cold-path state: the last lease (for returns), demand sampling.
+    pub(super) books: Mutex<Books>,
+    pub(super) stats: Stats,
+}
+
+/// The cold-path state a lock guards: read and written by refills and
+/// returns, never by an admission.
+#[derive(Debug)]
+pub(super) struct Books {
+    pub(super) last_lease: Lease,
+    /// The next lease request waits until then: after a scarce grant, the
+    /// shared budget is exhausted or nearly so, and asking again at once
+    /// would cost a round trip per trickle of refill; after a failure, the
+    /// store is down, and asking at once would cost one per request.
+    pub(super) next_refill: tokio::time::Instant,
+    /// Failed refills in a row.
+    pub(super) failures: u32,
+    /// When to ask again after a scarce grant (short, or leaving the key
+    /// nearly empty) or a failure.
+    pub(super) pacer: Pacer,
+    /// When demand was last sampled (on tokio's clock, which tests can
+    /// pause), and the tokens spent by then.
+    pub(super) sampled_at: tokio::time::Instant,
+    pub(super) spent_by_then: u64,
+}
+
+impl<S: Store> Inner<S> {
+    /// An allowance of `key` with an empty pool, whose refills and returns
+    /// run on `runtime`.
+    pub(super) fn new(
+        store: Arc<S>,
+        key: String,
+        config: AllowanceConfig,
+        runtime: Handle,
+    ) -> Self {
+        let fallback = match config.on_failure {
+            FailurePolicy::Fallback(quota) => Some(TokenBucket::new(quota)),
+            FailurePolicy::Closed | FailurePolicy::Open => None,
+        };
+        Inner {
+            store,
+            key,
+            config,
+            pool: LeasePool::new(),
+            low_water: AtomicU64::new(config.min_lease.div_ceil(2)),
+            largest_cost: AtomicU64::new(config.max_lease.min(POOL_LIMIT)),
+            demand: AtomicU64::new(0.0_f64.to_bits()),
+            degraded: AtomicBool::new(false),
+            refused: AtomicBool::new(false),
+            retry_hint: AtomicU64::new(0),
+            fallback,
+            shortfall: AtomicU64::new(0),
+            landed: tokio::sync::Notify::new(),
+            runtime,
+            books: Mutex::new(Books {
+                last_lease: Lease::NONE,
+                next_refill: tokio::time::Instant::now(),
+                failures: 0,
+                pacer: Pacer::new(config.max_lease),
+                sampled_at: tokio::time::Instant::now(),
+                spent_by_then: 0,
+            }),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The refusal or admission for a caller the pool could not serve.
+    #[cold]
+    pub(super) fn when_short(&self, cost: u64) -> Result<Source, AcquireError> {
+        if self.refused.load(Ordering::Acquire) {
+            return Err(AcquireError::StoreRefused);
+        }
+        if !self.degraded.load(Ordering::Acquire) {
+            // Never zero: a refused caller told to retry at once would spin.
+            let hint = Duration::from_nanos(self.retry_hint.load(Ordering::Relaxed));
+            return Err(AcquireError::Insufficient {
+                retry_after: hint.max(MIN_PAUSE),
+            });
+        }
+        match (self.config.on_failure, &self.fallback) {
+            (FailurePolicy::Open, _) => {
+                add(&self.stats.failed_open, cost);
+                Ok(Source::FailedOpen)
+            }
+            (FailurePolicy::Fallback(_), Some(bucket)) => {
+                bucket.try_acquire(cost)?;
+                add(&self.stats.fallback, cost);
+                Ok(Source::Fallback)
+            }
+            _ => Err(AcquireError::StoreUnavailable),
+        }
+    }
+
+    pub(super) fn lock_books(&self) -> MutexGuard<'_, Books> {
+        lock(&self.books)
+    }
+}
