@@ -31,6 +31,8 @@
 //!   never mints credit ([`docs/semantics.md`](crate::guide::semantics), "Giving back");
 //! - [`StripedBucket`]: one hot bucket shared by many threads through
 //!   per-thread pools;
+//! - [`window`]: "N per window" limits, fixed and sliding, each in one
+//!   atomic word;
 //! - [`concurrency`]: limits on work in flight, with RAII permits;
 //! - [`shared`]: a budget shared by many nodes through a store (in-process,
 //!   or Redis with feature `redis`), served from local allowances;
@@ -69,6 +71,7 @@ mod sync;
 mod timeline;
 #[cfg(feature = "tokio")]
 mod waiting;
+pub mod window;
 
 pub use bucket::TokenBucket;
 pub use clock::{Clock, CoarseClock, DefaultClock, ManualClock, MonotonicClock, TscClock};
@@ -83,6 +86,7 @@ pub use keyed::{KeyCap, Place};
 pub use quota::{InitialCredit, Quota};
 pub use receipt::Receipt;
 pub use striped::StripedBucket;
+pub use window::{FixedWindow, SlidingWindow, WindowLimit, WindowQuota, WindowReceipt};
 
 /// Compiles and runs the README's examples as doc tests, so the quickstart
 /// cannot drift from the API.
