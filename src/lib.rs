@@ -33,6 +33,7 @@
 //!   per-thread pools;
 //! - [`window`]: "N per window" limits, fixed and sliding, each in one
 //!   atomic word;
+//! - [`Pacer`]: requests started evenly spaced, behind a bounded queue;
 //! - [`concurrency`]: limits on work in flight, with RAII permits;
 //! - [`shared`]: a budget shared by many nodes through a store (in-process,
 //!   or Redis with feature `redis`), served from local allowances;
@@ -60,6 +61,7 @@ mod hierarchy;
 pub mod http;
 pub mod identity;
 mod keyed;
+mod pacer;
 mod quota;
 mod receipt;
 pub mod retry;
@@ -83,6 +85,7 @@ pub use keyed::{AtCapacity, KeyLimit, KeyTableStats, KeyedBuilder, KeyedLimiter,
 #[cfg(tollgate_loom)]
 #[doc(hidden)]
 pub use keyed::{KeyCap, Place};
+pub use pacer::Pacer;
 pub use quota::{InitialCredit, Quota};
 pub use receipt::Receipt;
 pub use striped::StripedBucket;
