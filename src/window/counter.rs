@@ -25,7 +25,8 @@ use crate::{AcquireError, Clock, DefaultClock, QuotaError};
 ///   [`retry_after`](Self::retry_after) at the load (or failed
 ///   compare-and-swap) whose word they decided on;
 /// - a [`WindowReceipt`](super::WindowReceipt)'s undo at its successful
-///   compare-and-swap, or at the load that showed the window had moved on.
+///   compare-and-swap, or at the load that (with its clock reading) showed
+///   the window had ended.
 ///
 /// ```
 /// use std::time::Duration;
@@ -144,7 +145,7 @@ impl<K: WindowKind, C: Clock> WindowCounter<K, C> {
     /// Gives back `cost` counted in window `index`, by the rule of
     /// `WindowState::give_back`.
     pub(crate) fn give_back(&self, index: u64, cost: u64) {
-        self.state.give_back(&self.frame, index, cost);
+        self.state.give_back(&self.frame, index, cost, self.now());
     }
 
     /// How long until `cost` would be admitted, zero if it would be now.

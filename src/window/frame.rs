@@ -140,12 +140,6 @@ impl<K: WindowKind> Frame<K> {
         (view.index << self.index_shift) | prev | (view.cur + cost)
     }
 
-    /// The window index a word shows.
-    #[inline]
-    pub(crate) fn index_of(&self, word: u64) -> u64 {
-        word >> self.index_shift
-    }
-
     /// `word` with `cost` less in its current count (at most what is there).
     #[inline]
     pub(crate) fn less(&self, word: u64, cost: u64) -> (u64, u64) {

@@ -67,11 +67,11 @@ impl<P: Deref<Target: WindowLimit>> WindowLimit for P {}
 
 /// Units one admission counted in a window, and the only way to give them
 /// back, which never mints: [`undo`](Self::undo) takes them off the window's
-/// count while the counter is still in the window they were counted in (the
-/// word shows it: exactly as if they had never been admitted), and gives
-/// back nothing once that window has ended. Never more than was taken, and
-/// never into a later window ([`docs/semantics.md`](crate::guide::semantics),
-/// "Windows").
+/// count while the window they were counted in lasts (exactly: as if they
+/// had never been admitted), and gives back nothing once it has ended, by
+/// the limiter's clock or because a later decision has moved the counter
+/// on. Never more than was taken, and never into a later window
+/// ([`docs/semantics.md`](crate::guide::semantics), "Windows").
 ///
 /// A receipt undoes once (`undo` consumes it) and only on the counter that
 /// admitted it (it holds that counter). Dropping it keeps the units

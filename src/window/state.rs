@@ -53,19 +53,29 @@ impl WindowState {
         frame.view(self.0.load(Ordering::Acquire), at)
     }
 
-    /// Gives back `cost` admitted in window `index`: the one rule by which a
-    /// window counter's credit flows back. Only while the word still shows
-    /// that window, and never more than its count holds; then the word is
-    /// what it would be had the admission not happened (counts only add up
-    /// within a window, and the window never comes back), so nothing is
-    /// minted. Once the word has moved on, the window's budget is gone with
-    /// it and nothing goes back: not into the next window, and not into a
-    /// sliding window's previous count, which later windows weigh. Returns
-    /// what was given back.
-    pub(crate) fn give_back<K: WindowKind>(&self, frame: &Frame<K>, index: u64, cost: u64) -> u64 {
+    /// Gives back `cost` admitted in window `index`, at `at` nanoseconds
+    /// since window 0: the one rule by which a window counter's credit flows
+    /// back. Only while that window lasts (by the reading, and by the word:
+    /// once a later window shows in either, the window has ended), and never
+    /// more than its count holds. Then the word is what it would be had the
+    /// admission not happened: counts only add up within a window, and the
+    /// word never returns to a window it left, so nothing is minted. Once
+    /// the window has ended its budget is gone with it and nothing goes
+    /// back: not into the next window, and not out of a sliding window's
+    /// previous count, which the rolling window still covers. Returns what
+    /// was given back.
+    pub(crate) fn give_back<K: WindowKind>(
+        &self,
+        frame: &Frame<K>,
+        index: u64,
+        cost: u64,
+        at: u64,
+    ) -> u64 {
         let mut word = self.0.load(Ordering::Acquire);
         loop {
-            if frame.index_of(word) != index {
+            // The word's window is at least the receipt's (it never moves
+            // back), and the view's at least the word's and the reading's.
+            if frame.view(word, at).index != index {
                 return 0;
             }
             let (next, taken) = frame.less(word, cost);
