@@ -152,6 +152,19 @@ pub enum AcquireError {
 }
 
 impl AcquireError {
+    /// Refuses a cost of zero and a cost above `capacity`, which no
+    /// decision can admit: the input checks every limiter makes first.
+    #[inline]
+    pub(crate) fn check_cost(cost: u64, capacity: u64) -> Result<(), AcquireError> {
+        if cost == 0 {
+            return Err(AcquireError::ZeroCost);
+        }
+        if cost > capacity {
+            return Err(AcquireError::ExceedsCapacity { cost, capacity });
+        }
+        Ok(())
+    }
+
     /// The wait after which the same request would fit, if one exists.
     ///
     /// ```

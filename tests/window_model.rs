@@ -347,16 +347,8 @@ fn run<K: WindowKind>(spec: Spec, sliding: bool, gaps_and_ops: &[(Gap, Op)]) {
     }
 }
 
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: 512,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn a_fixed_window_decides_as_an_exact_fixed_window_counter(

@@ -76,6 +76,17 @@ fn frozen_sliding_windows_admit_exactly_the_limit() {
     frozen_windows_admit_exactly_the_limit::<tollgate::window::Sliding>();
 }
 
+/// Units admitted to `threads` threads racing `ATTEMPTS_PER_THREAD` each.
+fn race_for_units<K: WindowKind>(threads: usize, limiter: &WindowCounter<K, &ManualClock>) -> u64 {
+    race(threads, |_| {
+        (0..ATTEMPTS_PER_THREAD)
+            .map(|_| acquire(limiter, 1))
+            .sum::<u64>()
+    })
+    .into_iter()
+    .sum()
+}
+
 /// Threads racing for the first decisions of a new window roll it once:
 /// exactly the limit is admitted in it, whatever the window before held.
 #[test]
@@ -85,13 +96,7 @@ fn racing_roll_overs_reset_a_fixed_window_once() {
         let limiter = FixedWindow::with_clock(quota(), &clock).unwrap();
         for round in 0..ROUNDS {
             clock.set(WINDOW * round as u32);
-            let admitted: u64 = race(threads, |_| {
-                (0..ATTEMPTS_PER_THREAD)
-                    .map(|_| acquire(&limiter, 1))
-                    .sum::<u64>()
-            })
-            .into_iter()
-            .sum();
+            let admitted = race_for_units(threads, &limiter);
             assert_eq!(admitted, LIMIT, "{threads} threads, round {round}");
         }
     }
@@ -110,13 +115,7 @@ fn racing_roll_overs_carry_a_sliding_window_once() {
             clock.set(WINDOW * (3 * round));
             limiter.try_acquire(LIMIT).unwrap();
             clock.set(WINDOW * (3 * round + 1) + WINDOW / 2);
-            let admitted: u64 = race(threads, |_| {
-                (0..ATTEMPTS_PER_THREAD)
-                    .map(|_| acquire(&limiter, 1))
-                    .sum::<u64>()
-            })
-            .into_iter()
-            .sum();
+            let admitted = race_for_units(threads, &limiter);
             assert_eq!(admitted, LIMIT / 2, "{threads} threads, round {round}");
         }
     }

@@ -104,16 +104,7 @@ impl<K: WindowKind> Frame<K> {
     /// Refuses a cost of zero and a cost no window can hold.
     #[inline]
     pub(crate) fn check_cost(&self, cost: u64) -> Result<(), AcquireError> {
-        if cost == 0 {
-            return Err(AcquireError::ZeroCost);
-        }
-        if cost > self.limit {
-            return Err(AcquireError::ExceedsCapacity {
-                cost,
-                capacity: self.limit,
-            });
-        }
-        Ok(())
+        AcquireError::check_cost(cost, self.limit)
     }
 
     #[inline]
@@ -287,6 +278,15 @@ mod tests {
     use super::*;
     use crate::window::{Fixed, Sliding};
 
+    fn at(index: u64, prev: u64, cur: u64, pos: u64) -> View {
+        View {
+            index,
+            prev,
+            cur,
+            pos,
+        }
+    }
+
     fn frame<K: WindowKind>(limit: u64, window: u64) -> Frame<K> {
         let quota = WindowQuota::new(limit, Duration::from_nanos(window)).unwrap();
         Frame::new(&quota, 0).unwrap()
@@ -295,12 +295,7 @@ mod tests {
     #[test]
     fn a_word_round_trips_through_its_fields() {
         let sliding = frame::<Sliding>(1000, 1_000_000);
-        let view = View {
-            index: 12345,
-            prev: 999,
-            cur: 7,
-            pos: 0,
-        };
+        let view = at(12345, 999, 7, 0);
         let word = sliding.admitted(&view, 3);
         assert_eq!(sliding.unpack(word), (12345, 999, 10));
         let fixed = frame::<Fixed>(1000, 1_000_000);
@@ -337,72 +332,16 @@ mod tests {
     #[test]
     fn views_roll_forward_and_never_back() {
         let sliding = frame::<Sliding>(10, 100);
-        let word = sliding.admitted(
-            &View {
-                index: 5,
-                prev: 4,
-                cur: 6,
-                pos: 0,
-            },
-            0,
-        );
+        let word = sliding.admitted(&at(5, 4, 6, 0), 0);
         let view = |at| sliding.view(word, at);
-        assert_eq!(
-            view(530),
-            View {
-                index: 5,
-                prev: 4,
-                cur: 6,
-                pos: 30
-            }
-        );
-        assert_eq!(
-            view(630),
-            View {
-                index: 6,
-                prev: 6,
-                cur: 0,
-                pos: 30
-            }
-        );
-        assert_eq!(
-            view(730),
-            View {
-                index: 7,
-                prev: 0,
-                cur: 0,
-                pos: 30
-            }
-        );
+        assert_eq!(view(530), at(5, 4, 6, 30));
+        assert_eq!(view(630), at(6, 6, 0, 30));
+        assert_eq!(view(730), at(7, 0, 0, 30));
         // Behind: the word's own window, at its start.
-        assert_eq!(
-            view(130),
-            View {
-                index: 5,
-                prev: 4,
-                cur: 6,
-                pos: 0
-            }
-        );
+        assert_eq!(view(130), at(5, 4, 6, 0));
         let fixed = frame::<Fixed>(10, 100);
-        let word = fixed.admitted(
-            &View {
-                index: 5,
-                prev: 0,
-                cur: 6,
-                pos: 0,
-            },
-            0,
-        );
-        assert_eq!(
-            fixed.view(word, 630),
-            View {
-                index: 6,
-                prev: 0,
-                cur: 0,
-                pos: 30
-            }
-        );
+        let word = fixed.admitted(&at(5, 0, 6, 0), 0);
+        assert_eq!(fixed.view(word, 630), at(6, 0, 0, 30));
     }
 
     #[test]
@@ -410,23 +349,13 @@ mod tests {
         let sliding = frame::<Sliding>(10, 100);
         // prev 10, cur 0 at pos 0: one unit fits once 10·(100 - pos) <= 9·100,
         // at pos 10.
-        let view = View {
-            index: 1,
-            prev: 10,
-            cur: 0,
-            pos: 0,
-        };
+        let view = at(1, 10, 0, 0);
         assert!(!sliding.fits(&view, 1));
         assert_eq!(sliding.wait(&view, 100, 1), Duration::from_nanos(10));
         assert!(sliding.fits(&View { pos: 10, ..view }, 1));
         assert!(!sliding.fits(&View { pos: 9, ..view }, 1));
         // cur 10: the next window, where 10 weighs 10·(100 - pos)/100.
-        let full = View {
-            index: 1,
-            prev: 0,
-            cur: 10,
-            pos: 40,
-        };
+        let full = at(1, 0, 10, 40);
         assert_eq!(sliding.wait(&full, 140, 1), Duration::from_nanos(60 + 10));
         // A fixed window resets at the next.
         let fixed = frame::<Fixed>(10, 100);
@@ -437,32 +366,8 @@ mod tests {
     fn available_counts_the_faded_previous_window_up() {
         let sliding = frame::<Sliding>(10, 100);
         // 10 · 95/100 = 9.5 still counted: 0 left, not 0.5 rounded to 1.
-        assert_eq!(
-            sliding.available(&View {
-                index: 1,
-                prev: 10,
-                cur: 0,
-                pos: 5
-            }),
-            0
-        );
-        assert_eq!(
-            sliding.available(&View {
-                index: 1,
-                prev: 10,
-                cur: 0,
-                pos: 10
-            }),
-            1
-        );
-        assert_eq!(
-            sliding.available(&View {
-                index: 1,
-                prev: 3,
-                cur: 2,
-                pos: 50
-            }),
-            6
-        );
+        assert_eq!(sliding.available(&at(1, 10, 0, 5)), 0);
+        assert_eq!(sliding.available(&at(1, 10, 0, 10)), 1);
+        assert_eq!(sliding.available(&at(1, 3, 2, 50)), 6);
     }
 }
