@@ -232,11 +232,16 @@ impl<K: WindowKind> Frame<K> {
     /// The first position in a window at which `weight` from the window
     /// before leaves `room`: `prev · (W - pos) <= room · W`.
     fn settled(&self, weight: u64, room: u64) -> u128 {
-        let window = u128::from(self.window);
-        match u128::from(weight) {
-            0 => 0,
-            weight => window.saturating_sub(wide(room, self.window) / weight),
+        if room >= weight {
+            return 0;
         }
+        // `floor(room · W / weight)` without a 128-bit division (a library
+        // call, several times the rest of a refusal): with
+        // `W = q · weight + r`, it is `room · q + floor(room · r / weight)`,
+        // where `room · r < weight² < 2^64` (a sliding window's counts have
+        // at most 31 bits) and the sum is below `W`.
+        let (q, r) = (self.window / weight, self.window % weight);
+        u128::from(self.window - (room * q + room * r / weight))
     }
 }
 
