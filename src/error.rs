@@ -46,6 +46,19 @@ pub enum QuotaError {
         "the rate cannot be represented within 0.1%: use a coarser token unit (e.g. KiB instead of bytes)"
     )]
     Unrepresentable,
+    /// A window counter's limit is too large to pack beside a window index
+    /// that names 36 years of its windows: each count takes the limit's bit
+    /// length, one count for a fixed window and two for a sliding one, and
+    /// the index the rest of the 64-bit word
+    /// ([`docs/semantics.md`](crate::guide::semantics), "Windows"). A
+    /// longer window, or a fixed window, takes a larger limit.
+    #[error("a window limit of {limit} does not fit one word with this window: at most {max}")]
+    LimitTooLarge {
+        /// The requested limit.
+        limit: u64,
+        /// The largest limit that fits with this window and kind.
+        max: u64,
+    },
     /// The initial credit was larger than the capacity.
     #[error("initial credit {credit} exceeds capacity {capacity}")]
     InitialCreditAboveCapacity {
@@ -139,6 +152,19 @@ pub enum AcquireError {
 }
 
 impl AcquireError {
+    /// Refuses a cost of zero and a cost above `capacity`, which no
+    /// decision can admit: the input checks every limiter makes first.
+    #[inline]
+    pub(crate) fn check_cost(cost: u64, capacity: u64) -> Result<(), AcquireError> {
+        if cost == 0 {
+            return Err(AcquireError::ZeroCost);
+        }
+        if cost > capacity {
+            return Err(AcquireError::ExceedsCapacity { cost, capacity });
+        }
+        Ok(())
+    }
+
     /// The wait after which the same request would fit, if one exists.
     ///
     /// ```

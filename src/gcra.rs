@@ -124,15 +124,7 @@ impl Gcra {
     /// Validates a cost and converts it to ticks.
     #[inline]
     pub(crate) fn cost_ticks(&self, cost: u64) -> Result<u64, AcquireError> {
-        if cost == 0 {
-            return Err(AcquireError::ZeroCost);
-        }
-        if cost > self.capacity {
-            return Err(AcquireError::ExceedsCapacity {
-                cost,
-                capacity: self.capacity,
-            });
-        }
+        AcquireError::check_cost(cost, self.capacity)?;
         // cost <= capacity and capacity * token_ticks was checked to fit.
         Ok(cost * self.token_ticks)
     }

@@ -31,6 +31,9 @@
 //!   never mints credit ([`docs/semantics.md`](crate::guide::semantics), "Giving back");
 //! - [`StripedBucket`]: one hot bucket shared by many threads through
 //!   per-thread pools;
+//! - [`window`]: "N per window" limits, fixed and sliding, each in one
+//!   atomic word;
+//! - [`Pacer`]: requests started evenly spaced, behind a bounded queue;
 //! - [`concurrency`]: limits on work in flight, with RAII permits;
 //! - [`shared`]: a budget shared by many nodes through a store (in-process,
 //!   or Redis with feature `redis`), served from local allowances;
@@ -58,6 +61,7 @@ mod hierarchy;
 pub mod http;
 pub mod identity;
 mod keyed;
+mod pacer;
 mod quota;
 mod receipt;
 pub mod retry;
@@ -69,6 +73,7 @@ mod thread_id;
 mod timeline;
 #[cfg(feature = "tokio")]
 mod waiting;
+pub mod window;
 
 pub use bucket::TokenBucket;
 pub use clock::{Clock, CoarseClock, DefaultClock, ManualClock, MonotonicClock, TscClock};
@@ -80,9 +85,11 @@ pub use keyed::{AtCapacity, KeyLimit, KeyTableStats, KeyedBuilder, KeyedLimiter,
 #[cfg(tollgate_loom)]
 #[doc(hidden)]
 pub use keyed::{KeyCap, Place};
+pub use pacer::Pacer;
 pub use quota::{InitialCredit, Quota};
 pub use receipt::Receipt;
 pub use striped::StripedBucket;
+pub use window::{FixedWindow, SlidingWindow, WindowLimit, WindowQuota, WindowReceipt};
 
 /// Compiles and runs the README's examples as doc tests, so the quickstart
 /// cannot drift from the API.

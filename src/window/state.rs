@@ -1,0 +1,91 @@
+//! A window counter's word and the operations on it, apart from any clock.
+
+use crossbeam_utils::Backoff;
+
+use super::WindowKind;
+use super::frame::{Frame, View};
+use crate::AcquireError;
+use crate::sync::{AtomicU64, Ordering};
+
+/// The packed `[index | prev | cur]` word of [`Frame`].
+#[derive(Debug, Default)]
+pub(crate) struct WindowState(AtomicU64);
+
+impl WindowState {
+    /// Admits `cost` (already checked against the limit) at `at`
+    /// nanoseconds since window 0, rolling the word forward to the
+    /// reading's window in the same compare-and-swap: one successful
+    /// compare-and-swap per admission, none per refusal. Returns the index
+    /// of the window the cost was counted in.
+    #[inline]
+    pub(crate) fn acquire<K: WindowKind>(
+        &self,
+        frame: &Frame<K>,
+        at: u64,
+        cost: u64,
+    ) -> Result<u64, AcquireError> {
+        let backoff = Backoff::new();
+        let mut word = self.0.load(Ordering::Acquire);
+        loop {
+            let view = frame.view(word, at);
+            if !frame.fits(&view, cost) {
+                return Err(AcquireError::Insufficient {
+                    retry_after: frame.wait(&view, at, cost),
+                });
+            }
+            let next = frame.admitted(&view, cost);
+            match self
+                .0
+                .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(view.index),
+                Err(actual) => {
+                    word = actual;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+
+    /// What a decision at `at` would see now. Reads only.
+    #[inline]
+    pub(crate) fn view<K: WindowKind>(&self, frame: &Frame<K>, at: u64) -> View {
+        frame.view(self.0.load(Ordering::Acquire), at)
+    }
+
+    /// Gives back `cost` admitted in window `index`, at `at` nanoseconds
+    /// since window 0: the one rule by which a window counter's credit flows
+    /// back. Only while that window lasts (by the reading, and by the word:
+    /// once a later window shows in either, the window has ended), and never
+    /// more than its count holds. Then the word is what it would be had the
+    /// admission not happened: counts only add up within a window, and the
+    /// word never returns to a window it left, so nothing is minted. Once
+    /// the window has ended its budget is gone with it and nothing goes
+    /// back: not into the next window, and not out of a sliding window's
+    /// previous count, which the rolling window still covers. Returns what
+    /// was given back.
+    pub(crate) fn give_back<K: WindowKind>(
+        &self,
+        frame: &Frame<K>,
+        index: u64,
+        cost: u64,
+        at: u64,
+    ) -> u64 {
+        let mut word = self.0.load(Ordering::Acquire);
+        loop {
+            // The word's window is at least the receipt's (it never moves
+            // back), and the view's at least the word's and the reading's.
+            if frame.view(word, at).index != index {
+                return 0;
+            }
+            let (next, taken) = frame.less(word, cost);
+            match self
+                .0
+                .compare_exchange(word, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return taken,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! Real threads racing on one window counter. On a frozen clock the totals
+//! are exact, so a lost update or a double admission changes a number; on
+//! a moving clock (manual, or the real one) every window an admission can
+//! be placed in holds at most the limit, however the threads interleave
+//! with the roll-over.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tollgate::window::{WindowCounter, WindowKind};
+use tollgate::{
+    AcquireError, Clock, FixedWindow, ManualClock, MonotonicClock, SlidingWindow, WindowQuota,
+    WindowReceipt,
+};
+
+mod common;
+use common::{race, race_beside};
+
+const THREAD_COUNTS: [usize; 3] = [2, 4, 8];
+const ROUNDS: u64 = 10;
+const LIMIT: u64 = 1_000;
+const ATTEMPTS_PER_THREAD: u64 = 1_000;
+const WINDOW: Duration = Duration::from_secs(1);
+
+fn quota() -> WindowQuota {
+    WindowQuota::new(LIMIT, WINDOW).unwrap()
+}
+
+/// `cost` admitted, or 0 for a refusal, whose wait must be positive.
+fn acquire<K: WindowKind, C: Clock>(limiter: &WindowCounter<K, C>, cost: u64) -> u64 {
+    match limiter.try_acquire(cost) {
+        Ok(()) => cost,
+        Err(AcquireError::Insufficient { retry_after }) => {
+            assert!(!retry_after.is_zero(), "cost {cost} refused with no wait");
+            0
+        }
+        Err(other) => panic!("cost {cost} refused with {other:?}"),
+    }
+}
+
+/// Each round, threads race for a window that nothing has spent: unit
+/// costs take exactly the limit, mixed costs never more, and what they
+/// leave is exactly what `available()` reports.
+fn frozen_windows_admit_exactly_the_limit<K: WindowKind>() {
+    for threads in THREAD_COUNTS {
+        let clock = ManualClock::new();
+        let limiter = WindowCounter::<K, _>::with_clock(quota(), &clock).unwrap();
+        for round in 0..ROUNDS {
+            // Two windows on, so a sliding window's previous count is 0 too.
+            clock.set(WINDOW * (2 * round as u32));
+            let mixed = round % 2 == 1;
+            let admitted: u64 = race(threads, |t| {
+                (0..ATTEMPTS_PER_THREAD)
+                    .map(|i| acquire(&limiter, if mixed { 1 + (i * 7 + t as u64) % 5 } else { 1 }))
+                    .sum::<u64>()
+            })
+            .into_iter()
+            .sum();
+            let left = limiter.available();
+            assert_eq!(admitted + left, LIMIT, "{threads} threads, round {round}");
+            if !mixed {
+                assert_eq!(left, 0, "{threads} threads, round {round}");
+            }
+            assert_eq!((0..=left).map(|_| acquire(&limiter, 1)).sum::<u64>(), left);
+        }
+    }
+}
+
+#[test]
+fn frozen_fixed_windows_admit_exactly_the_limit() {
+    frozen_windows_admit_exactly_the_limit::<tollgate::window::Fixed>();
+}
+
+#[test]
+fn frozen_sliding_windows_admit_exactly_the_limit() {
+    frozen_windows_admit_exactly_the_limit::<tollgate::window::Sliding>();
+}
+
+/// Units admitted to `threads` threads racing `ATTEMPTS_PER_THREAD` each.
+fn race_for_units<K: WindowKind>(threads: usize, limiter: &WindowCounter<K, &ManualClock>) -> u64 {
+    race(threads, |_| {
+        (0..ATTEMPTS_PER_THREAD)
+            .map(|_| acquire(limiter, 1))
+            .sum::<u64>()
+    })
+    .into_iter()
+    .sum()
+}
+
+/// Threads racing for the first decisions of a new window roll it once:
+/// exactly the limit is admitted in it, whatever the window before held.
+#[test]
+fn racing_roll_overs_reset_a_fixed_window_once() {
+    for threads in THREAD_COUNTS {
+        let clock = ManualClock::new();
+        let limiter = FixedWindow::with_clock(quota(), &clock).unwrap();
+        for round in 0..ROUNDS {
+            clock.set(WINDOW * round as u32);
+            let admitted = race_for_units(threads, &limiter);
+            assert_eq!(admitted, LIMIT, "{threads} threads, round {round}");
+        }
+    }
+}
+
+/// The same for a sliding window, whose new window starts with the last
+/// one's count at full weight: half a window on, half of it is left.
+#[test]
+fn racing_roll_overs_carry_a_sliding_window_once() {
+    for threads in THREAD_COUNTS {
+        let clock = ManualClock::new();
+        let limiter = SlidingWindow::with_clock(quota(), &clock).unwrap();
+        for round in 0..ROUNDS as u32 {
+            // A full window after an empty one, then the race half way into
+            // the next, where the full one weighs half the limit.
+            clock.set(WINDOW * (3 * round));
+            limiter.try_acquire(LIMIT).unwrap();
+            clock.set(WINDOW * (3 * round + 1) + WINDOW / 2);
+            let admitted = race_for_units(threads, &limiter);
+            assert_eq!(admitted, LIMIT / 2, "{threads} threads, round {round}");
+        }
+    }
+}
+
+/// Admissions by window, for those whose window is certain: the clock read
+/// before and after the decision lay in the same window (a decision is
+/// counted in the window of its own reading, or a later one that another
+/// decision already reached, which is never later than the reading after).
+fn admissions_by_window<K: WindowKind, C: Clock + Sync>(
+    limiter: &WindowCounter<K, C>,
+    threads: usize,
+    attempts: u64,
+    beside: Option<impl Fn() + Sync>,
+) -> (BTreeMap<u64, u64>, u64) {
+    let window = window_nanos(limiter);
+    let per_thread = race_beside(
+        threads,
+        |t| {
+            let mut certain = BTreeMap::new();
+            let mut all = 0;
+            for i in 0..attempts {
+                let before = limiter.clock().now_nanos() / window;
+                let cost = acquire(limiter, 1 + (i + t as u64) % 3);
+                let after = limiter.clock().now_nanos() / window;
+                all += cost;
+                if before == after {
+                    *certain.entry(before).or_insert(0) += cost;
+                }
+            }
+            (certain, all)
+        },
+        beside,
+    );
+    let mut certain = BTreeMap::new();
+    let mut all = 0;
+    for (theirs, total) in per_thread {
+        all += total;
+        for (window, cost) in theirs {
+            *certain.entry(window).or_insert(0) += cost;
+        }
+    }
+    (certain, all)
+}
+
+fn window_nanos<K: WindowKind, C: Clock>(limiter: &WindowCounter<K, C>) -> u64 {
+    u64::try_from(limiter.quota().window().as_nanos()).unwrap()
+}
+
+/// A thread moves the manual clock through windows while others decide:
+/// no window is ever credited more than the limit, and over the run no
+/// more than the limit per window the clock reached.
+#[test]
+fn a_moving_manual_clock_never_lets_a_window_exceed_its_limit() {
+    const STEPS: u64 = 5_000;
+    fn check<K: WindowKind>(threads: usize) {
+        let clock = ManualClock::new();
+        let quota = WindowQuota::new(50, Duration::from_nanos(700)).unwrap();
+        let limiter = WindowCounter::<K, _>::with_clock(quota, &clock).unwrap();
+        let step = std::sync::atomic::AtomicU64::new(0);
+        let advance = || {
+            if step.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < STEPS {
+                clock.advance(Duration::from_nanos(97));
+            }
+        };
+        let (certain, all) = admissions_by_window(&limiter, threads, 10_000, Some(advance));
+        for (window, cost) in &certain {
+            assert!(
+                *cost <= 50,
+                "window {window}: {cost} with {threads} threads"
+            );
+        }
+        let windows = clock.now_nanos() / 700 + 1;
+        assert!(all <= 50 * windows, "{all} over {windows} windows");
+        assert!(all > 0);
+    }
+    for threads in THREAD_COUNTS {
+        check::<tollgate::window::Fixed>(threads);
+        check::<tollgate::window::Sliding>(threads);
+    }
+}
+
+/// The same on the real clock, with windows short enough that a run
+/// crosses many of them.
+#[test]
+fn the_real_clock_never_lets_a_window_exceed_its_limit() {
+    fn check<K: WindowKind>(threads: usize) {
+        let quota = WindowQuota::new(40, Duration::from_micros(200)).unwrap();
+        let limiter = WindowCounter::<K, _>::with_clock(quota, MonotonicClock::new()).unwrap();
+        let (certain, all) = admissions_by_window(&limiter, threads, 5_000, None::<fn()>);
+        for (window, cost) in &certain {
+            assert!(
+                *cost <= 40,
+                "window {window}: {cost} with {threads} threads"
+            );
+        }
+        let windows = limiter.clock().now_nanos() / 200_000 + 1;
+        assert!(all <= 40 * windows, "{all} over {windows} windows");
+    }
+    for threads in THREAD_COUNTS {
+        check::<tollgate::window::Fixed>(threads);
+        check::<tollgate::window::Sliding>(threads);
+    }
+}
+
+/// Receipts taken and undone by racing threads within one window leave
+/// exactly what was kept counted.
+#[test]
+fn racing_receipts_leave_exactly_what_was_kept() {
+    for threads in THREAD_COUNTS {
+        let clock = ManualClock::new();
+        let limiter = SlidingWindow::with_clock(quota(), &clock).unwrap();
+        let kept: u64 = race(threads, |t| {
+            let mut kept = 0;
+            for i in 0..ATTEMPTS_PER_THREAD {
+                let cost = 1 + (i + t as u64) % 4;
+                if let Ok(receipt) = WindowReceipt::take(&limiter, cost) {
+                    if i % 2 == 0 {
+                        receipt.undo();
+                    } else {
+                        kept += cost;
+                        receipt.keep();
+                    }
+                }
+            }
+            kept
+        })
+        .into_iter()
+        .sum();
+        assert!(kept <= LIMIT);
+        assert_eq!(limiter.available(), LIMIT - kept, "{threads} threads");
+    }
+}
