@@ -50,7 +50,9 @@ pub(crate) mod sealed {
         pub(crate) admission: crate::state::Admission,
         /// The tokens admitted.
         pub(crate) tokens: u64,
-        /// Whether a keyed limiter served it from its overflow bucket.
+        /// Whether a keyed limiter served it from its overflow bucket
+        /// (always false, and so never read, without feature `keyed`).
+        #[cfg_attr(not(feature = "keyed"), allow(dead_code))]
         pub(crate) overflow: bool,
     }
 

@@ -56,10 +56,13 @@ pub mod guide;
 mod hierarchy;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "identity")]
 pub mod identity;
+#[cfg(feature = "keyed")]
 mod keyed;
 mod quota;
 mod receipt;
+#[cfg(feature = "retry")]
 pub mod retry;
 pub mod shared;
 mod state;
@@ -75,9 +78,10 @@ pub use clock::{Clock, CoarseClock, DefaultClock, ManualClock, MonotonicClock, T
 pub use counted::{Counted, DecisionStats};
 pub use error::{AcquireError, QuotaError};
 pub use hierarchy::{HierarchyError, Limit, MAX_STEPS, Step, try_acquire_all};
+#[cfg(feature = "keyed")]
 pub use keyed::{AtCapacity, KeyLimit, KeyTableStats, KeyedBuilder, KeyedLimiter, Tiered};
 /// The keyed limiter's key cap, for the loom models only.
-#[cfg(tollgate_loom)]
+#[cfg(all(tollgate_loom, feature = "keyed"))]
 #[doc(hidden)]
 pub use keyed::{KeyCap, Place};
 pub use quota::{InitialCredit, Quota};

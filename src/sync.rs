@@ -6,12 +6,16 @@
 //! than of a copy. A project-specific cfg (not `loom`) keeps dependencies that
 //! test `cfg(loom)` themselves unchanged.
 
+// The whole set, whichever a build's features use (the keyed limiter's cap
+// is the only user of the mutex), so a model can swap in any of them.
 #[cfg(tollgate_loom)]
+#[allow(unused_imports)]
 pub(crate) use loom::sync::{
     Arc, Mutex, MutexGuard,
     atomic::{AtomicU64, AtomicUsize, Ordering},
 };
 #[cfg(not(tollgate_loom))]
+#[allow(unused_imports)]
 pub(crate) use std::sync::{
     Arc, Mutex, MutexGuard,
     atomic::{AtomicU64, AtomicUsize, Ordering},
