@@ -235,6 +235,7 @@ pub struct HierarchyError {
 /// argument).
 ///
 /// ```
+/// # #[cfg(feature = "keyed")] {
 /// use tollgate::{KeyedLimiter, ManualClock, Quota, TokenBucket, try_acquire_all};
 ///
 /// let clock = ManualClock::new();
@@ -246,6 +247,7 @@ pub struct HierarchyError {
 /// // Address 3 passes its own limit but not the global one: nothing stays spent.
 /// assert!(try_acquire_all(&[per_address.key(&3).cost(1), global.cost(1)]).is_err());
 /// assert_eq!(per_address.available(&3), 2);
+/// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 // Inlined so that the caller builds the result itself: returned through

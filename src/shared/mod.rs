@@ -7,7 +7,6 @@
 mod allowance;
 #[cfg(feature = "tokio")]
 mod keyed;
-#[cfg(feature = "keyed")]
 mod local;
 #[cfg(feature = "tokio")]
 mod pacing;
@@ -27,7 +26,6 @@ pub use keyed::{
     KeyedAllowance, KeyedAllowanceConfig, KeyedAllowanceStats, KeyedReceipt, STORE_KEY_LITERAL_MAX,
     store_key,
 };
-#[cfg(feature = "keyed")]
 pub use local::LocalStore;
 pub use pool::{LeasePool, Take};
 #[cfg(feature = "redis")]

@@ -3,6 +3,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::Quota;
+
 /// What a [`Store`] granted for one lease request.
 ///
 /// ```
@@ -94,10 +96,8 @@ impl Grant {
 
 /// The refill interval a store reports for `quota` ([`Grant::refill_interval`]):
 /// `period / tokens`, rounded up to the nanosecond, since pacing on a
-/// slightly slower refill only waits a little longer. Its callers,
-/// `LocalStore` and the tower rules, are keyed.
-#[cfg(feature = "keyed")]
-pub(crate) fn refill_interval(quota: &crate::Quota) -> Duration {
+/// slightly slower refill only waits a little longer.
+pub(crate) fn refill_interval(quota: &Quota) -> Duration {
     let (tokens, period) = quota.refill();
     let nanos = period.as_nanos().div_ceil(u128::from(tokens.max(1)));
     u64::try_from(nanos).map_or(Duration::MAX, Duration::from_nanos)
