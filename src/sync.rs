@@ -6,8 +6,8 @@
 //! than of a copy. A project-specific cfg (not `loom`) keeps dependencies that
 //! test `cfg(loom)` themselves unchanged.
 
-// The whole set, whichever a build's features use (the keyed limiter's cap
-// is the only user of the mutex), so a model can swap in any of them.
+// The whole set, whichever of them a build's features leave in use, so that
+// a model can swap in any of them.
 #[cfg(tollgate_loom)]
 #[allow(unused_imports)]
 pub(crate) use loom::sync::{
