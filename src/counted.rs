@@ -1,14 +1,18 @@
 //! Opt-in decision counters: a limiter wrapped in [`Counted`] counts what it
 //! admits and refuses; an unwrapped limiter pays nothing.
 
+#[cfg(feature = "keyed")]
 use std::borrow::Borrow;
+#[cfg(feature = "keyed")]
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
 use crate::sync::{AtomicU64, Ordering};
-use crate::{AcquireError, Clock, KeyedLimiter, TokenBucket};
+#[cfg(feature = "keyed")]
+use crate::KeyedLimiter;
+use crate::{AcquireError, Clock, TokenBucket};
 
 /// Counts of a [`Counted`] limiter's decisions, summed over threads.
 ///
@@ -381,6 +385,7 @@ impl<C: Clock> Counted<TokenBucket<C>> {
     }
 }
 
+#[cfg(feature = "keyed")]
 impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> Counted<KeyedLimiter<K, C, S>> {
     /// [`KeyedLimiter::try_acquire`], counted.
     ///

@@ -11,7 +11,9 @@ pub(crate) fn counters(prefix: &str, values: &[(&str, u64)]) {
     }
 }
 
-/// Sets gauge `{prefix}_{name}` to each `value`.
+/// Sets gauge `{prefix}_{name}` to each `value`. Only levels have gauges:
+/// a key table's size, an allowance's pool (both need feature `keyed`).
+#[cfg(feature = "keyed")]
 pub(crate) fn gauges(prefix: &str, values: &[(&str, u64)]) {
     for &(name, value) in values {
         // A gauge is an f64: exact for every count below 2^53.

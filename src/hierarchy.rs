@@ -50,7 +50,9 @@ pub(crate) mod sealed {
         pub(crate) admission: crate::state::Admission,
         /// The tokens admitted.
         pub(crate) tokens: u64,
-        /// Whether a keyed limiter served it from its overflow bucket.
+        /// Whether a keyed limiter served it from its overflow bucket
+        /// (always false, and so never read, without feature `keyed`).
+        #[cfg_attr(not(feature = "keyed"), allow(dead_code))]
         pub(crate) overflow: bool,
     }
 
@@ -233,6 +235,7 @@ pub struct HierarchyError {
 /// argument).
 ///
 /// ```
+/// # #[cfg(feature = "keyed")] {
 /// use tollgate::{KeyedLimiter, ManualClock, Quota, TokenBucket, try_acquire_all};
 ///
 /// let clock = ManualClock::new();
@@ -244,6 +247,7 @@ pub struct HierarchyError {
 /// // Address 3 passes its own limit but not the global one: nothing stays spent.
 /// assert!(try_acquire_all(&[per_address.key(&3).cost(1), global.cost(1)]).is_err());
 /// assert_eq!(per_address.available(&3), 2);
+/// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 // Inlined so that the caller builds the result in place instead of

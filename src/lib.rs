@@ -24,8 +24,9 @@
 //!
 //! Around the bucket:
 //!
-//! - [`KeyedLimiter`]: a bucket per key, in bounded memory; [`identity`]
-//!   turns client addresses (behind trusted proxies) into keys;
+//! - [`KeyedLimiter`] (feature `keyed`): a bucket per key, in bounded
+//!   memory; [`identity`] (feature `identity`) turns client addresses
+//!   (behind trusted proxies) into keys;
 //! - [`try_acquire_all`]: several limits, all or nothing;
 //! - [`Receipt`]: an admission that may be given back, by the one rule that
 //!   never mints credit ([`docs/semantics.md`](crate::guide::semantics), "Giving back");
@@ -35,17 +36,29 @@
 //!   atomic word;
 //! - [`Pacer`]: requests started evenly spaced, behind a bounded queue;
 //! - [`concurrency`]: limits on work in flight, with RAII permits;
-//! - [`shared`]: a budget shared by many nodes through a store (in-process,
-//!   or Redis with feature `redis`), served from local allowances;
+//! - [`shared`] (feature `keyed`): a budget shared by many nodes through a
+//!   store (in-process, or Redis with feature `redis`), served from local
+//!   allowances (feature `tokio`);
 //! - `http` (feature `http`; its tower layer with feature `tower`): 429
 //!   responses, the RateLimit fields, problem+json;
-//! - [`retry`]: Retry-After parsing and retry planning for clients.
+//! - [`retry`] (feature `retry`): Retry-After parsing and retry planning
+//!   for clients.
+//!
+//! Features `keyed`, `identity` and `retry` are on by default. Without
+//! default features the crate is the bucket alone ([`TokenBucket`],
+//! [`StripedBucket`], [`try_acquire_all`], [`Receipt`], [`Counted`], the
+//! clocks, [`concurrency`] without keys) on three dependencies;
+//! [`docs/design.md`](crate::guide::design), "Features", says what each
+//! feature brings and costs to build.
 //!
 //! The contract (units, initial credit, denial versus delay, clocks) is in
 //! [`docs/semantics.md`](crate::guide::semantics); the state packing and linearization points are in
 //! [`docs/design.md`](crate::guide::design).
 
 #![forbid(unsafe_code)]
+// On docs.rs (nightly, `--cfg docsrs`): each item gated by a feature says
+// which. Stable builds never see the unstable attribute.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod bucket;
 mod clock;
@@ -59,12 +72,18 @@ pub mod guide;
 mod hierarchy;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "identity")]
 pub mod identity;
+#[cfg(feature = "keyed")]
 mod keyed;
 mod pacer;
 mod quota;
 mod receipt;
+#[cfg(feature = "retry")]
 pub mod retry;
+// A shared budget is a table of keyed states: its in-process store is one
+// keyed limiter, its keyed allowance a keyed table with a keyed fallback.
+#[cfg(feature = "keyed")]
 pub mod shared;
 mod state;
 mod striped;
@@ -80,9 +99,10 @@ pub use clock::{Clock, CoarseClock, DefaultClock, ManualClock, MonotonicClock, T
 pub use counted::{Counted, DecisionStats};
 pub use error::{AcquireError, QuotaError};
 pub use hierarchy::{HierarchyError, Limit, MAX_STEPS, Step, try_acquire_all};
+#[cfg(feature = "keyed")]
 pub use keyed::{AtCapacity, KeyLimit, KeyTableStats, KeyedBuilder, KeyedLimiter, Tiered};
 /// The keyed limiter's key cap, for the loom models only.
-#[cfg(tollgate_loom)]
+#[cfg(all(tollgate_loom, feature = "keyed"))]
 #[doc(hidden)]
 pub use keyed::{KeyCap, Place};
 pub use pacer::Pacer;

@@ -30,9 +30,11 @@ use crate::{AcquireError, Limit};
 /// receipt.undo(); // the work was not done: nothing admitted since, so exact
 /// assert_eq!(bucket.available(), 2);
 ///
+/// # #[cfg(feature = "keyed")] {
 /// let per_user = tollgate::KeyedLimiter::<u32>::new(Quota::per_second(1)?);
 /// Receipt::take(per_user.key(&7), 1)?.keep();
 /// assert!(per_user.try_acquire(&7, 1).is_err());
+/// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[must_use = "dropping a receipt keeps its tokens spent: call `keep` to say so, or `undo`"]

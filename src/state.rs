@@ -255,12 +255,14 @@ impl Tat {
 
     /// Whether the bucket holds its full capacity at `now`, and so is
     /// indistinguishable from a fresh full bucket from then on.
+    #[cfg(feature = "keyed")]
     #[inline]
     pub(crate) fn is_full(&self, now: u64) -> bool {
         self.0.load(Ordering::Acquire) <= now
     }
 
     /// Makes the bucket no fuller than a bucket full at `at`.
+    #[cfg(feature = "keyed")]
     pub(crate) fn raise_to(&self, at: u64) {
         self.0.fetch_max(at, Ordering::AcqRel);
     }

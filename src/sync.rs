@@ -14,12 +14,16 @@
 //! unit tests' own barriers and counters stay std's (they are the test's
 //! instruments, not the code under test).
 
+// The whole set, whichever of them a build's features leave in use, so that
+// a model can swap in any of them.
 #[cfg(tollgate_loom)]
+#[allow(unused_imports)]
 pub(crate) use loom::sync::{
     Arc, Mutex, MutexGuard,
     atomic::{AtomicU64, AtomicUsize, Ordering},
 };
 #[cfg(not(tollgate_loom))]
+#[allow(unused_imports)]
 pub(crate) use std::sync::{
     Arc, Mutex, MutexGuard,
     atomic::{AtomicU64, AtomicUsize, Ordering},
@@ -36,7 +40,9 @@ pub(crate) use std::sync::atomic::AtomicBool;
 /// it: every mutex in this crate guards plain numbers that a panic
 /// elsewhere cannot leave inconsistent in a way that matters. loom's
 /// mutexes never report poisoning (a panic ends the model instead), so the
-/// same call serves both builds.
+/// same call serves both builds. (Only the key cap and the allowances lock a
+/// modelled mutex, so the bare bucket has no caller.)
+#[cfg(any(feature = "keyed", feature = "tokio"))]
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     unpoisoned(mutex.lock())
 }

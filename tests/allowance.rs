@@ -2,8 +2,6 @@
 //! nodes, single-flight refills, returns, and each failure policy against a
 //! store that can be made to fail.
 
-#![cfg(feature = "tokio")]
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;

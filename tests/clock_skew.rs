@@ -12,9 +12,9 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate::{
-    Clock, DefaultClock, KeyedLimiter, ManualClock, Quota, Receipt, StripedBucket, TokenBucket,
-};
+#[cfg(feature = "keyed")]
+use tollgate::KeyedLimiter;
+use tollgate::{Clock, DefaultClock, ManualClock, Quota, Receipt, StripedBucket, TokenBucket};
 
 mod common;
 use common::race;
@@ -186,6 +186,7 @@ fn receipts_given_back_on_a_jittering_clock_stay_in_the_envelope() {
     });
 }
 
+#[cfg(feature = "keyed")]
 #[test]
 fn a_keyed_limiter_on_a_jittering_clock_keeps_every_key_in_the_envelope() {
     const KEYS: u64 = 3;

@@ -7,20 +7,24 @@
 //! too much in shows up as a tally above the limit. No assertion depends on
 //! how the threads happen to be scheduled or on wall-clock time.
 
+#[cfg(feature = "keyed")]
 use std::collections::HashMap;
+#[cfg(feature = "keyed")]
 use std::num::NonZeroUsize;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::Arc;
+#[cfg(feature = "keyed")]
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 
 mod common;
 use common::race;
 
 use proptest::prelude::*;
-use tollgate::concurrency::{
-    ConcurrencyLimiter, InFlightError, KeyedConcurrencyLimiter, LimitError,
-};
+#[cfg(feature = "keyed")]
+use tollgate::concurrency::KeyedConcurrencyLimiter;
+use tollgate::concurrency::{ConcurrencyLimiter, InFlightError, LimitError};
 
 const THREAD_COUNTS: [usize; 3] = [2, 4, 8];
 const ATTEMPTS_PER_THREAD: u64 = 5_000;
@@ -182,6 +186,7 @@ fn a_thread_that_panics_returns_its_owned_permit() {
     assert_eq!(limiter.in_flight(), 0);
 }
 
+#[cfg(feature = "keyed")]
 #[test]
 fn a_panicking_keyed_holder_releases_and_removes_its_key() {
     let limiter = KeyedConcurrencyLimiter::with_max_keys(2, NonZeroUsize::MIN).unwrap();
@@ -204,6 +209,7 @@ fn invalid_limits_and_weights_are_typed_errors() {
         ConcurrencyLimiter::new(0).unwrap_err(),
         LimitError::ZeroLimit
     );
+    #[cfg(feature = "keyed")]
     assert_eq!(
         KeyedConcurrencyLimiter::<u8>::new(0).unwrap_err(),
         LimitError::ZeroLimit
@@ -233,11 +239,13 @@ fn invalid_limits_and_weights_are_typed_errors() {
 
 /// Per-key units and keys held according to the holders, updated as one
 /// step under a mutex (outside the limiter, which runs unlocked).
+#[cfg(feature = "keyed")]
 #[derive(Default)]
 struct KeyTally {
     held: Mutex<HashMap<u32, u64>>,
 }
 
+#[cfg(feature = "keyed")]
 impl KeyTally {
     /// Counts `weight` held under `key`, asserting the per-key and key-count
     /// bounds, while `work` runs.
@@ -263,6 +271,7 @@ impl KeyTally {
     }
 }
 
+#[cfg(feature = "keyed")]
 #[test]
 fn keyed_holders_keep_each_key_within_its_limit() {
     const MAX: u64 = 3;
@@ -290,6 +299,7 @@ fn keyed_holders_keep_each_key_within_its_limit() {
     }
 }
 
+#[cfg(feature = "keyed")]
 #[test]
 fn keyed_churn_removes_every_entry_and_respects_the_key_cap() {
     // One unit per key, so nearly every grant creates an entry and nearly
@@ -322,6 +332,7 @@ fn keyed_churn_removes_every_entry_and_respects_the_key_cap() {
     }
 }
 
+#[cfg(feature = "keyed")]
 #[test]
 fn one_hot_key_hammered_by_every_thread() {
     // The entry is removed and re-created constantly; with a cap of one key

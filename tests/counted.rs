@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use tollgate::{Counted, KeyedLimiter, ManualClock, Quota, TokenBucket};
+#[cfg(feature = "keyed")]
+use tollgate::KeyedLimiter;
+use tollgate::{Counted, ManualClock, Quota, TokenBucket};
 
 mod common;
 use common::race;
@@ -126,6 +128,7 @@ fn more_live_threads_than_stripes_count_exactly() {
     assert_eq!(bucket.stats().admitted, 100 * threads as u64);
 }
 
+#[cfg(feature = "keyed")]
 #[test]
 fn keyed_decisions_are_counted_with_their_costs() {
     let limiter = Counted::new(
@@ -197,6 +200,7 @@ async fn an_abandoned_wait_is_counted_and_its_tokens_return() {
     assert_eq!((stats.admitted, stats.delayed, stats.abandoned), (4, 2, 1));
 }
 
+#[cfg(feature = "keyed")]
 #[test]
 fn the_key_table_counts_sweeps_evictions_and_overflow() {
     use std::num::NonZeroUsize;
@@ -245,8 +249,9 @@ mod export {
         Counter, CounterFn, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder,
         SharedString, Unit,
     };
-    use tollgate::shared::AllowanceStats;
-    use tollgate::{Counted, KeyedLimiter, ManualClock, Quota, TokenBucket};
+    use tollgate::{Counted, ManualClock, Quota, TokenBucket};
+    #[cfg(feature = "tokio")]
+    use tollgate::{KeyedLimiter, shared::AllowanceStats};
 
     /// A recorder that keeps each counter's and gauge's value, by name
     /// (a gauge's as whole units).
@@ -324,6 +329,7 @@ mod export {
         assert_eq!(read("api_rejected_total"), 0);
     }
 
+    #[cfg(feature = "tokio")]
     #[test]
     fn table_and_allowance_snapshots_export_counters_and_gauges() {
         let recorder = Values::default();

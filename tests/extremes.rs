@@ -7,8 +7,6 @@
 //! The shared budgets (`LocalAllowance`, the stores) have their own extreme
 //! value tests beside the rest of their tests.
 
-#![cfg(feature = "tokio")]
-
 use std::sync::Arc;
 use std::time::Duration;
 

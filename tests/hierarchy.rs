@@ -1,13 +1,15 @@
 //! All-or-nothing admission through several limits.
 
+#[cfg(feature = "keyed")]
 use std::sync::Barrier;
+#[cfg(feature = "keyed")]
 use std::thread;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tollgate::{
-    AcquireError, HierarchyError, KeyedLimiter, ManualClock, Quota, TokenBucket, try_acquire_all,
-};
+#[cfg(feature = "keyed")]
+use tollgate::KeyedLimiter;
+use tollgate::{AcquireError, HierarchyError, ManualClock, Quota, TokenBucket, try_acquire_all};
 
 mod common;
 use common::Envelope;
@@ -87,6 +89,7 @@ fn a_cost_one_limit_can_never_admit_is_reported_over_any_wait() {
     );
 }
 
+#[cfg(feature = "keyed")]
 #[test]
 fn keyed_and_single_limits_mix_in_one_chain() {
     let clock = ManualClock::new();
@@ -127,6 +130,7 @@ fn the_longest_wait_is_looked_at_once_the_taken_steps_are_undone() {
     assert_eq!(refused.error.retry_after(), Some(SECOND / 10));
 }
 
+#[cfg(feature = "keyed")]
 #[test]
 fn a_step_that_can_never_admit_wins_over_a_key_cap() {
     let clock = ManualClock::new();
@@ -153,6 +157,7 @@ fn a_step_that_can_never_admit_wins_over_a_key_cap() {
     );
 }
 
+#[cfg(feature = "keyed")]
 #[test]
 fn steps_can_cross_threads() {
     fn shareable<T: Send + Sync>(_: &T) {}
@@ -173,6 +178,7 @@ fn steps_can_cross_threads() {
 /// Requests refused by a later limit leave no key behind in an earlier
 /// keyed limiter: they cannot fill its key cap and turn refusals into
 /// `TooManyKeys` for everyone else.
+#[cfg(feature = "keyed")]
 #[test]
 fn refused_requests_leave_no_keys_behind() {
     let clock = ManualClock::new();
@@ -268,6 +274,7 @@ fn nanos(clock: &ManualClock) -> u64 {
 
 // Real threads through a per-thread limit and a shared one.
 
+#[cfg(feature = "keyed")]
 #[test]
 fn racing_threads_never_pass_more_than_the_shared_limit_and_undo_exactly() {
     const GLOBAL: u64 = 500;

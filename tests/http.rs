@@ -2,8 +2,6 @@
 //! problem+json body, the RateLimit fields (serialised, then parsed back
 //! with sfv and with this crate's parser), partition keys and jitter, and a
 //! parser that ignores whatever is malformed without ever panicking.
-#![cfg(feature = "http")]
-
 use std::time::Duration;
 
 use proptest::prelude::*;

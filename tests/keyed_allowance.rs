@@ -3,8 +3,6 @@
 //! between cold and hot both ways, the bounds on local state, and each key
 //! on its own.
 
-#![cfg(feature = "tokio")]
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -11,8 +11,6 @@
 //! and windows are checked within an epoch. Exact integer arithmetic
 //! throughout (`common::Envelope`).
 
-#![cfg(feature = "tokio")]
-
 use std::time::Duration;
 
 use proptest::prelude::*;

@@ -4,8 +4,6 @@
 //! `B + r·t`, nearly all of it is admitted, and absurd store replies
 //! neither spin a node nor stall it.
 
-#![cfg(feature = "tokio")]
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

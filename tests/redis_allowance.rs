@@ -2,8 +2,6 @@
 //! (started by the test, private port, no persistence): the shared bound,
 //! and each failure policy while the server is killed and restarted.
 
-#![cfg(feature = "redis")]
-
 #[path = "support/redis_server.rs"]
 mod redis_server;
 

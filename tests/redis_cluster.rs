@@ -5,8 +5,6 @@
 //! master (typed errors for its keys only, the failure policy, service
 //! again once it is back).
 
-#![cfg(feature = "redis")]
-
 #[path = "support/redis_server.rs"]
 mod redis_server;
 

@@ -8,8 +8,6 @@
 //! asserts that anything is fast, except that a call to a dead server
 //! returns (with an error) within its timeout plus a generous margin.
 
-#![cfg(feature = "redis")]
-
 #[path = "support/redis_server.rs"]
 mod redis_server;
 

@@ -5,8 +5,6 @@
 //! credentials are a typed `AuthenticationFailed` error. The same over a
 //! three-master cluster whose clients and bus speak only TLS.
 
-#![cfg(feature = "redis")]
-
 #[path = "support/redis_server.rs"]
 mod redis_server;
 

@@ -1,8 +1,6 @@
 //! Defects found by the adversarial review of the fleet-wide shared budgets
 //! (issue 12): one test per finding, each named after the promise it
 //! defends.
-#![cfg(feature = "tokio")]
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;

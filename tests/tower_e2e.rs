@@ -2,8 +2,6 @@
 //! reqwest or by raw TCP clients that hang up. A `ManualClock` that nobody
 //! advances means no refill happens during a test, so counts are exact and
 //! nothing depends on timing.
-#![cfg(feature = "tower")]
-
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,8 +3,6 @@
 //! request that never gets its response costs, missing keys, costs read
 //! from Content-Length, and the 503 case.
 
-#![cfg(feature = "tower")]
-
 use std::convert::Infallible;
 use std::num::NonZeroUsize;
 use std::pin::Pin;

@@ -6,8 +6,6 @@
 //! store that is down), what every limit holds after a refusal, and what
 //! clients that hang up, forge or duplicate keys, or flood fresh keys get.
 
-#![cfg(feature = "tower")]
-
 use std::convert::Infallible;
 use std::num::NonZeroUsize;
 use std::sync::Arc;

@@ -2,8 +2,6 @@
 //! come first served, and reservations given back when the caller stops
 //! waiting.
 
-#![cfg(feature = "tokio")]
-
 use std::sync::Arc;
 use std::time::Duration;
 

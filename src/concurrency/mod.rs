@@ -28,6 +28,7 @@
 
 mod counter;
 mod error;
+#[cfg(feature = "keyed")]
 mod keyed;
 mod limiter;
 mod permit;
@@ -35,6 +36,7 @@ mod permit;
 mod wait;
 
 pub use error::{InFlightError, LimitError};
+#[cfg(feature = "keyed")]
 pub use keyed::{KeyedConcurrencyLimiter, KeyedPermit};
 pub use limiter::ConcurrencyLimiter;
 pub use permit::{OwnedPermit, Permit};

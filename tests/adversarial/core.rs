@@ -2,12 +2,15 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "keyed")]
+use tollgate::KeyedLimiter;
 use tollgate::{
-    AcquireError, Clock, KeyedLimiter, MAX_STEPS, ManualClock, Quota, Receipt, TokenBucket,
-    try_acquire_all,
+    AcquireError, Clock, MAX_STEPS, ManualClock, Quota, Receipt, TokenBucket, try_acquire_all,
 };
 
-use crate::common::{Envelope, poll_once};
+use crate::common::Envelope;
+#[cfg(feature = "tokio")]
+use crate::common::poll_once;
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -179,6 +182,7 @@ fn one_token_undos_whose_words_came_back_keep_the_envelope() {
 /// a live receipt needs, the key was swept as full while that receipt was
 /// owed, and its undo then landed on the recreated bucket (15 tokens at
 /// one instant on `B = 10`).
+#[cfg(feature = "keyed")]
 #[test]
 fn a_receipt_of_a_swept_and_recreated_key_credits_nothing() {
     let clock = ManualClock::new();
@@ -211,6 +215,7 @@ fn a_receipt_of_a_swept_and_recreated_key_credits_nothing() {
 /// A receipt can only be given back to the limit that issued it: it holds
 /// that limit. A keyed receipt returns to its own key, not to another one
 /// that happens to be in debt.
+#[cfg(feature = "keyed")]
 #[test]
 fn a_keyed_receipt_returns_to_its_own_key_only() {
     let clock = ManualClock::new();

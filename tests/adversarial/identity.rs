@@ -410,6 +410,7 @@ fn overlong_values_are_refused_with_the_nearest_trusted_fallback() {
 // ---------------------------------------------------------------------------
 // The Retry-After parser and the retry planner, fed by a hostile server.
 
+#[cfg(feature = "retry")]
 mod retry_after {
     use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

@@ -10,7 +10,9 @@ mod core;
 mod fleet;
 #[cfg(feature = "tower")]
 mod http;
+#[cfg(all(feature = "identity", feature = "keyed"))]
 mod identity;
+#[cfg(feature = "keyed")]
 mod keyed;
 #[cfg(feature = "tokio")]
 mod shared;

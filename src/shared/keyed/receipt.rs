@@ -183,6 +183,7 @@ impl<S: Store> KeyedReceipt<S> {
     /// [`undo`](Self::undo) without waiting: tokens of the key's pool go
     /// back at once, a cold grant's return runs on the allowance's runtime
     /// (for callers that cannot await, such as a response's completion).
+    #[cfg(feature = "tower")]
     pub(crate) fn undo_in_background(self) {
         let runtime = self.inner.runtime.clone();
         if let Err(to_store) = self.undo_locally() {
