@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate::{
-    Clock, DefaultClock, KeyedLimiter, ManualClock, Quota, Receipt, StripedBucket, TokenBucket,
+    Clock, DefaultClock, KeyedLimiter, Limit, ManualClock, Quota, Receipt, StripedBucket,
+    TokenBucket,
 };
 
 mod common;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Counted, KeyedLimiter, ManualClock, Quota, TokenBucket};
+use tollgate::{Counted, KeyedLimiter, Limit, ManualClock, Quota, TokenBucket};
 
 mod common;
 use common::race;
@@ -133,9 +133,9 @@ fn keyed_decisions_are_counted_with_their_costs() {
             .clock(ManualClock::new())
             .build::<u32>(),
     );
-    limiter.try_acquire(&1, 3).unwrap();
-    limiter.try_acquire(&1, 3).unwrap_err();
-    limiter.try_acquire(&2, 0).unwrap_err();
+    limiter.key(&1).try_acquire(3).unwrap();
+    limiter.key(&1).try_acquire(3).unwrap_err();
+    limiter.key(&2).try_acquire(0).unwrap_err();
     let stats = limiter.stats();
     assert_eq!((stats.admitted, stats.admitted_cost), (1, 3));
     assert_eq!((stats.denied, stats.denied_cost), (1, 3));
@@ -171,11 +171,11 @@ async fn an_abandoned_wait_is_counted_and_its_tokens_return() {
             .clock(clock.clone())
             .build::<u32>(),
     );
-    limiter.try_acquire(&1, 2).unwrap();
+    limiter.key(&1).try_acquire(2).unwrap();
     // Two more tokens: a one-second wait, given up after 100 ms.
     let gave_up = tokio::time::timeout(
         Duration::from_millis(100),
-        limiter.acquire(&1, 2, Duration::from_secs(5)),
+        limiter.key(&1).acquire(2, Duration::from_secs(5)),
     )
     .await;
     assert!(gave_up.is_err());
@@ -188,9 +188,10 @@ async fn an_abandoned_wait_is_counted_and_its_tokens_return() {
     clock.advance(Duration::from_secs(1));
     assert_eq!(limiter.inner().available(&1), 2);
     // A wait that completes counts as admitted and delayed, not abandoned.
-    limiter.try_acquire(&1, 2).unwrap();
+    limiter.key(&1).try_acquire(2).unwrap();
     limiter
-        .acquire(&1, 1, Duration::from_secs(1))
+        .key(&1)
+        .acquire(1, Duration::from_secs(1))
         .await
         .unwrap();
     let stats = limiter.stats();
@@ -246,7 +247,7 @@ mod export {
         SharedString, Unit,
     };
     use tollgate::shared::AllowanceStats;
-    use tollgate::{Counted, KeyedLimiter, ManualClock, Quota, TokenBucket};
+    use tollgate::{Counted, KeyedLimiter, Limit, ManualClock, Quota, TokenBucket};
 
     /// A recorder that keeps each counter's and gauge's value, by name
     /// (a gauge's as whole units).

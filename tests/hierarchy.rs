@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate::{
-    AcquireError, HierarchyError, KeyedLimiter, ManualClock, Quota, TokenBucket, try_acquire_all,
+    AcquireError, HierarchyError, KeyedLimiter, Limit, ManualClock, Quota, TokenBucket,
+    try_acquire_all,
 };
 
 mod common;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use tollgate::{
-    AcquireError, Clock, KeyedLimiter, MAX_STEPS, ManualClock, Quota, Receipt, TokenBucket,
+    AcquireError, Clock, KeyedLimiter, Limit, MAX_STEPS, ManualClock, Quota, Receipt, TokenBucket,
     try_acquire_all,
 };
 
