@@ -205,13 +205,17 @@ impl<C: Clock> TokenBucket<C> {
     }
 }
 
+// Always inlined, like `admit`: a `reserve` through the trait left
+// `take_within` out of line and could no longer fold its constant
+// `max_wait` into ticks once per loop (`docs/benchmarks.md`, "Measured
+// design choices").
 impl<C: Clock> sealed::Sealed for TokenBucket<C> {
-    #[inline]
+    #[inline(always)]
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
         Ok(Taken::own(self.admit(cost, 0)?, cost))
     }
 
-    #[inline]
+    #[inline(always)]
     fn take_within(
         &self,
         cost: u64,

@@ -105,6 +105,8 @@ impl<C: Clock> StripedBucket<C> {
         }
     }
 
+    /// Leases for `stripe` unless another thread is refilling or flushing
+    /// it: in-process, so at once, with no I/O. Returns whether tokens came.
     #[cold]
     fn refill(&self, stripe: &Slots) -> bool {
         let Some(claim) = stripe.claim() else {
@@ -273,9 +275,6 @@ impl<C: Clock> Limit for StripedBucket<C> {
             }
         }
     }
-
-    /// Leases for `stripe` unless another thread is refilling or flushing
-    /// it: in-process, so at once, with no I/O. Returns whether tokens came.
 
     /// The bucket's wait for `cost`: tokens pooled for other threads are
     /// not this caller's, so it never understates the wait, and overstates

@@ -34,7 +34,6 @@ where
     C: Clock,
     S: BuildHasher + Clone,
 {
-    #[inline]
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
         let (admission, overflow) = self.limiter.acquire_within(self.key, cost, 0)?;
         Ok(Taken {
@@ -44,7 +43,6 @@ where
         })
     }
 
-    #[inline]
     fn take_within(
         &self,
         cost: u64,

@@ -62,7 +62,7 @@ mod find {
         K: Hash + Eq + Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        #[inline]
+        #[inline(always)]
         fn find_in<'t, V, H: BuildHasher + Clone>(
             &self,
             table: &'t DashMap<K, V, H>,
