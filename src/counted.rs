@@ -258,7 +258,10 @@ impl Tally {
     }
 
     /// Counts one decision of `cost` on this thread's stripe.
-    #[inline]
+    // Always inlined: called from every counted limit's decisions, it was
+    // left out of line, and a counted decision on the coarse clock measured
+    // twice as slow (`docs/benchmarks.md`, "Measured design choices").
+    #[inline(always)]
     fn count<T>(&self, cost: u64, decision: Result<T, AcquireError>) -> Result<T, AcquireError> {
         match &decision {
             Ok(_) => self.writer().admitted(cost),
