@@ -52,7 +52,7 @@ use criterion::{
 use crossbeam_utils::CachePadded;
 use governor::RateLimiter;
 use governor::clock::{Clock as GovernorClock, MonotonicClock as GovernorMonotonic, QuantaClock};
-use tollgate::{Clock, MonotonicClock, TokenBucket};
+use tollgate::{Clock, Limit, MonotonicClock, TokenBucket};
 
 mod common;
 use common::{SameQuota, coarse_clock, for_each_clock_class, quanta_upkeep_clock};

@@ -79,7 +79,7 @@ use criterion::{
 };
 use governor::RateLimiter;
 use governor::clock::QuantaUpkeepClock;
-use tollgate::{Clock, CoarseClock, Step, TokenBucket, try_acquire_all};
+use tollgate::{Clock, CoarseClock, Limit, Step, TokenBucket, try_acquire_all};
 
 mod common;
 use common::{FloatBucket, OPEN, SHUT, SameQuota, coarse_clock, quanta_upkeep_clock};

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use crossbeam_utils::CachePadded;
 use governor::RateLimiter;
-use tollgate::{Clock, StripedBucket, TokenBucket};
+use tollgate::{Clock, Limit, StripedBucket, TokenBucket};
 
 mod common;
 use common::{OPEN, coarse_clock, quanta_upkeep_clock, timed};

@@ -62,7 +62,7 @@ use criterion::{
 use crossbeam_utils::CachePadded;
 use governor::RateLimiter;
 use governor::clock::{Clock as GovernorClock, FakeRelativeClock};
-use tollgate::{Clock, DefaultClock, KeyedLimiter, ManualClock, TokenBucket};
+use tollgate::{Clock, DefaultClock, KeyedLimiter, Limit, ManualClock, TokenBucket};
 
 mod common;
 use common::{FloatBucket, OPEN, SameQuota, for_each_clock_class, timed};

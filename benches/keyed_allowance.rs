@@ -35,7 +35,7 @@ use tollgate::shared::{
     AllowanceConfig, FailurePolicy, KeyedAllowance, KeyedAllowanceConfig, LocalAllowance,
     LocalStore, Store,
 };
-use tollgate::{Quota, TokenBucket};
+use tollgate::{Limit, Quota, TokenBucket};
 
 mod common;
 

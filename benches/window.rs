@@ -32,7 +32,7 @@ use criterion::{
 };
 use tollgate::window::{WindowCounter, WindowKind};
 use tollgate::{
-    AcquireError, Clock, DefaultClock, FixedWindow, Pacer, Quota, Receipt, SlidingWindow,
+    AcquireError, Clock, DefaultClock, FixedWindow, Limit, Pacer, Quota, Receipt, SlidingWindow,
     TokenBucket, WindowQuota, WindowReceipt,
 };
 

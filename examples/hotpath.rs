@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
-use tollgate::{Clock, Quota, TokenBucket};
+use tollgate::{Clock, Limit, Quota, TokenBucket};
 
 /// Counters are published every this many decisions, so that reporting costs
 /// the hot loop a plain store now and then rather than a shared write each

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+use crate::limit::{Limit, Taken, sealed};
 use crate::state::{Admission, Tat};
 use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, DefaultClock, Quota};
@@ -14,9 +15,9 @@ use crate::{AcquireError, Clock, DefaultClock, Quota};
 /// the state; a denial never writes. The quota beside the state is immutable.
 ///
 /// Linearization points (see [`docs/design.md`](crate::guide::design)):
-/// - an admission ([`try_acquire`](Self::try_acquire), [`reserve`](Self::reserve))
+/// - an admission ([`try_acquire`](Limit::try_acquire), [`reserve`](Limit::reserve))
 ///   takes effect at its successful compare-and-swap;
-/// - a denial and [`available`](Self::available) at the load (or failed
+/// - a denial and [`available`](Limit::available) at the load (or failed
 ///   compare-and-swap) whose value they decided on;
 /// - a [`Receipt`](crate::Receipt)'s undo at its successful
 ///   compare-and-swap (or, if nothing is owed any more, at the load that
@@ -24,9 +25,11 @@ use crate::{AcquireError, Clock, DefaultClock, Quota};
 /// - [`refund`](Self::refund) at its successful compare-and-swap;
 /// - [`reset`](Self::reset) at its swap.
 ///
+/// Its decisions are the methods of [`Limit`].
+///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{ManualClock, Quota, TokenBucket};
+/// use tollgate::{Limit, ManualClock, Quota, TokenBucket};
 ///
 /// let clock = ManualClock::new();
 /// let bucket = TokenBucket::with_clock(Quota::new(3, 2, Duration::from_secs(1))?, clock.clone());
@@ -51,7 +54,7 @@ impl TokenBucket<DefaultClock> {
     /// A bucket on the [`DefaultClock`].
     ///
     /// ```
-    /// use tollgate::{Quota, TokenBucket};
+    /// use tollgate::{Limit, Quota, TokenBucket};
     ///
     /// let bucket = TokenBucket::new(Quota::per_second(100)?);
     /// assert!(bucket.try_acquire(1).is_ok());
@@ -67,7 +70,7 @@ impl<C: Clock> TokenBucket<C> {
     /// credit.
     ///
     /// ```
-    /// use tollgate::{InitialCredit, ManualClock, Quota, TokenBucket};
+    /// use tollgate::{InitialCredit, Limit, ManualClock, Quota, TokenBucket};
     ///
     /// let quota = Quota::per_second(5)?.with_initial_credit(InitialCredit::Empty)?;
     /// let bucket = TokenBucket::with_clock(quota, ManualClock::new());
@@ -92,119 +95,10 @@ impl<C: Clock> TokenBucket<C> {
         self.timeline.now(self.quota.gcra())
     }
 
-    /// Takes `cost` tokens now, or refuses without spending anything.
-    ///
-    /// A refusal carries the exact wait until `cost` would fit, rounded up to
-    /// the nanosecond. A cost above the capacity can never fit and gets
-    /// [`AcquireError::ExceedsCapacity`]; a cost of zero gets
-    /// [`AcquireError::ZeroCost`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{AcquireError, ManualClock, Quota, TokenBucket};
-    ///
-    /// let bucket = TokenBucket::with_clock(Quota::per_second(3)?, ManualClock::new());
-    /// bucket.try_acquire(3)?;
-    /// // 3/s is an emission interval of 333_333_333.3 ns, rounded up.
-    /// assert_eq!(
-    ///     bucket.try_acquire(1),
-    ///     Err(AcquireError::Insufficient { retry_after: Duration::from_nanos(333_333_334) }),
-    /// );
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
-        self.acquire_within(cost, 0).map(drop)
-    }
-
-    /// Takes `cost` tokens now and tells the caller how long to wait before
-    /// using them, provided that wait is at most `max_wait`; otherwise refuses
-    /// without spending anything.
-    ///
-    /// This is *delay* rather than denial: the tokens are spent at once (the
-    /// bucket goes into debt), and the caller starts its work after the
-    /// returned wait, which keeps the start times within the quota (to the
-    /// nanosecond the wait is rounded up to; see [`docs/semantics.md`](crate::guide::semantics)). A refusal
-    /// reports how much later the same call would succeed. Nothing queues:
-    /// the wait is the caller's to honour.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Quota, TokenBucket};
-    ///
-    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
-    /// assert_eq!(bucket.reserve(2, Duration::ZERO)?, Duration::ZERO);
-    /// assert_eq!(bucket.reserve(1, Duration::from_secs(1))?, Duration::from_millis(500));
-    /// assert_eq!(bucket.reserve(1, Duration::from_secs(1))?, Duration::from_secs(1));
-    /// assert!(bucket.reserve(1, Duration::from_secs(1)).is_err());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn reserve(&self, cost: u64, max_wait: Duration) -> Result<Duration, AcquireError> {
-        let gcra = self.quota.gcra();
-        self.acquire_within(cost, gcra.ticks_of(max_wait))
-            .map(|wait| gcra.duration(wait))
-    }
-
-    /// Takes `cost` tokens and waits until they may be used: the async form
-    /// of [`reserve`](Self::reserve), for callers that prefer delay to
-    /// denial. If the tokens exist within `max_wait`, they are reserved at
-    /// once and the future completes after the wait (on tokio's timer);
-    /// otherwise it refuses at once, spending nothing, with the exact
-    /// `retry_after`.
-    ///
-    /// Cancellation-safe: dropping the future before its wait ends gives the
-    /// reservation back by the rule that never mints credit: exactly, if
-    /// nothing else reserved since; nothing, while a later reservation
-    /// holds the bucket's future (its start was promised); otherwise the cost
-    /// less the time held ([`docs/semantics.md`](crate::guide::semantics), "Giving back").
-    ///
-    /// Fairness: first come, first served. A caller's slot is fixed when it
-    /// calls, and every later call, however small, is scheduled after it, so
-    /// a large request is never starved by a stream of small ones; it is only
-    /// refused when its own slot lies beyond its `max_wait`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Quota, TokenBucket};
-    ///
-    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?.block_on(async {
-    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
-    /// bucket.acquire(2, Duration::ZERO).await?;
-    /// let started = tokio::time::Instant::now();
-    /// bucket.acquire(1, Duration::from_secs(1)).await?; // waits 500 ms
-    /// assert_eq!(started.elapsed(), Duration::from_millis(500));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// # })?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[cfg(feature = "tokio")]
-    pub async fn acquire(&self, cost: u64, max_wait: Duration) -> Result<(), AcquireError> {
-        self.acquire_observed(cost, max_wait, &()).await
-    }
-
-    /// [`Self::acquire`], telling `observer` of its wait and abandonment.
-    #[cfg(feature = "tokio")]
-    pub(crate) async fn acquire_observed(
-        &self,
-        cost: u64,
-        max_wait: Duration,
-        observer: &impl crate::waiting::WaitObserver,
-    ) -> Result<(), AcquireError> {
-        let gcra = self.quota.gcra();
-        let admission = self.admit(cost, gcra.ticks_of(max_wait))?;
-        let wait = gcra.duration(gcra.wait(admission.after, admission.at));
-        crate::waiting::sleep_or_give_back(wait, observer, || {
-            self.undo(&admission, u64::MAX);
-        })
-        .await;
-        Ok(())
-    }
-
     /// Gives back `tokens` of what `admission` took, by the one rule that
     /// never mints credit (`Tat::undo`); returns the tokens' ticks given
     /// back.
-    pub(crate) fn undo(&self, admission: &Admission, tokens: u64) -> u64 {
+    pub(crate) fn undo_admission(&self, admission: &Admission, tokens: u64) -> u64 {
         let ticks = self.quota.gcra().token_ticks(tokens);
         self.tat
             .undo(self.quota.gcra(), admission, ticks, || self.now())
@@ -217,13 +111,6 @@ impl<C: Clock> TokenBucket<C> {
         let (cost, returned) = (gcra.token_ticks(granted), gcra.token_ticks(unused));
         self.tat
             .undo_inexact(gcra, at, cost, returned, || self.now());
-    }
-
-    /// The one admission path: returns the wait in ticks.
-    #[inline]
-    fn acquire_within(&self, cost: u64, slack: u64) -> Result<u64, AcquireError> {
-        self.admit(cost, slack)
-            .map(|admission| self.quota.gcra().wait(admission.after, admission.at))
     }
 
     /// Grants as many of `want` tokens as the bucket holds now (none if it
@@ -245,25 +132,6 @@ impl<C: Clock> TokenBucket<C> {
         self.tat.acquire(gcra, self.now(), cost_ticks, slack)
     }
 
-    /// How long until `cost` tokens would be admitted, zero if they would be
-    /// now. Spends nothing: another caller may take the credit first.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Quota, TokenBucket};
-    ///
-    /// let bucket = TokenBucket::with_clock(Quota::per_second(4)?, ManualClock::new());
-    /// assert_eq!(bucket.retry_after(4)?, Duration::ZERO);
-    /// bucket.try_acquire(4)?;
-    /// assert_eq!(bucket.retry_after(2)?, Duration::from_millis(500));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
-        let gcra = self.quota.gcra();
-        let cost_ticks = gcra.cost_ticks(cost)?;
-        Ok(gcra.duration(self.tat.wait_for(gcra, self.now(), cost_ticks)))
-    }
-
     /// Returns `cost` tokens unconditionally: a trusted operation, for a
     /// caller who knows what it holds. Credit is clipped at the capacity. A
     /// cost of zero is a no-op.
@@ -275,7 +143,7 @@ impl<C: Clock> TokenBucket<C> {
     /// the rule that never mints credit. No layer of this crate refunds.
     ///
     /// ```
-    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    /// use tollgate::{Limit, ManualClock, Quota, TokenBucket};
     ///
     /// let bucket = TokenBucket::with_clock(Quota::per_second(4)?, ManualClock::new());
     /// bucket.try_acquire(3)?;
@@ -292,30 +160,12 @@ impl<C: Clock> TokenBucket<C> {
         self.tat.refund(self.quota.gcra(), cost);
     }
 
-    /// Whole tokens available now (zero while reservations hold the bucket in
-    /// debt).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Quota, TokenBucket};
-    ///
-    /// let clock = ManualClock::new();
-    /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, clock.clone());
-    /// bucket.try_acquire(2)?;
-    /// clock.advance(Duration::from_millis(999));
-    /// assert_eq!(bucket.available(), 1);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn available(&self) -> u64 {
-        self.tat.available(self.quota.gcra(), self.now())
-    }
-
     /// Refills the bucket to capacity, cancelling any debt: a trusted
     /// operation like [`refund`](Self::refund) (it forgives outstanding
     /// receipts too, whose undo may then return their cost once more).
     ///
     /// ```
-    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    /// use tollgate::{Limit, ManualClock, Quota, TokenBucket};
     ///
     /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
     /// bucket.try_acquire(2)?;
@@ -352,5 +202,44 @@ impl<C: Clock> TokenBucket<C> {
     /// ```
     pub fn clock(&self) -> &C {
         self.timeline.clock()
+    }
+}
+
+// Always inlined, like `admit`: a `reserve` through the trait left
+// `take_within` out of line and could no longer fold its constant
+// `max_wait` into ticks once per loop (`docs/benchmarks.md`, "Measured
+// design choices").
+impl<C: Clock> sealed::Sealed for TokenBucket<C> {
+    #[inline(always)]
+    fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
+        Ok(Taken::own(self.admit(cost, 0)?, cost))
+    }
+
+    #[inline(always)]
+    fn take_within(
+        &self,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<(Taken, Duration), AcquireError> {
+        let gcra = self.quota.gcra();
+        let admission = self.admit(cost, gcra.ticks_of(max_wait))?;
+        let wait = gcra.duration(gcra.wait(admission.after, admission.at));
+        Ok((Taken::own(admission, cost), wait))
+    }
+
+    fn undo(&self, taken: &Taken) {
+        self.undo_admission(&taken.admission, taken.tokens);
+    }
+}
+
+impl<C: Clock> Limit for TokenBucket<C> {
+    fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
+        let gcra = self.quota.gcra();
+        let cost_ticks = gcra.cost_ticks(cost)?;
+        Ok(gcra.duration(self.tat.wait_for(gcra, self.now(), cost_ticks)))
+    }
+
+    fn available(&self) -> u64 {
+        self.tat.available(self.quota.gcra(), self.now())
     }
 }

@@ -2,17 +2,16 @@
 //! admits and refuses; an unwrapped limiter pays nothing.
 
 #[cfg(feature = "keyed")]
-use std::borrow::Borrow;
-#[cfg(feature = "keyed")]
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+use crate::AcquireError;
+use crate::limit::{Limit, Taken, sealed};
 use crate::sync::{AtomicU64, Ordering};
 #[cfg(feature = "keyed")]
-use crate::KeyedLimiter;
-use crate::{AcquireError, Clock, TokenBucket};
+use crate::{Clock, KeyRef, KeyedLimiter};
 
 /// Counts of a [`Counted`] limiter's decisions, summed over threads.
 ///
@@ -40,9 +39,11 @@ pub struct DecisionStats {
     pub delayed: u64,
     /// Those waits, summed as granted, in nanoseconds.
     pub delay_nanos: u64,
-    /// Async `acquire`s dropped before their wait ended, whose tokens went
-    /// back to the limiter. They are counted in `admitted` and `delayed`
-    /// too: tokens in use are `admitted_cost` less what they gave back.
+    /// Admissions given back to the limiter: async `acquire`s dropped
+    /// before their wait ended, receipts undone, and hierarchy steps
+    /// undone because a later step refused. They are counted in `admitted`
+    /// (and a wait in `delayed`) too: tokens in use are `admitted_cost`
+    /// less what they gave back.
     pub abandoned: u64,
 }
 
@@ -140,7 +141,7 @@ impl Writer<'_> {
 /// it through the `metrics` facade.
 ///
 /// ```
-/// use tollgate::{Counted, ManualClock, Quota, TokenBucket};
+/// use tollgate::{Counted, Limit, ManualClock, Quota, TokenBucket};
 ///
 /// let bucket = Counted::new(TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new()));
 /// bucket.try_acquire(2)?;
@@ -151,6 +152,11 @@ impl Writer<'_> {
 /// ```
 pub struct Counted<L> {
     limiter: L,
+    tally: Tally,
+}
+
+/// The counters of a [`Counted`], striped by thread.
+struct Tally {
     /// Stripe `i` is written only by the live thread whose id is `i`
     /// (`crate::thread_id::current`).
     own: Box<[CachePadded<Stripe>]>,
@@ -182,10 +188,12 @@ impl<L> Counted<L> {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Counted {
             limiter,
-            own: (0..(4 * cores).max(16))
-                .map(|_| CachePadded::default())
-                .collect(),
-            shared: CachePadded::default(),
+            tally: Tally {
+                own: (0..(4 * cores).max(16))
+                    .map(|_| CachePadded::default())
+                    .collect(),
+                shared: CachePadded::default(),
+            },
         }
     }
 
@@ -206,7 +214,7 @@ impl<L> Counted<L> {
     /// decisions made while summing may be partly included.
     ///
     /// ```
-    /// use tollgate::{Counted, Quota, TokenBucket};
+    /// use tollgate::{Counted, Limit, Quota, TokenBucket};
     ///
     /// let bucket = Counted::new(TokenBucket::new(Quota::per_second(10)?));
     /// bucket.try_acquire(3)?;
@@ -214,6 +222,22 @@ impl<L> Counted<L> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn stats(&self) -> DecisionStats {
+        self.tally.stats()
+    }
+
+    /// `limit` counted on these counters.
+    #[inline]
+    fn counting<M: Limit>(&self, limit: M) -> Counting<'_, M> {
+        Counting {
+            limit,
+            tally: &self.tally,
+        }
+    }
+}
+
+impl Tally {
+    /// The counts so far, summed over threads.
+    fn stats(&self) -> DecisionStats {
         self.own
             .iter()
             .chain([&self.shared])
@@ -237,7 +261,10 @@ impl<L> Counted<L> {
     }
 
     /// Counts one decision of `cost` on this thread's stripe.
-    #[inline]
+    // Always inlined: called from every counted limit's decisions, it was
+    // left out of line, and a counted decision on the coarse clock measured
+    // twice as slow (`docs/benchmarks.md`, "Measured design choices").
+    #[inline(always)]
     fn count<T>(&self, cost: u64, decision: Result<T, AcquireError>) -> Result<T, AcquireError> {
         match &decision {
             Ok(_) => self.writer().admitted(cost),
@@ -268,24 +295,6 @@ impl<L> Counted<L> {
     }
 }
 
-/// What a counted async `acquire` tells its counters.
-#[cfg(feature = "tokio")]
-struct Reservation<'a, L> {
-    counted: &'a Counted<L>,
-    cost: u64,
-}
-
-#[cfg(feature = "tokio")]
-impl<L> crate::waiting::WaitObserver for Reservation<'_, L> {
-    fn reserved(&self, wait: Duration) {
-        self.counted.count_reservation(self.cost, wait);
-    }
-
-    fn abandoned(&self) {
-        self.counted.writer().add(|s| &s.abandoned, 1);
-    }
-}
-
 impl DecisionStats {
     /// Publishes these counts through the `metrics` facade (feature
     /// `metrics`) as counters `{prefix}_admitted_total`,
@@ -295,7 +304,7 @@ impl DecisionStats {
     /// periodic task, or before your exporter scrapes.
     ///
     /// ```
-    /// use tollgate::{Counted, Quota, TokenBucket};
+    /// use tollgate::{Counted, Limit, Quota, TokenBucket};
     ///
     /// let bucket = Counted::new(TokenBucket::new(Quota::per_second(10)?));
     /// bucket.try_acquire(1)?;
@@ -320,159 +329,122 @@ impl DecisionStats {
     }
 }
 
-impl<C: Clock> Counted<TokenBucket<C>> {
-    /// [`TokenBucket::try_acquire`], counted.
-    ///
-    /// ```
-    /// use tollgate::{Counted, Quota, TokenBucket};
-    ///
-    /// let bucket = Counted::new(TokenBucket::new(Quota::per_second(10)?));
-    /// assert!(bucket.try_acquire(0).is_err());
-    /// assert_eq!(bucket.stats().rejected, 1);
-    /// # Ok::<(), tollgate::QuotaError>(())
-    /// ```
+/// A limit counted on a [`Counted`]'s counters: the limiter itself, or
+/// one key of a counted keyed limiter.
+struct Counting<'a, L> {
+    limit: L,
+    tally: &'a Tally,
+}
+
+impl<L: Limit> sealed::Sealed for Counting<'_, L> {
     #[inline]
-    pub fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
-        self.count(cost, self.limiter.try_acquire(cost))
+    fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
+        self.tally.count(cost, self.limit.take(cost))
     }
 
-    /// [`TokenBucket::reserve`], counted, with its wait.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Counted, ManualClock, Quota, TokenBucket};
-    ///
-    /// let bucket = Counted::new(TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new()));
-    /// bucket.try_acquire(2)?;
-    /// assert_eq!(bucket.reserve(1, Duration::from_secs(1))?, Duration::from_millis(500));
-    /// let stats = bucket.stats();
-    /// assert_eq!((stats.admitted, stats.delayed, stats.delay_nanos), (2, 1, 500_000_000));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn reserve(&self, cost: u64, max_wait: Duration) -> Result<Duration, AcquireError> {
-        self.limiter
-            .reserve(cost, max_wait)
-            .inspect(|&wait| self.count_reservation(cost, wait))
-            .inspect_err(|error| self.count_refusal(cost, error))
+    fn take_within(
+        &self,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<(Taken, Duration), AcquireError> {
+        self.limit
+            .take_within(cost, max_wait)
+            .inspect(|&(_, wait)| self.tally.count_reservation(cost, wait))
+            .inspect_err(|error| self.tally.count_refusal(cost, error))
     }
 
-    /// [`TokenBucket::acquire`], counted, with its wait and whether it was
-    /// abandoned.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Counted, ManualClock, Quota, TokenBucket};
-    ///
-    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?.block_on(async {
-    /// let bucket = Counted::new(TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new()));
-    /// bucket.acquire(2, Duration::ZERO).await?;
-    /// bucket.acquire(1, Duration::from_secs(1)).await?; // waits 500 ms
-    /// assert_eq!((bucket.stats().delayed, bucket.stats().delay_nanos), (1, 500_000_000));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// # })?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[cfg(feature = "tokio")]
-    pub async fn acquire(&self, cost: u64, max_wait: Duration) -> Result<(), AcquireError> {
-        let reservation = Reservation {
-            counted: self,
-            cost,
-        };
-        self.limiter
-            .acquire_observed(cost, max_wait, &reservation)
-            .await
-            .inspect_err(|error| self.count_refusal(cost, error))
+    /// Counted as `abandoned`: an async acquire dropped before its wait
+    /// ended, a receipt undone, a hierarchy step undone after a later step
+    /// refused.
+    fn undo(&self, taken: &Taken) {
+        self.limit.undo(taken);
+        self.tally.writer().add(|s| &s.abandoned, 1);
+    }
+}
+
+impl<L: Limit> Limit for Counting<'_, L> {
+    /// The limit's own `try_acquire` (a striped bucket's pools, say),
+    /// counted.
+    #[inline]
+    fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
+        self.tally.count(cost, self.limit.try_acquire(cost))
+    }
+
+    fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
+        self.limit.retry_after(cost)
+    }
+
+    fn available(&self) -> u64 {
+        self.limit.available()
+    }
+}
+
+/// Every decision of the wrapped limit is counted: `try_acquire`,
+/// `reserve`, `acquire` (with its wait, and whether it was abandoned), and
+/// the takes and undos of its receipts and hierarchy steps. Looks
+/// (`retry_after`, `available`) decide nothing and count nothing.
+impl<L: Limit> sealed::Sealed for Counted<L> {
+    #[inline]
+    fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
+        self.counting(&self.limiter).take(cost)
+    }
+
+    fn take_within(
+        &self,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<(Taken, Duration), AcquireError> {
+        self.counting(&self.limiter).take_within(cost, max_wait)
+    }
+
+    fn undo(&self, taken: &Taken) {
+        self.counting(&self.limiter).undo(taken);
+    }
+}
+
+impl<L: Limit> Limit for Counted<L> {
+    #[inline]
+    fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
+        self.counting(&self.limiter).try_acquire(cost)
+    }
+
+    fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
+        self.limiter.retry_after(cost)
+    }
+
+    fn available(&self) -> u64 {
+        self.limiter.available()
     }
 }
 
 #[cfg(feature = "keyed")]
-impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> Counted<KeyedLimiter<K, C, S>> {
-    /// [`KeyedLimiter::try_acquire`], counted.
-    ///
-    /// ```
-    /// use tollgate::{Counted, KeyedLimiter, Quota};
-    ///
-    /// let limiter = Counted::new(KeyedLimiter::<u32>::new(Quota::per_second(1)?));
-    /// limiter.try_acquire(&7, 1)?;
-    /// assert!(limiter.try_acquire(&7, 1).is_err());
-    /// assert_eq!(limiter.stats().denied, 1);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), AcquireError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.count(cost, self.limiter.try_acquire(key, cost))
-    }
-
-    /// [`KeyedLimiter::reserve`], counted, with its wait.
+impl<K, C, S> Counted<KeyedLimiter<K, C, S>>
+where
+    K: Hash + Eq + Send + Sync,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync,
+{
+    /// `key`'s limit with its decisions counted here: what
+    /// [`KeyedLimiter::key`] is to the keyed limiter.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Counted, KeyedLimiter, ManualClock, Quota};
+    /// use tollgate::{Counted, KeyedLimiter, Limit, ManualClock, Quota};
     ///
     /// let limiter = Counted::new(
     ///     KeyedLimiter::builder(Quota::per_second(1)?).clock(ManualClock::new()).build::<u32>(),
     /// );
-    /// limiter.try_acquire(&7, 1)?;
-    /// assert_eq!(limiter.reserve(&7, 1, Duration::from_secs(1))?, Duration::from_secs(1));
-    /// assert_eq!(limiter.stats().delay_nanos, 1_000_000_000);
+    /// limiter.key(&7).try_acquire(1)?;
+    /// assert!(limiter.key(&7).try_acquire(1).is_err());
+    /// assert_eq!(limiter.key(&7).reserve(1, Duration::from_secs(1))?, Duration::from_secs(1));
+    /// let stats = limiter.stats();
+    /// assert_eq!((stats.admitted, stats.denied, stats.delay_nanos), (2, 1, 1_000_000_000));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn reserve<Q>(
-        &self,
-        key: &Q,
-        cost: u64,
-        max_wait: Duration,
-    ) -> Result<Duration, AcquireError>
+    pub fn key<'a, Q>(&'a self, key: &'a Q) -> impl Limit + 'a
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: KeyRef<K> + Sync + ?Sized,
     {
-        self.limiter
-            .reserve(key, cost, max_wait)
-            .inspect(|&wait| self.count_reservation(cost, wait))
-            .inspect_err(|error| self.count_refusal(cost, error))
-    }
-
-    /// [`KeyedLimiter::acquire`], counted, with its wait and whether it was
-    /// abandoned.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Counted, KeyedLimiter, ManualClock, Quota};
-    ///
-    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?.block_on(async {
-    /// let limiter = Counted::new(
-    ///     KeyedLimiter::builder(Quota::per_second(1)?).clock(ManualClock::new()).build::<u32>(),
-    /// );
-    /// limiter.acquire(&7, 1, Duration::ZERO).await?;
-    /// limiter.acquire(&7, 1, Duration::from_secs(1)).await?; // waits 1 s
-    /// assert_eq!(limiter.stats().delayed, 1);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// # })?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[cfg(feature = "tokio")]
-    pub async fn acquire<Q>(
-        &self,
-        key: &Q,
-        cost: u64,
-        max_wait: Duration,
-    ) -> Result<(), AcquireError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let reservation = Reservation {
-            counted: self,
-            cost,
-        };
-        self.limiter
-            .acquire_observed(key, cost, max_wait, &reservation)
-            .await
-            .inspect_err(|error| self.count_refusal(cost, error))
+        self.counting(self.limiter.key(key))
     }
 }

@@ -75,7 +75,7 @@ pub enum QuotaError {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{AcquireError, ManualClock, Quota, TokenBucket};
+/// use tollgate::{AcquireError, Limit, ManualClock, Quota, TokenBucket};
 ///
 /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
 /// assert_eq!(bucket.try_acquire(3), Err(AcquireError::ExceedsCapacity { cost: 3, capacity: 2 }));

@@ -3,127 +3,8 @@
 
 use std::time::Duration;
 
-use crate::{AcquireError, Clock, TokenBucket};
-
-/// A limit a request can pass through as one step of a hierarchy:
-/// a [`TokenBucket`] or one key of a [`KeyedLimiter`](crate::KeyedLimiter).
-///
-/// The trait is sealed: its operations (take, undo, peek) are internal, so a
-/// receipt for tokens taken from one limit can never be handed to another.
-///
-/// ```
-/// use tollgate::{Limit, Quota, TokenBucket};
-///
-/// fn charge(limit: &dyn Limit) -> Result<(), tollgate::HierarchyError> {
-///     tollgate::try_acquire_all(&[limit.cost(1)])
-/// }
-/// charge(&TokenBucket::new(Quota::per_second(1)?))?;
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub trait Limit: sealed::Sealed + Sync {}
-
-impl dyn Limit + '_ {
-    /// This limit charged `cost` tokens, as a step of a hierarchy.
-    ///
-    /// ```
-    /// use tollgate::{Limit, Quota, TokenBucket, try_acquire_all};
-    ///
-    /// let global = TokenBucket::new(Quota::per_second(1)?);
-    /// let limit: &dyn Limit = &global;
-    /// try_acquire_all(&[limit.cost(1)])?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn cost(&self, cost: u64) -> Step<'_> {
-        Step::new(self, cost)
-    }
-}
-
-pub(crate) mod sealed {
-    use std::time::Duration;
-
-    use crate::AcquireError;
-
-    /// What one admission took, enough to undo it by the one rule that
-    /// never mints credit: the data of a [`Receipt`](crate::Receipt).
-    #[derive(Clone, Copy, Debug)]
-    pub struct Taken {
-        pub(crate) admission: crate::state::Admission,
-        /// The tokens admitted.
-        pub(crate) tokens: u64,
-        /// Whether a keyed limiter served it from its overflow bucket
-        /// (always false, and so never read, without feature `keyed`).
-        #[cfg_attr(not(feature = "keyed"), allow(dead_code))]
-        pub(crate) overflow: bool,
-    }
-
-    /// The operations of a [`Limit`](super::Limit), kept out of reach.
-    pub trait Sealed {
-        /// Takes `cost` now, or refuses without spending.
-        fn take(&self, cost: u64) -> Result<Taken, AcquireError>;
-        /// Gives back what `taken` took, by the rule of `Tat::undo`.
-        fn undo(&self, taken: &Taken);
-        /// The wait until `cost` would fit, zero if it fits now.
-        fn wait(&self, cost: u64) -> Result<Duration, AcquireError>;
-    }
-}
-
-pub(crate) use sealed::Taken;
-
-impl<C: Clock> sealed::Sealed for TokenBucket<C> {
-    fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        Ok(Taken {
-            admission: self.admit(cost, 0)?,
-            tokens: cost,
-            overflow: false,
-        })
-    }
-
-    fn undo(&self, taken: &Taken) {
-        TokenBucket::undo(self, &taken.admission, taken.tokens);
-    }
-
-    fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
-        self.retry_after(cost)
-    }
-}
-
-impl<C: Clock> Limit for TokenBucket<C> {}
-
-/// Implements [`Limit`] for a pointer to a limit, so that a receipt can hold
-/// its limit borrowed (`&L`) or shared (`Arc<L>`, for a receipt that
-/// outlives the caller's borrow, such as one kept until a response).
-macro_rules! forward_limit {
-    ($($pointer:ty where $($bound:path)?);*) => {$(
-        impl<L: Limit + ?Sized $(+ $bound)?> sealed::Sealed for $pointer {
-            fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-                (**self).take(cost)
-            }
-            fn undo(&self, taken: &Taken) {
-                (**self).undo(taken);
-            }
-            fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
-                (**self).wait(cost)
-            }
-        }
-        impl<L: Limit + ?Sized $(+ $bound)?> Limit for $pointer {}
-    )*};
-}
-forward_limit!(&L where; Box<L> where; crate::sync::unmodelled::Arc<L> where Send);
-
-impl<C: Clock> TokenBucket<C> {
-    /// This bucket charged `cost` tokens, as a step of a hierarchy.
-    ///
-    /// ```
-    /// use tollgate::{Quota, TokenBucket, try_acquire_all};
-    ///
-    /// let global = TokenBucket::new(Quota::per_second(100)?);
-    /// try_acquire_all(&[global.cost(3)])?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn cost(&self, cost: u64) -> Step<'_> {
-        Step::new(self, cost)
-    }
-}
+pub(crate) use crate::limit::Taken;
+use crate::{AcquireError, Limit};
 
 /// One limit of a hierarchy and what a request costs in it.
 ///
@@ -161,7 +42,7 @@ impl<'a> Step<'a> {
     /// What this step charges.
     ///
     /// ```
-    /// use tollgate::{Quota, TokenBucket};
+    /// use tollgate::{Limit, Quota, TokenBucket};
     ///
     /// let bucket = TokenBucket::new(Quota::per_second(5)?);
     /// assert_eq!(bucket.cost(2).cost_of(), 2);
@@ -184,7 +65,7 @@ impl std::fmt::Debug for Step<'_> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{ManualClock, Quota, TokenBucket, try_acquire_all};
+/// use tollgate::{Limit, ManualClock, Quota, TokenBucket, try_acquire_all};
 ///
 /// let clock = ManualClock::new();
 /// let per_account = TokenBucket::with_clock(Quota::per_second(10)?, &clock);
@@ -236,7 +117,7 @@ pub struct HierarchyError {
 ///
 /// ```
 /// # #[cfg(feature = "keyed")] {
-/// use tollgate::{KeyedLimiter, ManualClock, Quota, TokenBucket, try_acquire_all};
+/// use tollgate::{KeyedLimiter, Limit, ManualClock, Quota, TokenBucket, try_acquire_all};
 ///
 /// let clock = ManualClock::new();
 /// let per_address = KeyedLimiter::builder(Quota::per_second(2)?).clock(&clock).build::<u32>();
@@ -260,7 +141,7 @@ pub fn try_acquire_all(steps: &[Step<'_>]) -> Result<(), HierarchyError> {
 /// The most steps [`try_acquire_all`] takes in one chain.
 ///
 /// ```
-/// use tollgate::{AcquireError, MAX_STEPS, Quota, TokenBucket, try_acquire_all};
+/// use tollgate::{AcquireError, Limit, MAX_STEPS, Quota, TokenBucket, try_acquire_all};
 ///
 /// let bucket = TokenBucket::new(Quota::per_second(1000)?);
 /// let steps = vec![bucket.cost(1); MAX_STEPS + 1];
@@ -350,7 +231,7 @@ fn refusal(steps: &[Step<'_>], index: usize, error: AcquireError) -> HierarchyEr
         None => Duration::ZERO,
     };
     for (limit, step) in steps.iter().enumerate() {
-        match step.limit.wait(step.cost) {
+        match step.limit.retry_after(step.cost) {
             Ok(wait) => longest = longest.max(wait),
             Err(error) => return HierarchyError { limit, error },
         }

@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::{AcquireError, Quota, TokenBucket};
+//! use tollgate::{AcquireError, Limit, Quota, TokenBucket};
 //!
 //! // A burst of 10, refilled at 5 tokens per second.
 //! let bucket = TokenBucket::new(Quota::new(10, 5, Duration::from_secs(1))?);
@@ -21,6 +21,10 @@
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Every limiter that spends tokens makes its decisions through one trait,
+//! [`Limit`]: the bucket, a key of a keyed limiter, a striped bucket, and
+//! any of them wrapped in [`Counted`].
 //!
 //! Around the bucket:
 //!
@@ -76,6 +80,7 @@ pub mod http;
 pub mod identity;
 #[cfg(feature = "keyed")]
 mod keyed;
+mod limit;
 mod pacer;
 mod quota;
 mod receipt;
@@ -98,13 +103,14 @@ pub use bucket::TokenBucket;
 pub use clock::{Clock, CoarseClock, DefaultClock, ManualClock, MonotonicClock, TscClock};
 pub use counted::{Counted, DecisionStats};
 pub use error::{AcquireError, QuotaError};
-pub use hierarchy::{HierarchyError, Limit, MAX_STEPS, Step, try_acquire_all};
+pub use hierarchy::{HierarchyError, MAX_STEPS, Step, try_acquire_all};
 #[cfg(feature = "keyed")]
-pub use keyed::{AtCapacity, KeyLimit, KeyTableStats, KeyedBuilder, KeyedLimiter, Tiered};
+pub use keyed::{AtCapacity, KeyLimit, KeyRef, KeyTableStats, KeyedBuilder, KeyedLimiter, Tiered};
 /// The keyed limiter's key cap, for the loom models only.
 #[cfg(all(tollgate_loom, feature = "keyed"))]
 #[doc(hidden)]
 pub use keyed::{KeyCap, Place};
+pub use limit::Limit;
 pub use pacer::Pacer;
 pub use quota::{InitialCredit, Quota};
 pub use receipt::Receipt;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{AcquireError, Clock, DefaultClock, Quota, QuotaError, TokenBucket};
+use crate::{AcquireError, Clock, DefaultClock, Limit, Quota, QuotaError, TokenBucket};
 
 /// Spaces admitted requests at least `1/r` apart, for a downstream that
 /// cannot take a burst at all (a payment processor, a legacy system); a

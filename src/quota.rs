@@ -8,7 +8,7 @@ use crate::gcra::Gcra;
 /// How much credit a new (or re-created) bucket starts with.
 ///
 /// ```
-/// use tollgate::{InitialCredit, ManualClock, Quota, TokenBucket};
+/// use tollgate::{InitialCredit, Limit, ManualClock, Quota, TokenBucket};
 ///
 /// let quota = Quota::per_second(10)?.with_initial_credit(InitialCredit::Tokens(4))?;
 /// let bucket = TokenBucket::with_clock(quota, ManualClock::new());

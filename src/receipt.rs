@@ -22,7 +22,7 @@ use crate::{AcquireError, Limit};
 /// response arrives, say), or a key of a keyed limiter.
 ///
 /// ```
-/// use tollgate::{ManualClock, Quota, Receipt, TokenBucket};
+/// use tollgate::{Limit, ManualClock, Quota, Receipt, TokenBucket};
 ///
 /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, ManualClock::new());
 /// let receipt = Receipt::take(&bucket, 2)?;
@@ -99,7 +99,7 @@ impl<L: Limit> Receipt<L> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Quota, Receipt, TokenBucket};
+    /// use tollgate::{Limit, ManualClock, Quota, Receipt, TokenBucket};
     ///
     /// let clock = ManualClock::new();
     /// let bucket = TokenBucket::with_clock(Quota::per_second(2)?, clock.clone());
@@ -118,7 +118,7 @@ impl<L: Limit> Receipt<L> {
     /// explicitly.
     ///
     /// ```
-    /// use tollgate::{Quota, Receipt, TokenBucket};
+    /// use tollgate::{Limit, Quota, Receipt, TokenBucket};
     ///
     /// let bucket = TokenBucket::new(Quota::per_second(1)?);
     /// Receipt::take(&bucket, 1)?.keep();

@@ -5,6 +5,9 @@ mod slots;
 
 use crossbeam_utils::CachePadded;
 
+use std::time::Duration;
+
+use crate::limit::{Limit, Taken, sealed};
 use crate::{AcquireError, Clock, DefaultClock, Quota, TokenBucket};
 use slots::{Slots, Take};
 
@@ -38,7 +41,7 @@ use slots::{Slots, Take};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{ManualClock, Quota, StripedBucket};
+/// use tollgate::{Limit, ManualClock, Quota, StripedBucket};
 ///
 /// let clock = ManualClock::new();
 /// let bucket = StripedBucket::with_clock(Quota::per_second(10)?, clock.clone(), 4, 10);
@@ -64,7 +67,7 @@ impl StripedBucket {
     /// A striped bucket on the [`DefaultClock`].
     ///
     /// ```
-    /// use tollgate::{Quota, StripedBucket};
+    /// use tollgate::{Limit, Quota, StripedBucket};
     ///
     /// let bucket = StripedBucket::new(Quota::per_second(100_000)?, 8, 64);
     /// assert!(bucket.try_acquire(1).is_ok());
@@ -102,47 +105,6 @@ impl<C: Clock> StripedBucket<C> {
         }
     }
 
-    /// Takes `cost` tokens from this thread's pool, leasing from the bucket
-    /// when it runs low; a cost the pool cannot cover goes to the bucket
-    /// directly. Refuses with the bucket's exact `retry_after`.
-    ///
-    /// ```
-    /// use tollgate::{ManualClock, Quota, StripedBucket};
-    ///
-    /// let bucket = StripedBucket::with_clock(Quota::per_second(4)?, ManualClock::new(), 2, 2);
-    /// for _ in 0..4 {
-    ///     bucket.try_acquire(1)?;
-    /// }
-    /// assert!(bucket.try_acquire(1).is_err());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[inline]
-    pub fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
-        // The bucket's checks, so that a bad cost is refused the same way
-        // whichever path would have served it.
-        let cost_ticks = self.bucket.quota().gcra().cost_ticks(cost)?;
-        let stripe = &self.stripes[crate::thread_id::stripe(self.stripes.len())];
-        match stripe.take(self.bucket.now(), cost_ticks, self.low_water) {
-            Take::Taken { low } => {
-                if low {
-                    self.refill(stripe);
-                }
-                Ok(())
-            }
-            Take::Short { low } => {
-                // A fresh reading: the lease just read the clock, and a take
-                // behind its reading spends nothing.
-                if low
-                    && self.refill(stripe)
-                    && let Take::Taken { .. } = stripe.take(self.bucket.now(), cost_ticks, 0)
-                {
-                    return Ok(());
-                }
-                self.bucket.try_acquire(cost)
-            }
-        }
-    }
-
     /// Leases for `stripe` unless another thread is refilling or flushing
     /// it: in-process, so at once, with no I/O. Returns whether tokens came.
     #[cold]
@@ -164,7 +126,7 @@ impl<C: Clock> StripedBucket<C> {
     /// dropped, and a pool being refilled at that moment keeps its tokens.
     ///
     /// ```
-    /// use tollgate::{ManualClock, Quota, StripedBucket};
+    /// use tollgate::{Limit, ManualClock, Quota, StripedBucket};
     ///
     /// let bucket = StripedBucket::with_clock(Quota::per_second(8)?, ManualClock::new(), 1, 4);
     /// bucket.try_acquire(1)?;
@@ -190,7 +152,7 @@ impl<C: Clock> StripedBucket<C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{ManualClock, Quota, StripedBucket};
+    /// use tollgate::{Limit, ManualClock, Quota, StripedBucket};
     ///
     /// let clock = ManualClock::new();
     /// let bucket = StripedBucket::with_clock(Quota::per_second(8)?, clock.clone(), 1, 4);
@@ -243,5 +205,107 @@ impl<C: Clock> StripedBucket<C> {
     /// ```
     pub fn lease(&self) -> u64 {
         self.lease
+    }
+}
+
+/// Receipts, reservations and hierarchy steps take from the bucket
+/// underneath, not from a pool: undoing by the rule that never mints credit
+/// needs the record of the bucket's own compare-and-swap, which a take from
+/// a pool's slots does not leave. Pooled tokens are already spent from the
+/// bucket, so taking there stays within the same envelope; it only forgoes
+/// the pools' relief from contention.
+impl<C: Clock> sealed::Sealed for StripedBucket<C> {
+    #[inline]
+    fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
+        self.bucket.take(cost)
+    }
+
+    #[inline]
+    fn take_within(
+        &self,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<(Taken, Duration), AcquireError> {
+        self.bucket.take_within(cost, max_wait)
+    }
+
+    fn undo(&self, taken: &Taken) {
+        self.bucket.undo(taken);
+    }
+}
+
+impl<C: Clock> Limit for StripedBucket<C> {
+    /// Takes `cost` tokens from this thread's pool, leasing from the bucket
+    /// when it runs low; a cost the pool cannot cover goes to the bucket
+    /// directly. Refuses with the bucket's exact `retry_after`.
+    ///
+    /// ```
+    /// use tollgate::{Limit, ManualClock, Quota, StripedBucket};
+    ///
+    /// let bucket = StripedBucket::with_clock(Quota::per_second(4)?, ManualClock::new(), 2, 2);
+    /// for _ in 0..4 {
+    ///     bucket.try_acquire(1)?;
+    /// }
+    /// assert!(bucket.try_acquire(1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
+        // The bucket's checks, so that a bad cost is refused the same way
+        // whichever path would have served it.
+        let cost_ticks = self.bucket.quota().gcra().cost_ticks(cost)?;
+        let stripe = &self.stripes[crate::thread_id::stripe(self.stripes.len())];
+        match stripe.take(self.bucket.now(), cost_ticks, self.low_water) {
+            Take::Taken { low } => {
+                if low {
+                    self.refill(stripe);
+                }
+                Ok(())
+            }
+            Take::Short { low } => {
+                // A fresh reading: the lease just read the clock, and a take
+                // behind its reading spends nothing.
+                if low
+                    && self.refill(stripe)
+                    && let Take::Taken { .. } = stripe.take(self.bucket.now(), cost_ticks, 0)
+                {
+                    return Ok(());
+                }
+                self.bucket.try_acquire(cost)
+            }
+        }
+    }
+
+    /// The bucket's wait for `cost`: tokens pooled for other threads are
+    /// not this caller's, so it never understates the wait, and overstates
+    /// it only when the caller's own pool holds the tokens.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Limit, ManualClock, Quota, StripedBucket};
+    ///
+    /// let bucket = StripedBucket::with_clock(Quota::per_second(2)?, ManualClock::new(), 1, 1);
+    /// bucket.try_acquire(1)?;
+    /// bucket.try_acquire(1)?;
+    /// assert_eq!(bucket.retry_after(1)?, Duration::from_millis(500));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
+        self.bucket.retry_after(cost)
+    }
+
+    /// Tokens that exist now: the bucket's and every pool's, though a
+    /// caller can only use its own pool's and the bucket's.
+    ///
+    /// ```
+    /// use tollgate::{Limit, ManualClock, Quota, StripedBucket};
+    ///
+    /// let bucket = StripedBucket::with_clock(Quota::per_second(10)?, ManualClock::new(), 2, 4);
+    /// bucket.try_acquire(1)?; // leases 4, of which 3 stay pooled
+    /// assert_eq!(bucket.available(), 9);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn available(&self) -> u64 {
+        self.bucket.available().saturating_add(self.pooled())
     }
 }

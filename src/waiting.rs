@@ -3,41 +3,34 @@
 
 use std::time::Duration;
 
-/// Told what becomes of an async acquire's reservation. The plain limiters
-/// pass `()`, whose empty methods compile away; [`Counted`](crate::Counted)
-/// passes its counters.
-pub(crate) trait WaitObserver {
-    /// Tokens were reserved, to be used after `wait` (perhaps zero).
-    fn reserved(&self, _wait: Duration) {}
-    /// The caller stopped waiting: the reservation was given back.
-    fn abandoned(&self) {}
-}
+use crate::AcquireError;
+use crate::limit::sealed::Sealed;
 
-impl WaitObserver for () {}
-
-/// Sleeps `wait` on tokio's timer, then returns. If the future is dropped
-/// before that (the caller gave up), `give_back` runs: the reservation's
-/// tokens return to the bucket instead of being spent on work that will
-/// never start.
-pub(crate) async fn sleep_or_give_back(
-    wait: Duration,
-    observer: &impl WaitObserver,
-    give_back: impl FnOnce(),
-) {
-    /// Runs the give-back on drop unless disarmed.
-    struct Pending<'a, O: WaitObserver, F: FnOnce()>(&'a O, Option<F>);
-    impl<O: WaitObserver, F: FnOnce()> Drop for Pending<'_, O, F> {
+/// [`Limit::acquire`](crate::Limit::acquire) for every limit: reserves `cost` within `max_wait`,
+/// then sleeps the wait out. If the future is dropped before that (the
+/// caller gave up), the reservation is undone: its tokens return to the
+/// limit instead of being spent on work that will never start. A counted
+/// limit counts the reservation when it is taken and the abandonment when
+/// it is undone.
+pub(crate) async fn acquire<L: Sealed + ?Sized>(
+    limit: &L,
+    cost: u64,
+    max_wait: Duration,
+) -> Result<(), AcquireError> {
+    /// Undoes the reservation on drop unless disarmed.
+    struct Pending<'a, L: Sealed + ?Sized>(&'a L, Option<crate::limit::Taken>);
+    impl<L: Sealed + ?Sized> Drop for Pending<'_, L> {
         fn drop(&mut self) {
-            if let Some(give_back) = self.1.take() {
-                give_back();
-                self.0.abandoned();
+            if let Some(taken) = self.1.take() {
+                self.0.undo(&taken);
             }
         }
     }
-    observer.reserved(wait);
-    let mut pending = Pending(observer, Some(give_back));
+    let (taken, wait) = limit.take_within(cost, max_wait)?;
+    let mut pending = Pending(limit, Some(taken));
     if !wait.is_zero() {
         tokio::time::sleep(wait).await;
     }
     pending.1 = None;
+    Ok(())
 }

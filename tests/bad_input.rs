@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use tollgate::{AcquireError, Clock, InitialCredit, ManualClock, Quota, QuotaError, TokenBucket};
+use tollgate::{
+    AcquireError, Clock, InitialCredit, Limit, ManualClock, Quota, QuotaError, TokenBucket,
+};
 
 mod common;
 use common::insufficient;

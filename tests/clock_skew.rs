@@ -14,7 +14,9 @@ use std::time::Duration;
 
 #[cfg(feature = "keyed")]
 use tollgate::KeyedLimiter;
-use tollgate::{Clock, DefaultClock, ManualClock, Quota, Receipt, StripedBucket, TokenBucket};
+use tollgate::{
+    Clock, DefaultClock, Limit, ManualClock, Quota, Receipt, StripedBucket, TokenBucket,
+};
 
 mod common;
 use common::race;

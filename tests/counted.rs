@@ -5,7 +5,7 @@ use std::time::Duration;
 
 #[cfg(feature = "keyed")]
 use tollgate::KeyedLimiter;
-use tollgate::{Counted, ManualClock, Quota, TokenBucket};
+use tollgate::{Counted, Limit, ManualClock, Quota, TokenBucket};
 
 mod common;
 use common::race;
@@ -136,9 +136,9 @@ fn keyed_decisions_are_counted_with_their_costs() {
             .clock(ManualClock::new())
             .build::<u32>(),
     );
-    limiter.try_acquire(&1, 3).unwrap();
-    limiter.try_acquire(&1, 3).unwrap_err();
-    limiter.try_acquire(&2, 0).unwrap_err();
+    limiter.key(&1).try_acquire(3).unwrap();
+    limiter.key(&1).try_acquire(3).unwrap_err();
+    limiter.key(&2).try_acquire(0).unwrap_err();
     let stats = limiter.stats();
     assert_eq!((stats.admitted, stats.admitted_cost), (1, 3));
     assert_eq!((stats.denied, stats.denied_cost), (1, 3));
@@ -174,11 +174,11 @@ async fn an_abandoned_wait_is_counted_and_its_tokens_return() {
             .clock(clock.clone())
             .build::<u32>(),
     );
-    limiter.try_acquire(&1, 2).unwrap();
+    limiter.key(&1).try_acquire(2).unwrap();
     // Two more tokens: a one-second wait, given up after 100 ms.
     let gave_up = tokio::time::timeout(
         Duration::from_millis(100),
-        limiter.acquire(&1, 2, Duration::from_secs(5)),
+        limiter.key(&1).acquire(2, Duration::from_secs(5)),
     )
     .await;
     assert!(gave_up.is_err());
@@ -191,9 +191,10 @@ async fn an_abandoned_wait_is_counted_and_its_tokens_return() {
     clock.advance(Duration::from_secs(1));
     assert_eq!(limiter.inner().available(&1), 2);
     // A wait that completes counts as admitted and delayed, not abandoned.
-    limiter.try_acquire(&1, 2).unwrap();
+    limiter.key(&1).try_acquire(2).unwrap();
     limiter
-        .acquire(&1, 1, Duration::from_secs(1))
+        .key(&1)
+        .acquire(1, Duration::from_secs(1))
         .await
         .unwrap();
     let stats = limiter.stats();
@@ -249,7 +250,7 @@ mod export {
         Counter, CounterFn, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder,
         SharedString, Unit,
     };
-    use tollgate::{Counted, ManualClock, Quota, TokenBucket};
+    use tollgate::{Counted, Limit, ManualClock, Quota, TokenBucket};
     #[cfg(feature = "tokio")]
     use tollgate::{KeyedLimiter, shared::AllowanceStats};
 

@@ -16,7 +16,7 @@ mod common;
 use common::{Envelope, admitted_at_first_poll};
 use tollgate::concurrency::ConcurrencyLimiter;
 use tollgate::{
-    Clock, Counted, InitialCredit, KeyedLimiter, ManualClock, Quota, QuotaError, Receipt,
+    Clock, Counted, InitialCredit, KeyedLimiter, Limit, ManualClock, Quota, QuotaError, Receipt,
     TokenBucket, try_acquire_all,
 };
 

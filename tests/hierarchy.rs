@@ -9,7 +9,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 #[cfg(feature = "keyed")]
 use tollgate::KeyedLimiter;
-use tollgate::{AcquireError, HierarchyError, ManualClock, Quota, TokenBucket, try_acquire_all};
+use tollgate::{
+    AcquireError, HierarchyError, Limit, ManualClock, Quota, TokenBucket, try_acquire_all,
+};
 
 mod common;
 use common::Envelope;

@@ -11,7 +11,9 @@ use tollgate::http::{
     ServiceLimit, delay_seconds, parse_rate_limit, parse_rate_limit_policy,
     rate_limit_policy_value, rate_limit_value, rate_limit_wait,
 };
-use tollgate::{AcquireError, HierarchyError, ManualClock, Quota, TokenBucket, try_acquire_all};
+use tollgate::{
+    AcquireError, HierarchyError, Limit, ManualClock, Quota, TokenBucket, try_acquire_all,
+};
 
 fn name(text: &str) -> PolicyName {
     PolicyName::new(text).unwrap()

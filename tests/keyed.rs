@@ -10,7 +10,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tollgate::{
-    AcquireError, AtCapacity, InitialCredit, KeyedLimiter, ManualClock, Quota, TokenBucket,
+    AcquireError, AtCapacity, InitialCredit, KeyedLimiter, Limit, ManualClock, Quota, TokenBucket,
 };
 
 mod common;

@@ -16,8 +16,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tollgate::shared::{AllowanceConfig, FailurePolicy, LocalAllowance, LocalStore, Source};
 use tollgate::{
-    AtCapacity, Clock, KeyedLimiter, ManualClock, Quota, Receipt, StripedBucket, TokenBucket,
-    try_acquire_all,
+    AtCapacity, Clock, KeyedLimiter, Limit, ManualClock, Quota, Receipt, StripedBucket,
+    TokenBucket, try_acquire_all,
 };
 
 mod common;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use num_rational::Ratio;
 use proptest::prelude::*;
-use tollgate::{AcquireError, InitialCredit, ManualClock, Quota, TokenBucket};
+use tollgate::{AcquireError, InitialCredit, Limit, ManualClock, Quota, TokenBucket};
 
 mod common;
 use common::Envelope;

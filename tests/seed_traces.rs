@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use tollgate::{AcquireError, ManualClock, Quota, TokenBucket};
+use tollgate::{AcquireError, Limit, ManualClock, Quota, TokenBucket};
 
 mod common;
 use common::{Envelope, insufficient};

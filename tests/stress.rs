@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use tollgate::{AcquireError, Clock, ManualClock, MonotonicClock, Quota, TokenBucket};
+use tollgate::{AcquireError, Clock, Limit, ManualClock, MonotonicClock, Quota, TokenBucket};
 
 mod common;
 use common::{Envelope, race};

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tollgate::{Clock, ManualClock, Quota, StripedBucket};
+use tollgate::{Clock, Limit, ManualClock, Quota, StripedBucket};
 
 mod common;
 use common::{Envelope, race, race_beside};

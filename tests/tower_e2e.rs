@@ -16,7 +16,7 @@ use tokio::sync::{Notify, mpsc};
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
 use tollgate::http::{PolicyName, parse_rate_limit, parse_rate_limit_policy};
 use tollgate::identity::{AddrKey, ForwardedResolver, HeaderSource, PrefixPolicy, TrustedProxies};
-use tollgate::{KeyedLimiter, ManualClock, Quota, TokenBucket};
+use tollgate::{KeyedLimiter, Limit, ManualClock, Quota, TokenBucket};
 
 /// Bursts of `capacity`, refilled at one an hour: with the clock frozen,
 /// exactly `capacity` per key.

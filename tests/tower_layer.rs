@@ -18,7 +18,7 @@ use http_body_util::Full;
 use tokio::sync::Notify;
 use tollgate::http::PolicyName;
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
-use tollgate::{KeyedLimiter, ManualClock, Quota, TokenBucket};
+use tollgate::{KeyedLimiter, Limit, ManualClock, Quota, TokenBucket};
 use tower::{Layer, Service, ServiceExt};
 
 mod common;

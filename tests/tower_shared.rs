@@ -21,7 +21,7 @@ use tollgate::http::{PolicyName, parse_rate_limit, parse_rate_limit_policy};
 use tollgate::shared::{
     FailurePolicy, Grant, KeyedAllowance, KeyedAllowanceConfig, Lease, LocalStore, Store,
 };
-use tollgate::{KeyedLimiter, ManualClock, Quota, TokenBucket};
+use tollgate::{KeyedLimiter, Limit, ManualClock, Quota, TokenBucket};
 use tower::{Layer, Service, ServiceExt};
 
 mod common;

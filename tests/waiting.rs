@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tollgate::{AcquireError, KeyedLimiter, ManualClock, Quota, TokenBucket};
+use tollgate::{AcquireError, KeyedLimiter, Limit, ManualClock, Quota, TokenBucket};
 
 const MS: Duration = Duration::from_millis(1);
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::{AcquireError, ManualClock, Quota, TokenBucket};
+use tollgate::{AcquireError, Limit, ManualClock, Quota, TokenBucket};
 
 /// Explores every interleaving of `f` up to the preemption bound.
 ///

@@ -10,7 +10,7 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::{assert_drained_within_envelope, gather, model};
-use tollgate::{ManualClock, Quota, TokenBucket, try_acquire_all};
+use tollgate::{Limit, ManualClock, Quota, TokenBucket, try_acquire_all};
 
 /// A bucket of `capacity` refilled at one token per second, full at time 0.
 fn bucket(capacity: u64, clock: &ManualClock) -> TokenBucket<ManualClock> {

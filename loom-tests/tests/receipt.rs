@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use loom::thread;
 use loom_tests::{assert_drained_within_envelope, gather, model};
-use tollgate::{ManualClock, Quota, Receipt, TokenBucket};
+use tollgate::{Limit, ManualClock, Quota, Receipt, TokenBucket};
 
 /// A bucket of `capacity` refilled at one token per second, full at time 0.
 fn bucket(capacity: u64, clock: &ManualClock) -> Arc<TokenBucket<ManualClock>> {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::model;
-use tollgate::{Clock, ManualClock, Quota, StripedBucket};
+use tollgate::{Clock, Limit, ManualClock, Quota, StripedBucket};
 
 /// A striped bucket of one pool leasing `lease` at a time, full at time 0 and
 /// refilled at one token per second.

@@ -40,7 +40,7 @@ pub use tsc::TscClock;
 /// One alias, so that changing the default is one line.
 ///
 /// ```
-/// use tollgate::{DefaultClock, Quota, TokenBucket};
+/// use tollgate::{DefaultClock, Limit, Quota, TokenBucket};
 ///
 /// let bucket: TokenBucket<DefaultClock> = TokenBucket::new(Quota::per_second(10)?);
 /// assert!(bucket.try_acquire(1).is_ok());

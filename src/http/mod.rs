@@ -23,7 +23,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::{ManualClock, Quota, TokenBucket};
+//! use tollgate::{Limit, ManualClock, Quota, TokenBucket};
 //! use tollgate::http::{PolicyName, RateLimitPolicy, Refusal, ServiceLimit, delay_seconds};
 //!
 //! let quota = Quota::per_second(2)?;

@@ -87,7 +87,7 @@ impl Refusal {
     /// Every policy goes into the `RateLimit-Policy` field.
     ///
     /// ```
-    /// use tollgate::{ManualClock, Quota, TokenBucket, try_acquire_all};
+    /// use tollgate::{Limit, ManualClock, Quota, TokenBucket, try_acquire_all};
     /// use tollgate::http::{PolicyName, RateLimitPolicy, Refusal};
     ///
     /// let clock = ManualClock::new();

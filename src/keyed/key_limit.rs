@@ -1,21 +1,24 @@
-//! One key of a keyed limiter as a limit of a hierarchy.
+//! One key of a keyed limiter as a limit of its own.
 
-use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
-use crate::hierarchy::{Limit, Step, Taken};
+use super::KeyRef;
+use crate::limit::{Limit, Taken, sealed};
 use crate::{AcquireError, Clock, KeyedLimiter};
 
-/// One key of a [`KeyedLimiter`], usable as a [`Limit`] in a hierarchy.
+/// One key of a [`KeyedLimiter`] (or of a [`Tiered`](crate::Tiered)): a
+/// [`Limit`], for everything written over any limit (hierarchies, receipts,
+/// [`Counted`](crate::Counted)).
 ///
 /// ```
-/// use tollgate::{KeyedLimiter, Quota, try_acquire_all};
+/// use tollgate::{KeyedLimiter, Limit, Quota, try_acquire_all};
 ///
 /// let per_address = KeyedLimiter::builder(Quota::per_second(2)?).build::<u32>();
 /// let limit = per_address.key(&7);
 /// try_acquire_all(&[limit.cost(2)])?;
 /// assert!(try_acquire_all(&[limit.cost(1)]).is_err());
+/// assert_eq!(limit.available(), 0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
@@ -24,10 +27,10 @@ pub struct KeyLimit<'a, Q: ?Sized, K, C, S> {
     pub(super) key: &'a Q,
 }
 
-impl<Q, K, C, S> crate::hierarchy::sealed::Sealed for KeyLimit<'_, Q, K, C, S>
+impl<Q, K, C, S> sealed::Sealed for KeyLimit<'_, Q, K, C, S>
 where
-    K: Hash + Eq + Borrow<Q>,
-    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    K: Hash + Eq,
+    Q: KeyRef<K> + ?Sized,
     C: Clock,
     S: BuildHasher + Clone,
 {
@@ -40,45 +43,41 @@ where
         })
     }
 
+    fn take_within(
+        &self,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<(Taken, Duration), AcquireError> {
+        let gcra = self.limiter.quota().gcra();
+        let (admission, overflow) =
+            self.limiter
+                .acquire_within(self.key, cost, gcra.ticks_of(max_wait))?;
+        let wait = gcra.duration(gcra.wait(admission.after, admission.at));
+        let taken = Taken {
+            admission,
+            tokens: cost,
+            overflow,
+        };
+        Ok((taken, wait))
+    }
+
     fn undo(&self, taken: &Taken) {
         self.limiter.undo(self.key, taken, taken.tokens);
     }
+}
 
-    fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
-        self.limiter.retry_after(self.key, cost)
+impl<Q, K, C, S> Limit for KeyLimit<'_, Q, K, C, S>
+where
+    K: Hash + Eq + Send + Sync,
+    Q: KeyRef<K> + Sync + ?Sized,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync,
+{
+    fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
+        self.limiter.retry_after_of(self.key, cost)
     }
-}
 
-impl<'a, Q, K, C, S> Limit for KeyLimit<'a, Q, K, C, S>
-where
-    K: Hash + Eq + Borrow<Q> + Send + Sync,
-    Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
-    C: Clock,
-    S: BuildHasher + Clone + Send + Sync,
-{
-}
-
-impl<'a, Q, K, C, S> KeyLimit<'a, Q, K, C, S>
-where
-    K: Hash + Eq + Borrow<Q> + Send + Sync,
-    Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
-    C: Clock,
-    S: BuildHasher + Clone + Send + Sync,
-{
-    /// This key's limit charged `cost` tokens, as a step of a hierarchy.
-    ///
-    /// The step borrows this `KeyLimit`: build the steps inside the call to
-    /// [`try_acquire_all`](crate::try_acquire_all), or bind the `KeyLimit`
-    /// first (`let account = limiter.key(&id); let steps = [account.cost(1)];`).
-    ///
-    /// ```
-    /// use tollgate::{KeyedLimiter, Quota, try_acquire_all};
-    ///
-    /// let per_tenant = KeyedLimiter::builder(Quota::per_second(100)?).build::<String>();
-    /// try_acquire_all(&[per_tenant.key("north").cost(10)])?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn cost(&self, cost: u64) -> Step<'_> {
-        Step::new(self, cost)
+    fn available(&self) -> u64 {
+        self.limiter.available_of(self.key)
     }
 }

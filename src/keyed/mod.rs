@@ -5,6 +5,7 @@ mod cap;
 mod config;
 mod fingerprint;
 mod key_limit;
+mod key_ref;
 mod stats;
 mod table;
 mod tiers;
@@ -18,13 +19,15 @@ use dashmap::DashMap;
 
 pub use config::{AtCapacity, KeyedBuilder};
 pub use key_limit::KeyLimit;
+pub use key_ref::KeyRef;
 pub use stats::KeyTableStats;
 pub use tiers::Tiered;
 // The loom models run the cap's real code against a stand-in table.
 #[cfg(tollgate_loom)]
 pub use cap::{KeyCap, Place};
 
-use crate::hierarchy::Taken;
+use crate::limit::Taken;
+use crate::limit::sealed::Sealed;
 use crate::state::{Admission, Tat};
 use crate::sync::AtomicU64;
 use crate::timeline::Timeline;
@@ -33,6 +36,7 @@ use crate::{AcquireError, Clock, DefaultClock, Quota};
 use cap::KeyCap;
 use config::KeyBound;
 use fingerprint::{Fingerprint, Fingerprinter, PassThrough, hashed_len};
+use key_ref::Find;
 use table::Table;
 
 /// Where a key is kept: in the table of exact keys as itself, or in the
@@ -226,7 +230,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     }
 
     /// Takes `cost` tokens from `key`'s bucket now, or refuses without
-    /// spending anything; see [`TokenBucket::try_acquire`](crate::TokenBucket::try_acquire).
+    /// spending anything; see [`Limit::try_acquire`](crate::Limit::try_acquire).
     /// A new key at the cap gets the [`AtCapacity`] policy.
     ///
     /// ```
@@ -242,15 +246,14 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     #[inline]
     pub fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), AcquireError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: KeyRef<K> + ?Sized,
     {
         self.acquire_within(key, cost, 0).map(drop)
     }
 
     /// Takes `cost` tokens from `key`'s bucket now and returns how long to
     /// wait before using them, if that wait is at most `max_wait`; see
-    /// [`TokenBucket::reserve`](crate::TokenBucket::reserve).
+    /// [`Limit::reserve`](crate::Limit::reserve).
     ///
     /// ```
     /// use std::time::Duration;
@@ -270,16 +273,15 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         max_wait: Duration,
     ) -> Result<Duration, AcquireError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: KeyRef<K> + ?Sized,
     {
-        let gcra = self.quota.gcra();
-        self.acquire_within(key, cost, gcra.ticks_of(max_wait))
-            .map(|(admission, _)| gcra.duration(gcra.wait(admission.after, admission.at)))
+        self.key(key)
+            .take_within(cost, max_wait)
+            .map(|(_, wait)| wait)
     }
 
     /// Takes `cost` tokens from `key`'s bucket and waits until they may be
-    /// used; see [`TokenBucket::acquire`](crate::TokenBucket::acquire)
+    /// used; see [`Limit::acquire`](crate::Limit::acquire)
     /// (first come, first served; dropping the future gives the
     /// reservation back).
     ///
@@ -305,35 +307,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         max_wait: Duration,
     ) -> Result<(), AcquireError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: KeyRef<K> + ?Sized,
     {
-        self.acquire_observed(key, cost, max_wait, &()).await
-    }
-
-    /// [`Self::acquire`], telling `observer` of its wait and abandonment.
-    #[cfg(feature = "tokio")]
-    pub(crate) async fn acquire_observed<Q>(
-        &self,
-        key: &Q,
-        cost: u64,
-        max_wait: Duration,
-        observer: &impl crate::waiting::WaitObserver,
-    ) -> Result<(), AcquireError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let gcra = self.quota.gcra();
-        let (admission, overflow) = self.acquire_within(key, cost, gcra.ticks_of(max_wait))?;
-        let wait = gcra.duration(gcra.wait(admission.after, admission.at));
-        let taken = Taken {
-            admission,
-            tokens: cost,
-            overflow,
-        };
-        crate::waiting::sleep_or_give_back(wait, observer, || self.undo(key, &taken, cost)).await;
-        Ok(())
+        crate::waiting::acquire(&self.key(key), cost, max_wait).await
     }
 
     /// The one admission path: returns the admission and whether the
@@ -346,8 +322,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         slack: u64,
     ) -> Result<(Admission, bool), AcquireError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: KeyRef<K> + ?Sized,
     {
         let gcra = self.quota.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
@@ -362,8 +337,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         want: u64,
     ) -> Result<(u64, Admission, bool), AcquireError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: KeyRef<K> + ?Sized,
     {
         let gcra = self.quota.gcra();
         let mut granted = 0;
@@ -388,8 +362,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         admit: impl FnOnce(&Tat, u64) -> Result<Admission, AcquireError>,
     ) -> Result<(Admission, bool), AcquireError>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: KeyRef<K> + ?Sized,
     {
         in_table!(self, key, |table| self.decide_in(table, key, admit))
     }
@@ -398,11 +371,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// overflow bucket) by the one rule that never mints credit
     /// (`Tat::undo`). A key no longer tracked was full when dropped: nothing
     /// is owed. Drops the key's bucket if the undo left it full.
-    pub(crate) fn undo<Q>(&self, key: &Q, taken: &Taken, tokens: u64)
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
+    pub(crate) fn undo<Q: Find<K> + ?Sized>(&self, key: &Q, taken: &Taken, tokens: u64) {
         let gcra = self.quota.gcra();
         let ticks = gcra.token_ticks(tokens);
         if taken.overflow {
@@ -476,9 +445,14 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.available_of(key)
+    }
+
+    /// [`Self::available`] for any lookup form, the key's limit's included.
+    pub(crate) fn available_of<Q: Find<K> + ?Sized>(&self, key: &Q) -> u64 {
         let gcra = self.quota.gcra();
         let now = self.now();
-        in_table!(self, key, |table| match table.get(key) {
+        in_table!(self, key, |table| match key.find_in(table) {
             Some(tat) => tat.available(gcra, now),
             None => gcra.available(self.fresh_tat(self.overflow_floor_in(table, key), now), now),
         })
@@ -504,10 +478,19 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.retry_after_of(key, cost)
+    }
+
+    /// [`Self::retry_after`] for any lookup form, the key's limit's included.
+    pub(crate) fn retry_after_of<Q: Find<K> + ?Sized>(
+        &self,
+        key: &Q,
+        cost: u64,
+    ) -> Result<Duration, AcquireError> {
         let gcra = self.quota.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
         let now = self.now();
-        let wait = in_table!(self, key, |table| match table.get(key) {
+        let wait = in_table!(self, key, |table| match key.find_in(table) {
             Some(tat) => tat.wait_for(gcra, now, cost_ticks),
             None => gcra
                 .admit(
@@ -665,10 +648,12 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         self.timeline.clock()
     }
 
-    /// `key`'s limit, as one [`Step`](crate::Step) of a hierarchy.
+    /// `key`'s limit: a [`Limit`](crate::Limit), for the layers written
+    /// over any limit (a [`Step`](crate::Step) of a hierarchy, a
+    /// [`Receipt`](crate::Receipt)).
     ///
     /// ```
-    /// use tollgate::{KeyedLimiter, Quota, TokenBucket, try_acquire_all};
+    /// use tollgate::{KeyedLimiter, Limit, Quota, TokenBucket, try_acquire_all};
     ///
     /// let per_account = KeyedLimiter::builder(Quota::per_second(5)?).build::<u64>();
     /// let global = TokenBucket::new(Quota::per_second(1000)?);
@@ -677,8 +662,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// ```
     pub fn key<'a, Q>(&'a self, key: &'a Q) -> KeyLimit<'a, Q, K, C, S>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: KeyRef<K> + ?Sized,
     {
         KeyLimit { limiter: self, key }
     }

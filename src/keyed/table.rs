@@ -3,7 +3,6 @@
 //! as fingerprints), and the watermarks the two share so that no eviction
 //! ever mints credit.
 
-use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
 use dashmap::DashMap;
@@ -11,6 +10,7 @@ use dashmap::mapref::entry::{Entry, VacantEntry};
 use dashmap::mapref::one::Ref;
 
 use super::cap::Place;
+use super::key_ref::{Find, KeyRef};
 use super::{AtCapacity, KeyedLimiter};
 use crate::state::{Admission, Tat};
 use crate::sync::{AtomicU64, Ordering};
@@ -42,18 +42,18 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         admit: impl FnOnce(&Tat, u64) -> Result<Admission, AcquireError>,
     ) -> Result<(Admission, bool), AcquireError>
     where
-        M: Hash + Eq + Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = M> + ?Sized,
+        M: Hash + Eq,
+        Q: KeyRef<M> + ?Sized,
         H: BuildHasher + Clone,
     {
         // The guard holds the key's shard for reading until the decision is
         // made; no other map operation may run before it is dropped, or a
-        // writer on that shard deadlocks. The clock is read after the lookup:
-        // measured 8 to 19 ns faster per decision than before it (the read
-        // no longer stalls behind the lock's read-modify-write), and for a
+        // writer on that shard deadlocks. The clock is read after the lookup,
+        // so the read does not stall behind the lock's read-modify-write
+        // (`docs/benchmarks.md`, "Measured design choices"), and for a
         // tracked key no sweep can fall between the reading and the decision
         // (a new key's reading is older; `fresh_tat` covers that).
-        let found = table.get(key);
+        let found = key.find_in(table);
         let now = self.now();
         let bucket = match found {
             Some(tat) => Bucket::Own(tat),
@@ -83,8 +83,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         now: u64,
     ) -> Result<Bucket<'t, M>, AcquireError>
     where
-        M: Hash + Eq + Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = M> + ?Sized,
+        M: Hash + Eq,
+        Q: KeyRef<M> + ?Sized,
         H: BuildHasher + Clone,
     {
         // The key's own code runs below (`to_owned`, and `hash` and `eq` in
@@ -101,7 +101,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         if place.is_none() && self.bound.at_capacity == AtCapacity::Deny {
             // Refusing needs no write lock and no owned key; only a bucket
             // created for this key meanwhile is worth a second look.
-            return match table.get(key) {
+            return match key.find_in(table) {
                 Some(raced) => Ok(Bucket::Own(raced)),
                 None => Err(AcquireError::TooManyKeys {
                     max_keys: self.bound.max_keys,
@@ -128,11 +128,10 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
 
     /// Counts a new key in; at the cap, waits for a sweep in progress or
     /// runs one that is due (see `cap.rs`).
-    // This and the two helpers below are marked `#[inline]`: once
-    // `insert_in` had an instantiation per table the compiler stopped
-    // inlining them into it, and a new key's decision measured 9 % slower
-    // than with one table (`keyed_churn` medians 51 and 56 ns); inlined, it
-    // is level (54 and 54 ns).
+    // This and the two helpers below are marked `#[inline]`: `insert_in`
+    // has an instantiation per table, and the compiler then stops inlining
+    // them into it, which slows a new key's decision (`docs/benchmarks.md`,
+    // "Measured design choices").
     #[inline]
     fn take_place(&self, now: u64) -> Option<Place<'_>> {
         self.cap
@@ -186,11 +185,11 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         admission: &Admission,
         ticks: u64,
     ) where
-        M: Hash + Eq + Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        M: Hash + Eq,
+        Q: Find<M> + ?Sized,
         H: BuildHasher + Clone,
     {
-        if let Some(tat) = table.get(key) {
+        if let Some(tat) = key.find_in(table) {
             tat.undo(self.quota.gcra(), admission, ticks, || self.now());
         }
         // The guard above is dropped: the map may be written now.
@@ -203,14 +202,14 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// not fill this limiter's key cap.
     fn forget_if_full_in<M, Q, H>(&self, table: &Table<M, H>, key: &Q)
     where
-        M: Hash + Eq + Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        M: Hash + Eq,
+        Q: Find<M> + ?Sized,
         H: BuildHasher + Clone,
     {
         let now = self.now();
         self.swept_at.fetch_max(now, Ordering::AcqRel);
         self.overflow.raise_to(now);
-        if table.remove_if(key, |_, tat| tat.is_full(now)).is_some() {
+        if key.remove_in_if(table, |_, tat| tat.is_full(now)) {
             self.cap.forget(1);
             self.counters.evicted_one();
         }

@@ -1,9 +1,8 @@
 //! Per-key quotas: a resolver picks each key's tier.
 
-use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
-use crate::{AcquireError, Clock, DefaultClock, KeyedLimiter};
+use crate::{AcquireError, Clock, DefaultClock, KeyLimit, KeyedLimiter};
 
 /// Keyed limiters with different quotas, and a resolver that decides which
 /// one a key belongs to (a plan, a tier, an operation class).
@@ -106,9 +105,33 @@ where
     /// ```
     pub fn try_acquire(&self, key: &K, cost: u64) -> Result<(), AcquireError>
     where
-        K: Borrow<K> + Clone,
+        K: Clone,
     {
         self.tier(key).try_acquire(key, cost)
+    }
+
+    /// `key`'s limit in its tier: a [`Limit`](crate::Limit), for every
+    /// other decision (reserve, acquire, retry_after, available) and for the
+    /// layers written over any limit (hierarchies, receipts, counting).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedLimiter, Limit, ManualClock, Quota, Tiered};
+    ///
+    /// let clock = ManualClock::new();
+    /// let tiers = Tiered::new(
+    ///     [KeyedLimiter::builder(Quota::per_second(2)?).clock(&clock).build::<u8>()],
+    ///     |_: &u8| 0,
+    /// );
+    /// tiers.key(&1).try_acquire(2)?;
+    /// assert_eq!(tiers.key(&1).retry_after(1)?, Duration::from_millis(500));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key<'a>(&'a self, key: &'a K) -> KeyLimit<'a, K, K, C, S>
+    where
+        K: Clone,
+    {
+        self.tier(key).key(key)
     }
 
     /// Sweeps every tier; returns the buckets dropped.

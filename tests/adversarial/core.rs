@@ -5,7 +5,8 @@ use std::time::Duration;
 #[cfg(feature = "keyed")]
 use tollgate::KeyedLimiter;
 use tollgate::{
-    AcquireError, Clock, MAX_STEPS, ManualClock, Quota, Receipt, TokenBucket, try_acquire_all,
+    AcquireError, Clock, Limit, MAX_STEPS, ManualClock, Quota, Receipt, TokenBucket,
+    try_acquire_all,
 };
 
 use crate::common::Envelope;

@@ -21,7 +21,7 @@ use tollgate::http::tower::{
 };
 use tollgate::http::{PolicyName, Refusal};
 use tollgate::identity::{AddrKey, ForwardedResolver, HeaderSource, TrustedProxies};
-use tollgate::{AcquireError, KeyedLimiter, ManualClock, Quota, TokenBucket};
+use tollgate::{AcquireError, KeyedLimiter, Limit, ManualClock, Quota, TokenBucket};
 use tower::{Layer, Service, ServiceExt};
 
 use crate::common::poll_once;

@@ -12,7 +12,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use tollgate::{
-    AcquireError, AtCapacity, Clock, KeyedLimiter, ManualClock, Quota, Tiered, TokenBucket,
+    AcquireError, AtCapacity, Clock, KeyedLimiter, Limit, ManualClock, Quota, Tiered, TokenBucket,
     try_acquire_all,
 };
 

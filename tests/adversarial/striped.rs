@@ -5,7 +5,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate::{AcquireError, Clock, ManualClock, Quota, StripedBucket};
+use tollgate::{AcquireError, Clock, Limit, ManualClock, Quota, StripedBucket};
 
 use crate::common::{Envelope, race, race_beside};
 

@@ -135,7 +135,7 @@ impl<S: Store> Inner<S> {
                 Ok(Source::FailedOpen)
             }
             (FailurePolicy::Fallback(_), Some(bucket)) => {
-                bucket.try_acquire(cost)?;
+                crate::Limit::try_acquire(bucket, cost)?;
                 add(&self.stats.fallback, cost);
                 Ok(Source::Fallback)
             }
