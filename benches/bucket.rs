@@ -15,8 +15,9 @@
 //! - `manual`: tollgate alone on a `ManualClock` that stands still (a reading
 //!   is one load), admitted and refused, once per kind of quota the core
 //!   represents: a whole-nanosecond interval, an exact fraction of one
-//!   (three per nanosecond), and one rounded per token (11/s). With the clock
-//!   nearly free, these rows isolate the core's own arithmetic.
+//!   (three per nanosecond), one rounded per token (11/s) and one charged
+//!   per request (1 GiB/s). With the clock nearly free, these rows isolate
+//!   the core's own arithmetic.
 //!
 //! The baselines of `allow` and `deny`, beside `tollgate`:
 //!
@@ -284,10 +285,11 @@ fn deny(c: &mut Criterion) {
 /// The kinds of quota of the `manual` rows: the name and the refill.
 /// `2^32` tokens of capacity outlast every run of the `allow` rows, since
 /// the clock never moves.
-const MANUAL_KINDS: [(&str, u64, Duration); 3] = [
+const MANUAL_KINDS: [(&str, u64, Duration); 4] = [
     ("whole_ns", 1, Duration::from_nanos(1)),
     ("thirds", 3, Duration::from_nanos(1)),
     ("rounded", 11, Duration::from_secs(1)),
+    ("per_request", 1 << 30, Duration::from_secs(1)),
 ];
 
 fn manual(c: &mut Criterion) {

@@ -114,7 +114,8 @@ impl<C: Clock> TokenBucket<C> {
     /// ```
     #[inline]
     pub fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
-        self.acquire_within(cost, 0).map(drop)
+        // Admitted with no slack is admitted now: there is no wait to work out.
+        self.admit(cost, 0).map(drop)
     }
 
     /// Takes `cost` tokens now and tells the caller how long to wait before
@@ -142,8 +143,8 @@ impl<C: Clock> TokenBucket<C> {
     #[inline]
     pub fn reserve(&self, cost: u64, max_wait: Duration) -> Result<Duration, AcquireError> {
         let gcra = self.quota.gcra();
-        self.acquire_within(cost, gcra.ticks_of(max_wait))
-            .map(|wait| gcra.duration(wait))
+        self.admit(cost, gcra.ticks_of(max_wait))
+            .map(|admission| gcra.duration(admission.wait(gcra)))
     }
 
     /// Takes `cost` tokens and waits until they may be used: the async form
@@ -193,7 +194,7 @@ impl<C: Clock> TokenBucket<C> {
     ) -> Result<(), AcquireError> {
         let gcra = self.quota.gcra();
         let admission = self.admit(cost, gcra.ticks_of(max_wait))?;
-        let wait = gcra.duration(gcra.wait(admission.after, admission.at));
+        let wait = gcra.duration(admission.wait(gcra));
         crate::waiting::sleep_or_give_back(wait, observer, || {
             self.undo(&admission, u64::MAX);
         })
@@ -201,48 +202,44 @@ impl<C: Clock> TokenBucket<C> {
         Ok(())
     }
 
-    /// Gives back `tokens` of what `admission` took, by the one rule that
-    /// never mints credit (`Tat::undo`); returns the tokens' ticks given
-    /// back.
+    /// Gives back `tokens` of what `admission` took (all of it from
+    /// `admission.tokens` on), by the one rule that never mints credit
+    /// (`Tat::undo`); returns the ticks given back.
     pub(crate) fn undo(&self, admission: &Admission, tokens: u64) -> u64 {
-        let ticks = self.quota.gcra().token_ticks(tokens);
-        self.tat
-            .undo(self.quota.gcra(), admission, ticks, || self.now())
+        let gcra = self.quota.gcra();
+        let ticks = gcra.returned_ticks(admission.tokens, tokens);
+        self.tat.undo(gcra, admission, ticks, || self.now())
     }
 
     /// Gives back `unused` of a lease of `granted` tokens decided at tick
     /// `at` (by [`Self::grant_up_to`]), by the inexact half of the same rule.
     pub(crate) fn undo_lease(&self, granted: u64, at: u64, unused: u64) {
         let gcra = self.quota.gcra();
-        let (cost, returned) = (gcra.token_ticks(granted), gcra.token_ticks(unused));
+        let cost = gcra.returned_ticks(granted, granted);
+        let returned = gcra.returned_ticks(granted, unused);
         self.tat
             .undo_inexact(gcra, at, cost, returned, || self.now());
-    }
-
-    /// The one admission path: returns the wait in ticks.
-    #[inline]
-    fn acquire_within(&self, cost: u64, slack: u64) -> Result<u64, AcquireError> {
-        self.admit(cost, slack)
-            .map(|admission| self.quota.gcra().wait(admission.after, admission.at))
     }
 
     /// Grants as many of `want` tokens as the bucket holds now (none if it
     /// is empty), in one compare-and-swap: the grant and its admission.
     pub(crate) fn grant_up_to(&self, want: u64) -> Option<(u64, Admission)> {
         self.tat
-            .acquire_up_to(self.quota.gcra(), self.now(), want)
+            .admit_up_to(self.quota.gcra(), self.now(), want)
             .ok()
     }
 
-    /// Admits `cost` tokens with up to `slack` ticks of delay.
-    // Always inlined: left out of line (as LLVM chose with the TSC clock),
-    // its result came back through memory and the caller's copy of it
-    // measured 1.2 ns slower a decision (`allow/tsc/tollgate`).
+    /// Admits `cost` tokens with up to `slack` ticks of delay: validates
+    /// the cost, reads the clock, and runs the decision in the state's
+    /// compare-and-swap loop. Every admission of the bucket comes through
+    /// here ([`docs/design.md`](crate::guide::design), "The decision path").
+    // Always inlined: out of line, its result comes back through memory and
+    // the caller copies it (`docs/benchmarks.md`, "Measured design choices").
     #[inline(always)]
     pub(crate) fn admit(&self, cost: u64, slack: u64) -> Result<Admission, AcquireError> {
         let gcra = self.quota.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
-        self.tat.acquire(gcra, self.now(), cost_ticks, slack)
+        self.tat.admit(gcra, self.now(), cost, cost_ticks, slack)
     }
 
     /// How long until `cost` tokens would be admitted, zero if they would be

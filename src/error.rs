@@ -36,16 +36,6 @@ pub enum QuotaError {
         /// The requested capacity.
         capacity: u64,
     },
-    /// The emission interval (`period / tokens`) is not a multiple of 1/8 ns
-    /// and rounding it up to one would slow the refill by more than 0.1 %:
-    /// the interval is then shorter than about 125 ns. This happens with
-    /// byte-granular rates such as 64 MiB/s; express such rates in coarser
-    /// units (KiB, or 4 KiB pages), which also makes each decision cheaper
-    /// to weigh.
-    #[error(
-        "the rate cannot be represented within 0.1%: use a coarser token unit (e.g. KiB instead of bytes)"
-    )]
-    Unrepresentable,
     /// The initial credit was larger than the capacity.
     #[error("initial credit {credit} exceeds capacity {capacity}")]
     InitialCreditAboveCapacity {
