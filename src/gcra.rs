@@ -188,6 +188,10 @@ impl Gcra {
             // cost <= capacity and capacity * T was checked to fit.
             cost * self.interval
         } else {
+            // Kept off the straight line of the exact quotas' decision: laid
+            // out inline, it slowed their refusals (`docs/benchmarks.md`,
+            // "Measured design choices").
+            std::hint::cold_path();
             self.tolerance - self.scaled(self.capacity - cost)
         }
     }
