@@ -12,6 +12,12 @@
 //!   load and one successful compare-and-swap on a shared `AtomicU64`.
 //! - `deny`: a refusal on an exhausted bucket. `floor` is one clock read and
 //!   one load (a refusal never writes).
+//! - `manual`: tollgate alone on a `ManualClock` that stands still (a reading
+//!   is one load), admitted and refused, once per kind of quota the core
+//!   represents: a whole-nanosecond interval, an exact fraction of one
+//!   (three per nanosecond), one rounded per token (11/s) and one charged
+//!   per request (1 GiB/s). With the clock nearly free, these rows isolate
+//!   the core's own arithmetic.
 //!
 //! The baselines of `allow` and `deny`, beside `tollgate`:
 //!
@@ -44,7 +50,7 @@
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use criterion::{
     BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
@@ -52,7 +58,7 @@ use criterion::{
 use crossbeam_utils::CachePadded;
 use governor::RateLimiter;
 use governor::clock::{Clock as GovernorClock, MonotonicClock as GovernorMonotonic, QuantaClock};
-use tollgate::{Clock, Limit, MonotonicClock, TokenBucket};
+use tollgate::{Clock, Limit, ManualClock, MonotonicClock, Quota, TokenBucket};
 
 mod common;
 use common::{SameQuota, coarse_clock, for_each_clock_class, quanta_upkeep_clock};
@@ -276,9 +282,38 @@ fn deny(c: &mut Criterion) {
     group.finish();
 }
 
+/// The kinds of quota of the `manual` rows: the name and the refill.
+/// `2^32` tokens of capacity outlast every run of the `allow` rows, since
+/// the clock never moves.
+const MANUAL_KINDS: [(&str, u64, Duration); 4] = [
+    ("whole_ns", 1, Duration::from_nanos(1)),
+    ("thirds", 3, Duration::from_nanos(1)),
+    ("rounded", 11, Duration::from_secs(1)),
+    ("per_request", 1 << 30, Duration::from_secs(1)),
+];
+
+fn manual(c: &mut Criterion) {
+    let mut group = c.benchmark_group("manual");
+    for (kind, tokens, period) in MANUAL_KINDS {
+        for (path, capacity) in [("allow", 1 << 32), ("deny", 1)] {
+            let quota = Quota::new(capacity, tokens, period).expect("a valid quota");
+            let bucket = TokenBucket::with_clock(quota, ManualClock::new());
+            bench_decision(
+                &mut group,
+                path,
+                kind,
+                path == "allow",
+                || black_box(&bucket).try_acquire(1),
+                Result::is_ok,
+            );
+        }
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = common::config();
-    targets = clock, allow, deny
+    targets = clock, allow, deny, manual
 }
 criterion_main!(benches);

@@ -95,20 +95,21 @@ impl<C: Clock> TokenBucket<C> {
         self.timeline.now(self.quota.gcra())
     }
 
-    /// Gives back `tokens` of what `admission` took, by the one rule that
-    /// never mints credit (`Tat::undo`); returns the tokens' ticks given
-    /// back.
+    /// Gives back `tokens` of what `admission` took (all of it from
+    /// `admission.tokens` on), by the one rule that never mints credit
+    /// (`Tat::undo`); returns the ticks given back.
     pub(crate) fn undo_admission(&self, admission: &Admission, tokens: u64) -> u64 {
-        let ticks = self.quota.gcra().token_ticks(tokens);
-        self.tat
-            .undo(self.quota.gcra(), admission, ticks, || self.now())
+        let gcra = self.quota.gcra();
+        let ticks = gcra.returned_ticks(admission.tokens, tokens);
+        self.tat.undo(gcra, admission, ticks, || self.now())
     }
 
     /// Gives back `unused` of a lease of `granted` tokens decided at tick
     /// `at` (by [`Self::grant_up_to`]), by the inexact half of the same rule.
     pub(crate) fn undo_lease(&self, granted: u64, at: u64, unused: u64) {
         let gcra = self.quota.gcra();
-        let (cost, returned) = (gcra.token_ticks(granted), gcra.token_ticks(unused));
+        let cost = gcra.returned_ticks(granted, granted);
+        let returned = gcra.returned_ticks(granted, unused);
         self.tat
             .undo_inexact(gcra, at, cost, returned, || self.now());
     }
@@ -117,19 +118,21 @@ impl<C: Clock> TokenBucket<C> {
     /// is empty), in one compare-and-swap: the grant and its admission.
     pub(crate) fn grant_up_to(&self, want: u64) -> Option<(u64, Admission)> {
         self.tat
-            .acquire_up_to(self.quota.gcra(), self.now(), want)
+            .admit_up_to(self.quota.gcra(), self.now(), want)
             .ok()
     }
 
-    /// Admits `cost` tokens with up to `slack` ticks of delay.
-    // Always inlined: left out of line (as LLVM chose with the TSC clock),
-    // its result came back through memory and the caller's copy of it
-    // measured 1.2 ns slower a decision (`allow/tsc/tollgate`).
+    /// Admits `cost` tokens with up to `slack` ticks of delay: validates
+    /// the cost, reads the clock, and runs the decision in the state's
+    /// compare-and-swap loop. Every admission of the bucket comes through
+    /// here ([`docs/design.md`](crate::guide::design), "The decision path").
+    // Always inlined: out of line, its result comes back through memory and
+    // the caller copies it (`docs/benchmarks.md`, "Measured design choices").
     #[inline(always)]
     pub(crate) fn admit(&self, cost: u64, slack: u64) -> Result<Admission, AcquireError> {
         let gcra = self.quota.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
-        self.tat.acquire(gcra, self.now(), cost_ticks, slack)
+        self.tat.admit(gcra, self.now(), cost, cost_ticks, slack)
     }
 
     /// Returns `cost` tokens unconditionally: a trusted operation, for a
@@ -223,7 +226,7 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
     ) -> Result<(Taken, Duration), AcquireError> {
         let gcra = self.quota.gcra();
         let admission = self.admit(cost, gcra.ticks_of(max_wait))?;
-        let wait = gcra.duration(gcra.wait(admission.after, admission.at));
+        let wait = gcra.duration(admission.wait(gcra));
         Ok((Taken::own(admission, cost), wait))
     }
 

@@ -36,16 +36,6 @@ pub enum QuotaError {
         /// The requested capacity.
         capacity: u64,
     },
-    /// The emission interval (`period / tokens`) is not a multiple of 1/8 ns
-    /// and rounding it up to one would slow the refill by more than 0.1 %:
-    /// the interval is then shorter than about 125 ns. This happens with
-    /// byte-granular rates such as 64 MiB/s; express such rates in coarser
-    /// units (KiB, or 4 KiB pages), which also makes each decision cheaper
-    /// to weigh.
-    #[error(
-        "the rate cannot be represented within 0.1%: use a coarser token unit (e.g. KiB instead of bytes)"
-    )]
-    Unrepresentable,
     /// A window counter's limit is too large to pack beside a window index
     /// that names 36 years of its windows: each count takes the limit's bit
     /// length, one count for a fixed window and two for a sliding one, and

@@ -53,13 +53,16 @@ pub struct Quota {
 
 impl Quota {
     /// A bucket of `capacity` tokens refilled at `tokens` per `period`,
-    /// starting full.
+    /// starting full. Every rate is accepted, from one token in 584 years to
+    /// `2^64 - 1` a nanosecond; byte rates are written in bytes.
     ///
     /// ```
     /// use std::time::Duration;
     /// use tollgate::{Quota, QuotaError};
     ///
     /// assert!(Quota::new(3, 2, Duration::from_secs(1)).is_ok());
+    /// // 64 MiB/s with a burst of 64 MiB, charged in bytes.
+    /// assert!(Quota::new(64 << 20, 64 << 20, Duration::from_secs(1)).is_ok());
     /// assert_eq!(Quota::new(3, 0, Duration::from_secs(1)), Err(QuotaError::ZeroTokens));
     /// assert_eq!(Quota::new(3, 2, Duration::ZERO), Err(QuotaError::ZeroPeriod));
     /// ```
@@ -171,14 +174,19 @@ impl Quota {
 
     /// Whether the emission interval (`period / tokens`) is represented
     /// exactly. It is whenever its reduced denominator in nanoseconds is at
-    /// most 8 (1000/s, 3/s, 7/s, 1000 per 7 s, ...). Otherwise it is rounded
-    /// up by less than an eighth of a nanosecond, and at most 0.1 %, so the
-    /// bucket refills very slightly slower than asked and never faster.
+    /// most 8 (1000/s, 3/s, 7/s, 1000 per 7 s, ...). Otherwise charges are
+    /// rounded up, so the bucket admits very slightly less than asked and
+    /// never more: the interval by less than an eighth of a nanosecond per
+    /// token and at most 0.1 % (11/s), or, for faster irregular rates (bytes
+    /// per second), each request by less than 3/8 ns
+    /// ([`docs/semantics.md`](crate::guide::semantics), "Exactness").
     ///
     /// ```
+    /// use std::time::Duration;
     /// use tollgate::Quota;
     /// assert!(Quota::per_second(7)?.is_exact());
     /// assert!(!Quota::per_second(11)?.is_exact());
+    /// assert!(!Quota::new(1 << 30, 1 << 30, Duration::from_secs(1))?.is_exact());
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn is_exact(&self) -> bool {

@@ -27,7 +27,18 @@ pub(crate) struct Admission {
     pub(crate) after: u64,
     /// The tick the admission was decided at.
     pub(crate) at: u64,
+    /// The tokens admitted, and the ticks they were charged.
+    pub(crate) tokens: u64,
     pub(crate) cost_ticks: u64,
+}
+
+impl Admission {
+    /// The ticks its caller must wait before its tokens exist: zero when
+    /// credit covered it, the reservation's delay otherwise.
+    #[inline]
+    pub(crate) fn wait(&self, gcra: &Gcra) -> u64 {
+        gcra.wait(self.after, self.at)
+    }
 }
 
 impl Tat {
@@ -59,18 +70,21 @@ impl Tat {
         }
     }
 
-    /// Admits `cost_ticks` at `now` with up to `slack` ticks of delay. The
-    /// admission's wait is `gcra.wait(admission.after, now)`.
+    /// Admits `cost` tokens, charged `cost_ticks` ([`Gcra::cost_ticks`]),
+    /// at `now` with up to `slack` ticks of delay: the core decision in the
+    /// compare-and-swap loop. Linearizes at the successful compare-and-swap,
+    /// or, refused, at the load it decided on.
     #[inline]
-    pub(crate) fn acquire(
+    pub(crate) fn admit(
         &self,
         gcra: &Gcra,
         now: u64,
+        cost: u64,
         cost_ticks: u64,
         slack: u64,
     ) -> Result<Admission, AcquireError> {
         let (before, after) = self.update(|tat| {
-            gcra.admit(tat, now, cost_ticks, slack)
+            gcra.decide(tat, now, cost_ticks, slack)
                 .map_err(|early| AcquireError::Insufficient {
                     retry_after: gcra.duration(early),
                 })
@@ -79,6 +93,7 @@ impl Tat {
             before,
             after,
             at: now,
+            tokens: cost,
             cost_ticks,
         })
     }
@@ -87,7 +102,7 @@ impl Tat {
     /// fits already. Reads only.
     #[inline]
     pub(crate) fn wait_for(&self, gcra: &Gcra, now: u64, cost_ticks: u64) -> u64 {
-        match gcra.admit(self.0.load(Ordering::Acquire), now, cost_ticks, 0) {
+        match gcra.decide(self.0.load(Ordering::Acquire), now, cost_ticks, 0) {
             Ok(_) => 0,
             Err(early) => early,
         }
@@ -210,38 +225,41 @@ impl Tat {
         owed.get()
     }
 
-    /// Grants as many of `want` whole tokens as are available at `now`, in
+    /// Admits as many of `want` whole tokens as are available at `now`, in
     /// one compare-and-swap: `(granted, admission)`, or the wait in ticks
     /// until one token is available.
-    pub(crate) fn acquire_up_to(
+    pub(crate) fn admit_up_to(
         &self,
         gcra: &Gcra,
         now: u64,
         want: u64,
     ) -> Result<(u64, Admission), u64> {
-        let token = gcra.cost_ticks(1).map_err(|_| u64::MAX)?;
-        let granted = std::cell::Cell::new(0);
+        let charged = std::cell::Cell::new((0, 0));
         let (before, after) = self.update(|tat| {
             let n = want.min(gcra.available(tat, now));
-            granted.set(n);
+            // A capacity is at least one token, so both costs are valid.
+            let cost_ticks = gcra.cost_ticks(n.max(1)).map_err(|_| u64::MAX)?;
             if n == 0 {
-                return Err(gcra.admit(tat, now, token, 0).err().unwrap_or(0));
+                return Err(gcra.decide(tat, now, cost_ticks, 0).err().unwrap_or(0));
             }
-            gcra.admit(tat, now, n * token, 0)
+            charged.set((n, cost_ticks));
+            gcra.decide(tat, now, cost_ticks, 0)
         })?;
-        let granted = granted.get();
+        let (granted, cost_ticks) = charged.get();
         Ok((
             granted,
             Admission {
                 before,
                 after,
                 at: now,
-                cost_ticks: granted * token,
+                tokens: granted,
+                cost_ticks,
             },
         ))
     }
 
-    /// Returns `cost` tokens unconditionally (the caller vouches for them).
+    /// Returns `cost` tokens unconditionally (the caller vouches for them),
+    /// rounded down to whole ticks.
     pub(crate) fn refund(&self, gcra: &Gcra, cost: u64) {
         let refunded: Result<_, Infallible> = self.update(|tat| Ok(gcra.refunded(tat, cost)));
         let Ok(_) = refunded;
@@ -287,7 +305,7 @@ mod tests {
     #[test]
     fn an_undo_at_the_admission_reading_restores_the_state_exactly() {
         let (g, tat) = (gcra(), Tat::new(FULL));
-        let admission = tat.acquire(&g, 500, 1000, 0).unwrap();
+        let admission = tat.admit(&g, 500, 1, 1000, 0).unwrap();
         tat.undo(&g, &admission, 1000, || 500);
         assert_eq!(tat.0.load(Ordering::Acquire), FULL);
     }
@@ -295,9 +313,9 @@ mod tests {
     #[test]
     fn an_undo_of_a_reservation_still_ahead_is_exact_however_long_it_was_held() {
         let (g, tat) = (gcra(), Tat::new(FULL));
-        tat.acquire(&g, 0, 2000, 0).unwrap();
+        tat.admit(&g, 0, 2, 2000, 0).unwrap();
         // Due at 1000, its slot ends at 3000; undone at 900, held 900.
-        let reservation = tat.acquire(&g, 0, 1000, 2000).unwrap();
+        let reservation = tat.admit(&g, 0, 1, 1000, 2000).unwrap();
         assert_eq!(tat.undo(&g, &reservation, 1000, || 900), 1000);
         assert_eq!(tat.0.load(Ordering::Acquire), 2000);
     }
@@ -307,7 +325,7 @@ mod tests {
         let (g, tat) = (gcra(), Tat::new(FULL));
         // Nothing came between, but the undo cannot know that: cost less
         // the time held.
-        let admission = tat.acquire(&g, 500, 1000, 0).unwrap();
+        let admission = tat.admit(&g, 500, 1, 1000, 0).unwrap();
         assert_eq!(tat.undo(&g, &admission, 1000, || 900), 600);
         assert_eq!(tat.0.load(Ordering::Acquire), 900);
     }
@@ -319,8 +337,8 @@ mod tests {
         // 500 takes one more (2000). Without ours, that admission would have
         // left 1500; returning our whole token would leave 1000 and hand out
         // the 500 ticks of refill the full bucket wasted.
-        let ours = tat.acquire(&g, 0, 1000, 0).unwrap();
-        tat.acquire(&g, 500, 1000, 0).unwrap();
+        let ours = tat.admit(&g, 0, 1, 1000, 0).unwrap();
+        tat.admit(&g, 500, 1, 1000, 0).unwrap();
         tat.undo(&g, &ours, 1000, || 600);
         assert_eq!(tat.0.load(Ordering::Acquire), 1600);
         assert!(tat.0.load(Ordering::Acquire) >= 1500);
@@ -329,8 +347,8 @@ mod tests {
     #[test]
     fn an_undo_once_the_cost_has_refilled_returns_nothing() {
         let (g, tat) = (gcra(), Tat::new(FULL));
-        let ours = tat.acquire(&g, 0, 1000, 0).unwrap();
-        tat.acquire(&g, 1500, 1000, 0).unwrap();
+        let ours = tat.admit(&g, 0, 1, 1000, 0).unwrap();
+        tat.admit(&g, 1500, 1, 1000, 0).unwrap();
         tat.undo(&g, &ours, 1000, || 1500);
         assert_eq!(tat.0.load(Ordering::Acquire), 2500);
     }

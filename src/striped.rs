@@ -92,7 +92,7 @@ impl<C: Clock> StripedBucket<C> {
     /// ```
     pub fn with_clock(quota: Quota, clock: C, stripes: usize, lease: u64) -> Self {
         let lease = lease.clamp(1, quota.capacity());
-        let token_ticks = quota.gcra().token_ticks(1);
+        let token_ticks = quota.gcra().slot_ticks();
         StripedBucket {
             stripes: (0..stripes.max(1))
                 .map(|_| CachePadded::new(Slots::new()))

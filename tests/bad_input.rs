@@ -62,11 +62,12 @@ fn every_quota_error_is_reported() {
             Quota::new(1, 1, Duration::from_nanos(u64::MAX / 2 + 1)),
             QuotaError::Overflow { capacity: 1 },
         ),
+        // Charged per request, a full refill of 2^64 - 1 tokens at 2^33
+        // per second would take 2^64 eighths of a nanosecond.
         (
-            Quota::new(1, 3_000_000_000_001, SECOND),
-            QuotaError::Unrepresentable,
+            Quota::new(u64::MAX, 1 << 33, SECOND),
+            QuotaError::Overflow { capacity: u64::MAX },
         ),
-        (Quota::per_second(u64::MAX), QuotaError::Unrepresentable),
         (
             Quota::per_second(5).and_then(|q| q.with_initial_credit(InitialCredit::Tokens(6))),
             QuotaError::InitialCreditAboveCapacity {
@@ -103,6 +104,41 @@ fn limits_are_inclusive() {
         .unwrap();
     let bucket = TokenBucket::with_clock(full_credit, ManualClock::new());
     assert_eq!(drain(&bucket), 5);
+}
+
+/// Every rate from one token a year to past 2^33 a second builds a quota,
+/// bytes per second included (where the emission interval is a fraction of
+/// a nanosecond with a large denominator): a full bucket admits its whole
+/// capacity at once and then nothing more at that instant, and the wait it
+/// reports is never shorter than the exact one.
+#[test]
+fn every_rate_a_user_writes_is_accepted() {
+    let year = Duration::from_secs(365 * 86_400);
+    let quotas = [
+        (1, 1, year),
+        (64 << 20, 64 << 20, SECOND),
+        (1 << 30, 1 << 30, SECOND),
+        (1_500, 125_000_007, SECOND),
+        (1, 1 << 33, SECOND),
+        (1 << 33, 1 << 33, SECOND),
+        (1, 3_000_000_000_001, SECOND),
+        (u64::MAX, u64::MAX, SECOND),
+        (3, u64::MAX, Duration::from_nanos(1)),
+    ];
+    for (capacity, tokens, period) in quotas {
+        let quota = Quota::new(capacity, tokens, period)
+            .unwrap_or_else(|e| panic!("{tokens} per {period:?}: {e}"));
+        let bucket = TokenBucket::with_clock(quota, ManualClock::new());
+        assert_eq!(bucket.available(), capacity, "{quota:?}");
+        assert_eq!(bucket.try_acquire(capacity), Ok(()), "{quota:?}");
+        assert_eq!(bucket.available(), 0, "{quota:?}");
+        let wait = bucket.try_acquire(1).unwrap_err().retry_after().unwrap();
+        // One token refills in period / tokens: never sooner.
+        assert!(
+            wait.as_nanos() * u128::from(tokens) >= period.as_nanos(),
+            "{quota:?}: {wait:?}"
+        );
+    }
 }
 
 #[test]

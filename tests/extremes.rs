@@ -17,7 +17,7 @@ use common::{Envelope, admitted_at_first_poll};
 use tollgate::concurrency::ConcurrencyLimiter;
 use tollgate::{
     Clock, Counted, InitialCredit, KeyedLimiter, Limit, ManualClock, Quota, QuotaError, Receipt,
-    TokenBucket, try_acquire_all,
+    StripedBucket, TokenBucket, try_acquire_all,
 };
 
 fn number() -> impl Strategy<Value = u64> {
@@ -92,15 +92,38 @@ proptest! {
     #![proptest_config(config())]
 
     /// Any quota built from extreme values is valid or a typed error; its
-    /// envelope saturates instead of overflowing.
+    /// envelope saturates instead of overflowing, and a bucket on it
+    /// answers every call: its whole capacity at once from full, then
+    /// refusals with a wait, at creation and at the end of its range.
     #[test]
     fn quotas_of_extreme_values_are_built_or_refused(
         capacity in number(), tokens in number(), period in duration(), elapsed in duration(),
+        late in duration(),
     ) {
         if let Ok(quota) = Quota::new(capacity, tokens, period) {
             prop_assert!(quota.envelope(elapsed) >= quota.capacity());
             let credit = quota.with_initial_credit(InitialCredit::Tokens(tokens));
             prop_assert_eq!(credit.is_ok(), tokens <= capacity);
+            let clock = ManualClock::new();
+            let bucket = TokenBucket::with_clock(quota, clock.clone());
+            prop_assert_eq!(bucket.available(), capacity);
+            prop_assert_eq!(bucket.try_acquire(capacity), Ok(()));
+            prop_assert_eq!(bucket.available(), 0);
+            prop_assert!(bucket.try_acquire(1).unwrap_err().retry_after().is_some());
+            // Behind a whole capacity, never sooner than it refills.
+            let wait = bucket.reserve(capacity, Duration::MAX).unwrap();
+            let refill = u128::from(capacity) * period.as_nanos();
+            prop_assert!(wait.as_nanos() * u128::from(tokens) >= refill);
+            prop_assert!(bucket.retry_after(capacity).unwrap() >= wait);
+            clock.set(late);
+            prop_assert!(bucket.available() <= capacity);
+            if let Ok(receipt) = Receipt::take(&bucket, capacity) {
+                receipt.undo();
+            }
+            bucket.refund(u64::MAX);
+            prop_assert!(bucket.available() <= capacity);
+            bucket.reset();
+            prop_assert!(bucket.try_acquire(u64::MAX).is_err() || capacity == u64::MAX);
         }
         match Quota::per_second(tokens) {
             Ok(quota) => prop_assert_eq!(quota.capacity(), tokens),
@@ -113,10 +136,12 @@ proptest! {
     #[test]
     fn the_api_survives_extreme_values_without_minting(
         capacity in 1u64..5,
+        // One a second; and bytes, charged per request.
+        tokens in prop_oneof![Just(1), Just(64 << 20), Just(1 << 33)],
         ops in prop::collection::vec(op(), 1..60),
     ) {
         let clock = ManualClock::new();
-        let quota = Quota::new(capacity, 1, Duration::from_secs(1)).unwrap();
+        let quota = Quota::new(capacity, tokens, Duration::from_secs(1)).unwrap();
         let bucket = TokenBucket::with_clock(quota, clock.clone());
         let counted = Counted::new(TokenBucket::with_clock(quota, clock.clone()));
         let keyed = KeyedLimiter::builder(quota)
@@ -204,7 +229,38 @@ proptest! {
             }
             prop_assert!(bucket.available() <= capacity);
         }
-        let envelope = Envelope { capacity, tokens: 1, period_ns: 1_000_000_000 };
+        let envelope = Envelope { capacity, tokens, period_ns: 1_000_000_000 };
         envelope.assert_holds_over(&since, 1);
+    }
+
+    /// A striped bucket on rates charged per request (a request's charge is
+    /// not its tokens times a per-token interval): its pools lease, spend,
+    /// expire and give back by the charges, so the envelope holds over the
+    /// readings and, at every reading, the bucket's credit and the pooled
+    /// tokens together stay within the capacity.
+    #[test]
+    fn a_striped_bucket_charged_per_request_stays_within_its_envelope(
+        capacity in prop_oneof![1u64..=8, Just(1500u64), Just(1u64 << 20)],
+        tokens in prop_oneof![Just(64u64 << 20), Just(1 << 33), Just(3_000_000_007)],
+        lease in 1u64..=64,
+        ops in prop::collection::vec((0u64..=80, 0u64..=2_000, any::<bool>()), 1..60),
+    ) {
+        let clock = ManualClock::new();
+        let quota = Quota::new(capacity, tokens, Duration::from_secs(1)).unwrap();
+        let striped = StripedBucket::with_clock(quota, clock.clone(), 1, lease.min(capacity));
+        let mut admitted = Vec::new();
+        for (share, gap_ns, flush) in ops {
+            clock.advance(Duration::from_nanos(gap_ns));
+            let cost = (capacity * share / 64).max(1);
+            if striped.try_acquire(cost).is_ok() {
+                admitted.push((clock.now_nanos(), cost));
+            }
+            if flush {
+                striped.flush();
+            }
+            prop_assert!(striped.bucket().available() + striped.pooled() <= capacity);
+        }
+        let envelope = Envelope { capacity, tokens, period_ns: 1_000_000_000 };
+        envelope.assert_holds_over(&admitted, 0);
     }
 }

@@ -52,7 +52,7 @@ where
         let (admission, overflow) =
             self.limiter
                 .acquire_within(self.key, cost, gcra.ticks_of(max_wait))?;
-        let wait = gcra.duration(gcra.wait(admission.after, admission.at));
+        let wait = gcra.duration(admission.wait(gcra));
         let taken = Taken {
             admission,
             tokens: cost,

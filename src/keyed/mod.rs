@@ -326,7 +326,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     {
         let gcra = self.quota.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
-        self.decide(key, |tat, now| tat.acquire(gcra, now, cost_ticks, slack))
+        self.decide(key, |tat, now| {
+            tat.admit(gcra, now, cost, cost_ticks, slack)
+        })
     }
 
     /// Grants as many of `want` tokens to `key` as its bucket holds now: the
@@ -343,7 +345,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         let mut granted = 0;
         let (admission, overflow) = self.decide(key, |tat, now| {
             let (n, admission) =
-                tat.acquire_up_to(gcra, now, want)
+                tat.admit_up_to(gcra, now, want)
                     .map_err(|wait| AcquireError::Insufficient {
                         retry_after: gcra.duration(wait),
                     })?;
@@ -373,7 +375,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// is owed. Drops the key's bucket if the undo left it full.
     pub(crate) fn undo<Q: Find<K> + ?Sized>(&self, key: &Q, taken: &Taken, tokens: u64) {
         let gcra = self.quota.gcra();
-        let ticks = gcra.token_ticks(tokens);
+        let ticks = gcra.returned_ticks(taken.admission.tokens, tokens);
         if taken.overflow {
             self.overflow
                 .undo(gcra, &taken.admission, ticks, || self.now());
@@ -393,7 +395,10 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         K: Borrow<str>,
     {
         let gcra = self.quota.gcra();
-        let (cost, returned) = (gcra.token_ticks(granted), gcra.token_ticks(unused));
+        let (cost, returned) = (
+            gcra.returned_ticks(granted, granted),
+            gcra.returned_ticks(granted, unused),
+        );
         in_table!(self, key, |table| if let Some(tat) = table.get(key) {
             tat.undo_inexact(gcra, at, cost, returned, || self.now());
         });
@@ -493,7 +498,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         let wait = in_table!(self, key, |table| match key.find_in(table) {
             Some(tat) => tat.wait_for(gcra, now, cost_ticks),
             None => gcra
-                .admit(
+                .decide(
                     self.fresh_tat(self.overflow_floor_in(table, key), now),
                     now,
                     cost_ticks,
