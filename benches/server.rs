@@ -40,8 +40,8 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
 use bytes::Bytes;
-use http::{Request, StatusCode, header};
-use http_body_util::{BodyExt, Empty};
+use http::{Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Either, Empty, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
@@ -50,7 +50,7 @@ use tollgate::http::PolicyName;
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
 use tollgate::identity::{AddrKey, PrefixPolicy};
 use tollgate::{KeyedLimiter, Quota, TokenBucket};
-use tower::util::MapRequestLayer;
+use tower::util::{MapRequestLayer, MapResponseLayer};
 use tower::{Service, ServiceExt};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -78,6 +78,10 @@ enum Setup {
     /// A tower layer that does nothing (it maps each request to itself):
     /// what any layer costs in axum, before a limiter does any work.
     NoopLayer,
+    /// A tower layer that only wraps each response's body in another type
+    /// (`Either::Right`), as a layer with answers of its own does: axum
+    /// boxes a body of any type but its own.
+    BodyLayer,
     Tollgate,
     TowerGovernor,
     /// tollgate with `advertise_on_success`: `RateLimit` and
@@ -96,6 +100,7 @@ impl Setup {
     const ALL: &[Setup] = &[
         Setup::Unlimited,
         Setup::NoopLayer,
+        Setup::BodyLayer,
         Setup::Tollgate,
         Setup::TowerGovernor,
         Setup::TollgateFields,
@@ -108,6 +113,7 @@ impl Setup {
         match self {
             Setup::Unlimited => "unlimited",
             Setup::NoopLayer => "noop_layer",
+            Setup::BodyLayer => "body_layer",
             Setup::Tollgate => "tollgate",
             Setup::TowerGovernor => "tower_governor",
             Setup::TollgateFields => "tollgate_fields",
@@ -171,6 +177,12 @@ fn app(setup: Setup) -> Result<(Router, Option<KeysSeen>), BoxError> {
         Setup::Unlimited => (hello, None),
         Setup::NoopLayer => (
             hello.layer(MapRequestLayer::new(|request: Request<Body>| request)),
+            None,
+        ),
+        Setup::BodyLayer => (
+            hello.layer(MapResponseLayer::new(|response: Response<Body>| {
+                response.map(Either::<Full<Bytes>, Body>::Right)
+            })),
             None,
         ),
         // Each crate's default clock: `new` is what a user gets.
@@ -331,7 +343,9 @@ fn server_cpu(server: &tokio::runtime::Runtime) -> Option<Duration> {
 /// time other programs held the core), else the wall clock's.
 async fn call_directly(router: &Router, calls: usize) -> Result<Duration, BoxError> {
     let peer = ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000)));
-    let mut service = router.clone();
+    // With its state, as `axum::serve` takes it: its routes are built once,
+    // not once per request.
+    let mut service: Router = router.clone().with_state(());
     let start = Instant::now();
     let cpu_start = thread_cpu();
     for _ in 0..calls {
