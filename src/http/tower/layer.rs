@@ -14,11 +14,14 @@ use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::{Either, Full};
+use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
-use super::charge::{Charge, Progress, charge_local, charge_shared_now, charge_shared_waiting};
+use super::charge::{
+    Charge, Link, Progress, charge_chain, charge_local, charge_shared_now, charge_shared_waiting,
+};
 use super::length::Framing;
-use super::rule::Rule;
+use super::rule::{Binder, Rule};
 use super::{CostError, MissingKey};
 use crate::HierarchyError;
 use crate::http::fields::{RATELIMIT, RATELIMIT_POLICY, rate_limit_policy_value, rate_limit_value};
@@ -214,6 +217,7 @@ impl RateLimitLayerBuilder {
         RateLimitLayer {
             config: Arc::new(Config {
                 reads_costs: self.rules.iter().any(Rule::has_cost),
+                keeps: self.on_success || self.rules.iter().any(Rule::gives_back_any),
                 rules: self.rules,
                 keys: self.keys.unwrap_or_default(),
                 jitter: self.jitter,
@@ -273,6 +277,9 @@ struct Config {
     /// Whether a rule has a cost function, which may read the body's
     /// framing.
     reads_costs: bool,
+    /// Whether a charge may be kept past `call`: to give it back on some
+    /// status, or to advertise it.
+    keeps: bool,
     keys: PartitionKeys,
     jitter: Jitter,
     on_success: bool,
@@ -290,13 +297,31 @@ impl fmt::Debug for Config {
     }
 }
 
-/// What the response future needs once the inner service answers. It has
-/// no `Drop`: a request whose response never arrives (a client gone, an
-/// outer timeout, an inner error or panic) keeps every charge, because its
-/// handler may have done the work and no response said otherwise.
+/// What the response future needs once the inner service answers: the
+/// charges kept past `call` (those a status may give back, or every one
+/// when the fields are advertised). It has no `Drop`: a request whose
+/// response never arrives (a client gone, an outer timeout, an inner error
+/// or panic) keeps every charge, because its handler may have done the
+/// work and no response said otherwise.
 struct Admitted {
     config: Arc<Config>,
-    charges: Vec<Charge>,
+    charges: Vec<Charge<'static>>,
+}
+
+/// What `call` decided for a request, once every rule that applies is
+/// bound (and, unless a store must be asked, charged).
+pub(super) enum Decision {
+    /// Every rule took its cost; these charges are kept until the response.
+    Admitted(Vec<Charge<'static>>),
+    /// The request's answer, without calling the inner service: a refusal,
+    /// or the 4xx of a request no rule can charge as it stands.
+    Refused(Response<Full<Bytes>>),
+    /// The in-process rules took their cost; the shared rule at `from` (and
+    /// those after it) waits for its store.
+    Waits {
+        charges: Vec<Charge<'static>>,
+        from: usize,
+    },
 }
 
 impl<S, ReqB, ResB> Service<Request<ReqB>> for RateLimitService<S>
@@ -320,32 +345,27 @@ where
         // they run: the inner service gets the request as it came. Without
         // cost functions the extension map is left alone (an insert and a
         // remove cost some 300 instructions a request, measured).
-        let charges = if self.config.reads_costs {
+        let decision = if self.config.reads_costs {
             parts.extensions.insert(Framing::of(&body));
-            let charges = self.config.bind(&parts);
+            let decision = self.config.decide(&parts);
             parts.extensions.remove::<Framing>();
-            charges
+            decision
         } else {
-            self.config.bind(&parts)
+            self.config.decide(&parts)
         };
-        let mut charges = match charges {
-            Ok(charges) => charges,
-            Err(unchargeable) => {
-                return ResponseFuture::refused(unchargeable.response().map(Full::new));
-            }
-        };
-        if let Err(refused) = charge_local(&mut charges) {
-            return ResponseFuture::refused(self.config.refusal(&charges, refused));
-        }
-        let from = match charge_shared_now(&mut charges, self.config.store_wait) {
-            Progress::Admitted => {
+        let (mut charges, from) = match decision {
+            Decision::Admitted(charges) => {
                 let future = self.inner.call(Request::from_parts(parts, body));
-                return ResponseFuture::admitted(future, Arc::clone(&self.config), charges);
+                // Nothing to do once the inner service answers: no Arc
+                // to count, nothing to drop.
+                let admitted = (!charges.is_empty()).then(|| Admitted {
+                    config: Arc::clone(&self.config),
+                    charges,
+                });
+                return ResponseFuture::admitted(future, admitted);
             }
-            Progress::Refused(refused) => {
-                return ResponseFuture::refused(self.config.refusal(&charges, refused));
-            }
-            Progress::Waits(from) => from,
+            Decision::Refused(response) => return ResponseFuture::refused(response),
+            Decision::Waits { charges, from } => (charges, from),
         };
         // The store decides after `call` returns, so the inner service is
         // called later, from the future: it takes the service that
@@ -366,32 +386,104 @@ where
 }
 
 impl Config {
-    /// Binds every rule that applies to the request, with its cost; or the
-    /// 4xx for a request no rule can charge as it stands (no key, no
-    /// readable cost), which charges nothing.
-    fn bind(&self, parts: &Parts) -> Result<Vec<Charge>, Unchargeable<'_>> {
-        let mut charges = Vec::with_capacity(self.rules.len());
-        for (index, rule) in self.rules.iter().enumerate() {
+    /// Binds every rule that applies to the request, with its cost, then
+    /// charges them; or the 4xx for a request no rule can charge as it
+    /// stands (no key, no readable cost), which charges nothing.
+    fn decide(&self, parts: &Parts) -> Decision {
+        self.bind_from(parts, 0, None)
+    }
+
+    /// Binds the in-process rules from `index` on, each on a stack frame of
+    /// its own (where its source keeps the request's key: nothing is
+    /// allocated), with `bound` the bindings so far; at the first shared
+    /// rule, or past the last rule, charges them all.
+    fn bind_from(&self, parts: &Parts, index: usize, bound: Option<&Link<'_>>) -> Decision {
+        let Some(rule) = self.rules.get(index) else {
+            return self.charge(parts, index, bound);
+        };
+        let Binder::Local(source) = rule.limiter() else {
+            return self.charge(parts, index, bound);
+        };
+        if !rule.applies_to(parts) {
+            return self.bind_from(parts, index + 1, bound);
+        }
+        source.bind(parts, &mut |limit| {
+            let Some(limit) = limit else {
+                return match rule.missing_key() {
+                    MissingKey::Skip => self.bind_from(parts, index + 1, bound),
+                    MissingKey::Reject => Unchargeable::NoKey(rule.policy()).decision(),
+                };
+            };
+            match rule.cost_of(parts) {
+                Ok(cost) => {
+                    let next = Link {
+                        rule: index,
+                        limit,
+                        cost,
+                        before: bound,
+                    };
+                    self.bind_from(parts, index + 1, Some(&next))
+                }
+                Err(error) => Unchargeable::Cost(rule.policy(), error).decision(),
+            }
+        })
+    }
+
+    /// Binds the shared rules from `index` on after the in-process ones in
+    /// `bound`, then charges the in-process ones in one chain and the
+    /// shared ones from this node's leases, as far as it can without
+    /// waiting.
+    fn charge(&self, parts: &Parts, index: usize, bound: Option<&Link<'_>>) -> Decision {
+        if index == self.rules.len() && !self.keeps {
+            // The common case: every rule in process, and no charge kept
+            // past the call. Charged as bound, with no charge recorded
+            // unless the chain refuses.
+            return match charge_chain(bound) {
+                Ok(()) => Decision::Admitted(Vec::new()),
+                Err(refused) => Decision::Refused(self.refusal(&Link::charges(bound), refused)),
+            };
+        }
+        let mut charges = Link::charges(bound);
+        for (index, rule) in self.rules.iter().enumerate().skip(index) {
+            let Binder::Shared(source) = rule.limiter() else {
+                continue;
+            };
             if !rule.applies_to(parts) {
                 continue;
             }
-            let Some(bound) = rule.bind(parts) else {
+            let Some(limit) = source.bind(parts) else {
                 match rule.missing_key() {
                     MissingKey::Skip => continue,
-                    MissingKey::Reject => return Err(Unchargeable::NoKey(rule.policy())),
+                    MissingKey::Reject => return Unchargeable::NoKey(rule.policy()).decision(),
                 }
             };
-            let cost = rule
-                .cost_of(parts)
-                .map_err(|error| Unchargeable::Cost(rule.policy(), error))?;
-            charges.push(Charge::new(index, bound, cost));
+            match rule.cost_of(parts) {
+                Ok(cost) => charges.push(Charge::shared(index, limit, cost)),
+                Err(error) => return Unchargeable::Cost(rule.policy(), error).decision(),
+            }
         }
-        Ok(charges)
+        if let Err(refused) = charge_local(&mut charges) {
+            return Decision::Refused(self.refusal(&charges, refused));
+        }
+        match charge_shared_now(&mut charges, self.store_wait) {
+            Progress::Admitted => Decision::Admitted(
+                charges
+                    .into_iter()
+                    .filter(|charge| self.on_success || self.rules[charge.rule].gives_back_any())
+                    .map(Charge::into_owned)
+                    .collect(),
+            ),
+            Progress::Refused(refused) => Decision::Refused(self.refusal(&charges, refused)),
+            Progress::Waits(from) => Decision::Waits {
+                charges: charges.into_iter().map(Charge::into_owned).collect(),
+                from,
+            },
+        }
     }
 
     /// The policies of the charged rules and the live limits this node can
     /// vouch for, each tagged with the request's partition key.
-    fn advertised(&self, charges: &[Charge]) -> (Vec<RateLimitPolicy>, Vec<ServiceLimit>) {
+    fn advertised(&self, charges: &[Charge<'_>]) -> (Vec<RateLimitPolicy>, Vec<ServiceLimit>) {
         let mut policies = Vec::with_capacity(charges.len());
         let mut limits = Vec::with_capacity(charges.len());
         for charge in charges {
@@ -415,7 +507,7 @@ impl Config {
         (policies, limits)
     }
 
-    fn refusal(&self, charges: &[Charge], refused: HierarchyError) -> Response<Full<Bytes>> {
+    fn refusal(&self, charges: &[Charge<'_>], refused: HierarchyError) -> Response<Full<Bytes>> {
         let (policies, limits) = self.advertised(charges);
         if refused.error.retry_after().is_none() {
             // A refusal no wait can cure (a cost above the capacity) or one
@@ -454,6 +546,10 @@ enum Unchargeable<'a> {
 
 impl Unchargeable<'_> {
     /// The 4xx that says so: a 400 for a missing key, the cost error's own.
+    fn decision(self) -> Decision {
+        Decision::Refused(self.response().map(Full::new))
+    }
+
     fn response(self) -> Response<Bytes> {
         match self {
             Unchargeable::NoKey(policy) => {
@@ -468,48 +564,65 @@ impl Unchargeable<'_> {
     }
 }
 
-/// The future of [`RateLimitService::call`]: the refusal, ready at once, or
-/// the inner service's response (with give-backs and fields applied).
-/// Polled again once complete, it answers an empty 500 rather than
-/// panicking or resuming the inner future.
-pub struct ResponseFuture<F> {
-    state: State<F>,
+pin_project! {
+    /// The future of [`RateLimitService::call`]: the refusal, ready at
+    /// once, or the inner service's response (with give-backs and fields
+    /// applied). Polled again once complete, or after the inner future
+    /// panicked, it answers an empty 500 rather than panicking or resuming
+    /// the inner future. It holds the inner future in place, so it is
+    /// `Unpin` only when that future is: pin it (`std::pin::pin!`) to poll
+    /// it by hand.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        state: State<F>,
+    }
 }
 
 /// What the decision of a shared limit's store comes to: the inner
 /// service's future, called once every limit took its cost, or the refusal.
 type Decided<F> = Result<(F, Admitted), Response<Full<Bytes>>>;
 
-enum State<F> {
-    Refused(Response<Full<Bytes>>),
-    /// Waiting for a shared limit's store.
-    Deciding(Pin<Box<dyn Future<Output = Decided<F>> + Send>>),
-    Admitted {
-        // Boxed so this future is `Unpin` without unsafe pin projection.
-        future: Pin<Box<F>>,
-        admitted: Admitted,
-    },
-    Done,
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        // `None` once answered.
+        Refused { response: Option<Response<Full<Bytes>>> },
+        // Waiting for a shared limit's store.
+        Deciding { decision: Pin<Box<dyn Future<Output = Decided<F>> + Send>> },
+        Admitted {
+            #[pin]
+            future: F,
+            // `None` when nothing is left to do once it answers.
+            admitted: Option<Admitted>,
+            // Set while the inner future is polled: found set, that poll
+            // panicked, and the inner future is not resumed.
+            polling: bool,
+        },
+        Done,
+    }
 }
 
 impl<F> ResponseFuture<F> {
     fn refused(response: Response<Full<Bytes>>) -> Self {
         ResponseFuture {
-            state: State::Refused(response),
+            state: State::Refused {
+                response: Some(response),
+            },
         }
     }
 
     fn deciding(decision: Pin<Box<dyn Future<Output = Decided<F>> + Send>>) -> Self {
         ResponseFuture {
-            state: State::Deciding(decision),
+            state: State::Deciding { decision },
         }
     }
 
-    fn admitted(future: F, config: Arc<Config>, charges: Vec<Charge>) -> Self {
+    fn admitted(future: F, admitted: Option<Admitted>) -> Self {
         ResponseFuture {
             state: State::Admitted {
-                future: Box::pin(future),
-                admitted: Admitted { config, charges },
+                future,
+                admitted,
+                polling: false,
             },
         }
     }
@@ -518,8 +631,8 @@ impl<F> ResponseFuture<F> {
 impl<F> fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
-            State::Refused(_) => "refused",
-            State::Deciding(_) => "deciding",
+            State::Refused { .. } => "refused",
+            State::Deciding { .. } => "deciding",
             State::Admitted { .. } => "admitted",
             State::Done => "done",
         };
@@ -535,45 +648,56 @@ where
 {
     type Output = Result<Response<RateLimitBody<B>>, E>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        // Taken out, so that whatever happens next (an answer, an error, a
-        // panic in the inner future) leaves the future done: polled again,
-        // it neither resumes the inner future nor gives anything back twice.
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
-            match std::mem::replace(&mut this.state, State::Done) {
-                State::Refused(response) => return Poll::Ready(Ok(response.map(Either::Left))),
-                State::Done => return Poll::Ready(Ok(spent().map(Either::Left))),
-                State::Deciding(mut decision) => match decision.as_mut().poll(cx) {
-                    Poll::Pending => {
-                        this.state = State::Deciding(decision);
-                        return Poll::Pending;
-                    }
+            let mut state = self.as_mut().project().state;
+            match state.as_mut().project() {
+                StateProj::Refused { response } => {
+                    // Taken, so that polled again it answers 500 rather
+                    // than the refusal twice.
+                    let response = response.take().unwrap_or_else(spent);
+                    return Poll::Ready(Ok(response.map(Either::Left)));
+                }
+                StateProj::Done => return Poll::Ready(Ok(spent().map(Either::Left))),
+                StateProj::Deciding { decision } => match decision.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
                     Poll::Ready(Err(refusal)) => {
+                        state.set(State::Done);
                         return Poll::Ready(Ok(refusal.map(Either::Left)));
                     }
                     Poll::Ready(Ok((future, admitted))) => {
-                        this.state = State::Admitted {
-                            future: Box::pin(future),
-                            admitted,
-                        };
+                        state.set(State::Admitted {
+                            future,
+                            admitted: Some(admitted),
+                            polling: false,
+                        });
                     }
                 },
-                State::Admitted {
-                    mut future,
+                StateProj::Admitted {
+                    future,
                     admitted,
+                    polling,
                 } => {
-                    return match future.as_mut().poll(cx) {
-                        Poll::Pending => {
-                            this.state = State::Admitted { future, admitted };
-                            Poll::Pending
-                        }
-                        Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
-                        Poll::Ready(Ok(mut response)) => {
-                            admitted.finish(&mut response);
-                            Poll::Ready(Ok(response.map(Either::Right)))
-                        }
+                    if *polling {
+                        // The last poll of the inner future panicked: its
+                        // charges stay spent, and it is not resumed.
+                        state.set(State::Done);
+                        return Poll::Ready(Ok(spent().map(Either::Left)));
+                    }
+                    *polling = true;
+                    let answer = future.poll(cx);
+                    *polling = false;
+                    let Poll::Ready(answer) = answer else {
+                        return Poll::Pending;
                     };
+                    let admitted = admitted.take();
+                    state.set(State::Done);
+                    return Poll::Ready(answer.map(|mut response| {
+                        if let Some(admitted) = admitted {
+                            admitted.finish(&mut response);
+                        }
+                        response.map(Either::Right)
+                    }));
                 }
             }
         }
