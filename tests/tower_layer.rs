@@ -517,3 +517,87 @@ async fn refusals_read_the_same_whether_or_not_charges_are_kept() {
     assert!(kept[2].1.contains_key("ratelimit"));
     assert_eq!(refusals_of(&[]).await, kept);
 }
+
+/// The fields of an admitted response, written from each rule's text
+/// serialised when the layer was built, are the fields built per request
+/// from the same policies, partition keys and live limits; and a layer of
+/// one unkeyed rule sends the value it built once.
+#[tokio::test]
+async fn the_fields_of_an_admitted_response_are_those_built_per_request() {
+    use tollgate::http::{PartitionKeys, RateLimitPolicy, ServiceLimit};
+    use tollgate::http::{rate_limit_policy_value, rate_limit_value};
+
+    let clock = ManualClock::new();
+    let accounts = per_account(every_ten_seconds(5), &clock);
+    let quota = Quota::new(1000, 10, Duration::from_secs(1)).unwrap();
+    let global = Arc::new(TokenBucket::with_clock(quota, clock.clone()));
+    let keys = PartitionKeys::with_secret([9; 16]);
+    let per_account = PolicyName::new(r#"per "account""#).unwrap();
+    let everyone = PolicyName::new("global").unwrap();
+    let both = RateLimitLayer::builder()
+        .rule(Rule::keyed(
+            per_account.clone(),
+            Arc::clone(&accounts),
+            extract::extension::<Account>(),
+        ))
+        .rule(Rule::global(everyone.clone(), Arc::clone(&global)))
+        .partition_keys(keys.clone())
+        .advertise_on_success(true)
+        .build();
+    let mut service = both.layer(tower::service_fn(answer));
+    let response = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Some(1), 200))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let pk = keys.key(&per_account, &Account(1));
+    let policies = [
+        RateLimitPolicy::from_quota(per_account.clone(), &every_ten_seconds(5))
+            .with_partition_key(pk),
+        RateLimitPolicy::from_quota(everyone.clone(), &quota),
+    ];
+    // 4 of the account's 5 tokens left, the next in 10 s; 999 of the
+    // global 1000, the next in 100 ms (one second, rounded up).
+    let limits = [
+        ServiceLimit::new(per_account, 4)
+            .with_reset_seconds(10)
+            .with_partition_key(pk),
+        ServiceLimit::new(everyone.clone(), 999).with_reset_seconds(1),
+    ];
+    assert_eq!(
+        response.headers().get("ratelimit-policy"),
+        rate_limit_policy_value(&policies).as_ref()
+    );
+    assert_eq!(
+        response.headers().get("ratelimit"),
+        rate_limit_value(&limits).as_ref()
+    );
+
+    let alone = RateLimitLayer::builder()
+        .rule(Rule::global(everyone.clone(), Arc::clone(&global)))
+        .advertise_on_success(true)
+        .build();
+    let mut service = alone.layer(tower::service_fn(answer));
+    for left in [998, 997] {
+        let response = service
+            .ready()
+            .await
+            .unwrap()
+            .call(request(None, 200))
+            .await
+            .unwrap();
+        let policy = RateLimitPolicy::from_quota(everyone.clone(), &quota);
+        assert_eq!(
+            response.headers().get("ratelimit-policy"),
+            rate_limit_policy_value(&[policy]).as_ref()
+        );
+        let limit = ServiceLimit::new(everyone.clone(), left).with_reset_seconds(1);
+        assert_eq!(
+            response.headers().get("ratelimit"),
+            rate_limit_value(&[limit]).as_ref()
+        );
+    }
+}

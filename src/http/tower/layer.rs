@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::{Either, Full};
 use pin_project_lite::pin_project;
@@ -24,9 +24,11 @@ use super::length::Framing;
 use super::rule::{Binder, Rule};
 use super::{CostError, MissingKey};
 use crate::HierarchyError;
-use crate::http::fields::{RATELIMIT, RATELIMIT_POLICY, rate_limit_policy_value, rate_limit_value};
+use crate::http::fields::{ListWriter, PolicyText, RATELIMIT_NAME, RATELIMIT_POLICY_NAME};
 use crate::http::problem::client_error;
-use crate::http::{Jitter, PartitionKeys, RateLimitPolicy, Refusal, ServiceLimit, delay_seconds};
+use crate::http::{
+    Jitter, PartitionKey, PartitionKeys, RateLimitPolicy, Refusal, ServiceLimit, delay_seconds,
+};
 
 /// The body of the layer's responses: its own refusals (`Left`) or the
 /// inner service's body (`Right`).
@@ -218,6 +220,11 @@ impl RateLimitLayerBuilder {
             config: Arc::new(Config {
                 reads_costs: self.rules.iter().any(Rule::has_cost),
                 keeps: self.on_success || self.rules.iter().any(Rule::gives_back_any),
+                texts: self
+                    .rules
+                    .iter()
+                    .map(|rule| PolicyText::new(rule.policy()))
+                    .collect(),
                 rules: self.rules,
                 keys: self.keys.unwrap_or_default(),
                 jitter: self.jitter,
@@ -274,6 +281,8 @@ pub struct RateLimitService<S> {
 
 struct Config {
     rules: Vec<Rule>,
+    /// Each rule's policy as the fields write it, serialised once.
+    texts: Vec<PolicyText>,
     /// Whether a rule has a cost function, which may read the body's
     /// framing.
     reads_costs: bool,
@@ -481,30 +490,70 @@ impl Config {
         }
     }
 
+    /// What a charge advertises: the request's partition key under its
+    /// rule, if keyed, and the live limit this node can vouch for (the
+    /// tokens left, the jittered effective window in seconds), if any.
+    fn advert(&self, charge: &Charge<'_>) -> Advert {
+        let pk = charge.partition(&self.keys, self.rules[charge.rule].policy().name());
+        let live = charge
+            .live()
+            .map(|(remaining, next)| (remaining, self.jitter.apply(delay_seconds(next))));
+        Advert {
+            rule: charge.rule,
+            pk,
+            live,
+        }
+    }
+
     /// The policies of the charged rules and the live limits this node can
-    /// vouch for, each tagged with the request's partition key.
+    /// vouch for, each tagged with the request's partition key: what a
+    /// refusal carries.
     fn advertised(&self, charges: &[Charge<'_>]) -> (Vec<RateLimitPolicy>, Vec<ServiceLimit>) {
         let mut policies = Vec::with_capacity(charges.len());
         let mut limits = Vec::with_capacity(charges.len());
         for charge in charges {
-            let mut policy = self.rules[charge.rule].policy().clone();
-            let pk = charge.partition(&self.keys, policy.name());
-            let live = charge.live().map(|(remaining, next)| {
-                ServiceLimit::new(policy.name().clone(), remaining)
-                    .with_reset_seconds(self.jitter.apply(delay_seconds(next)))
-            });
-            if let Some(pk) = pk {
-                policy = policy.with_partition_key(pk);
-            }
-            if let Some(limit) = live {
+            let Advert { rule, pk, live } = self.advert(charge);
+            let mut policy = self.rules[rule].policy().clone();
+            if let Some((remaining, reset)) = live {
+                let limit =
+                    ServiceLimit::new(policy.name().clone(), remaining).with_reset_seconds(reset);
                 limits.push(match pk {
                     Some(pk) => limit.with_partition_key(pk),
                     None => limit,
                 });
             }
+            if let Some(pk) = pk {
+                policy = policy.with_partition_key(pk);
+            }
             policies.push(policy);
         }
         (policies, limits)
+    }
+
+    /// The fields of an admitted request's response, written from each
+    /// rule's text serialised when the layer was built: the same values
+    /// [`rate_limit_policy_value`] and [`rate_limit_value`] make of
+    /// [`advertised`](Self::advertised)'s policies and limits, without
+    /// building them.
+    fn fields(&self, charges: &[Charge<'_>]) -> (Option<HeaderValue>, Option<HeaderValue>) {
+        let mut policies = ListWriter::default();
+        let mut limits = ListWriter::default();
+        let mut untagged = None;
+        for charge in charges {
+            let Advert { rule, pk, live } = self.advert(charge);
+            let text = &self.texts[rule];
+            policies.policy_text(text, pk);
+            if let Some((remaining, reset)) = live {
+                limits.limit_text(text, remaining, Some(reset), pk);
+            }
+            untagged = pk.is_none().then_some(rule);
+        }
+        let policies = match (charges.len(), untagged) {
+            // One policy and no key to tag: the value built with the layer.
+            (1, Some(rule)) => self.texts[rule].alone().cloned(),
+            _ => policies.finish(),
+        };
+        (policies, limits.finish())
     }
 
     fn refusal(&self, charges: &[Charge<'_>], refused: HierarchyError) -> Response<Full<Bytes>> {
@@ -533,6 +582,14 @@ impl Config {
             .into_response()
             .map(Full::new)
     }
+}
+
+/// What one charge advertises ([`Config::advert`]).
+struct Advert {
+    rule: usize,
+    pk: Option<PartitionKey>,
+    /// The tokens left and the effective window in seconds.
+    live: Option<(u64, u64)>,
 }
 
 /// Why a rule cannot charge a request as it stands: it names the rule's
@@ -725,13 +782,13 @@ impl Admitted {
         if !self.config.on_success || private || self.charges.is_empty() {
             return;
         }
-        let (policies, limits) = self.config.advertised(&self.charges);
+        let (policies, limits) = self.config.fields(&self.charges);
         let headers = response.headers_mut();
-        if let Some(value) = rate_limit_policy_value(&policies) {
-            headers.insert(RATELIMIT_POLICY, value);
+        if let Some(value) = policies {
+            headers.insert(RATELIMIT_POLICY_NAME, value);
         }
-        if let Some(value) = rate_limit_value(&limits) {
-            headers.insert(RATELIMIT, value);
+        if let Some(value) = limits {
+            headers.insert(RATELIMIT_NAME, value);
         }
     }
 }
