@@ -464,9 +464,10 @@ type Answers = Vec<(StatusCode, http::HeaderMap, Bytes)>;
 
 /// The answers to a fixed sequence of requests through a per-account rule
 /// (2 an hour) and a global rule (3 an hour, a search costing 5), each
-/// rule giving back `give_back_on`: refusals by the account rule, by the
-/// global rule, and of a cost above its capacity.
-async fn refusals_of(give_back_on: &[StatusCode]) -> Answers {
+/// rule giving back `give_back_on`, in the inner service's body type if
+/// `inner_body`: refusals by the account rule, by the global rule, and of a
+/// cost above its capacity.
+async fn refusals_of(give_back_on: &[StatusCode], inner_body: bool) -> Answers {
     let clock = ManualClock::new();
     let global = Arc::new(TokenBucket::with_clock(hourly(3), clock.clone()));
     let layer = RateLimitLayer::builder()
@@ -478,7 +479,21 @@ async fn refusals_of(give_back_on: &[StatusCode]) -> Answers {
         )
         .partition_keys(tollgate::http::PartitionKeys::with_secret([7; 16]))
         .build();
-    let mut service = layer.layer(tower::service_fn(answer));
+    let inner = tower::service_fn(answer);
+    if inner_body {
+        answers(layer.with_inner_body().layer(inner)).await
+    } else {
+        answers(layer.layer(inner)).await
+    }
+}
+
+/// What `service` answers to the sequence of [`refusals_of`].
+async fn answers<S, B>(mut service: S) -> Answers
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = Infallible>,
+    B: Body,
+    B::Error: std::fmt::Debug,
+{
     let search = || {
         let mut search = request(Some(3), 200);
         *search.uri_mut() = "/search".parse().unwrap();
@@ -508,14 +523,17 @@ async fn refusals_of(give_back_on: &[StatusCode]) -> Answers {
 /// fields on success) charges its chain straight from the rules it bound,
 /// without recording charges; one that keeps them records each. Both
 /// refuse alike: the same statuses, the same fields and Retry-After, the
-/// same problem bodies.
+/// same problem bodies. And so does a layer answering in the inner
+/// service's body type.
 #[tokio::test]
 async fn refusals_read_the_same_whether_or_not_charges_are_kept() {
-    let kept = refusals_of(&[StatusCode::IM_A_TEAPOT]).await;
+    let kept = refusals_of(&[StatusCode::IM_A_TEAPOT], false).await;
     let statuses: Vec<u16> = kept.iter().map(|(status, ..)| status.as_u16()).collect();
     assert_eq!(statuses, [200, 200, 429, 200, 429, 413]);
     assert!(kept[2].1.contains_key("ratelimit"));
-    assert_eq!(refusals_of(&[]).await, kept);
+    assert_eq!(refusals_of(&[], false).await, kept);
+    assert_eq!(refusals_of(&[], true).await, kept);
+    assert_eq!(refusals_of(&[StatusCode::IM_A_TEAPOT], true).await, kept);
 }
 
 /// The fields of an admitted response, written from each rule's text

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,10 +14,10 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
-use http_body_util::{Either, Full};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
+use super::body::{BodyKind, EitherBody, InnerBody};
 use super::charge::{
     Charge, Link, Progress, charge_chain, charge_local, charge_shared_now, charge_shared_waiting,
 };
@@ -29,10 +30,6 @@ use crate::http::problem::client_error;
 use crate::http::{
     Jitter, PartitionKey, PartitionKeys, RateLimitPolicy, Refusal, ServiceLimit, delay_seconds,
 };
-
-/// The body of the layer's responses: its own refusals (`Left`) or the
-/// inner service's body (`Right`).
-pub type RateLimitBody<B> = Either<Full<Bytes>, B>;
 
 /// A tower [`Layer`] that rate-limits requests with a list of [`Rule`]s.
 ///
@@ -72,8 +69,9 @@ pub type RateLimitBody<B> = Either<Full<Bytes>, B>;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]
-pub struct RateLimitLayer {
+pub struct RateLimitLayer<K = EitherBody> {
     config: Arc<Config>,
+    kind: PhantomData<fn() -> K>,
 }
 
 /// Configures a [`RateLimitLayer`].
@@ -217,6 +215,7 @@ impl RateLimitLayerBuilder {
         // its own before any shared budget is touched.
         self.rules.sort_by_key(Rule::is_shared);
         RateLimitLayer {
+            kind: PhantomData,
             config: Arc::new(Config {
                 reads_costs: self.rules.iter().any(Rule::has_cost),
                 keeps: self.on_success || self.rules.iter().any(Rule::gives_back_any),
@@ -235,13 +234,62 @@ impl RateLimitLayerBuilder {
     }
 }
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimitService<S>;
+impl RateLimitLayer {
+    /// The same layer, answering in the inner service's own body type: its
+    /// own answers (refusals, the 4xx of requests it cannot charge) are
+    /// built from their bytes (`B: From<Bytes>`), and the inner service's
+    /// responses pass through as they are. For axum, which boxes a
+    /// response body of any type but its own (`axum::body::Body`), once per
+    /// response: measured on a hello server, that box and the calls through
+    /// it cost as much as the rest of the layer's bookkeeping
+    /// ([`docs/benchmarks.md`](crate::guide::benchmarks), "A limit on a
+    /// real server").
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::sync::Arc;
+    /// use bytes::Bytes;
+    /// use http::{Request, Response};
+    /// use http_body_util::Full;
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::{RateLimitLayer, Rule};
+    /// use tower::{Layer, Service, ServiceExt};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let bucket = Arc::new(TokenBucket::with_clock(Quota::per_second(1)?, ManualClock::new()));
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::global(PolicyName::new("global")?, bucket))
+    ///     .build()
+    ///     .with_inner_body();
+    /// let mut service = layer.layer(tower::service_fn(|_: Request<String>| async {
+    ///     Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"hello"))))
+    /// }));
+    /// // Both answers have the inner service's body type, `Full<Bytes>`.
+    /// let first: Response<Full<Bytes>> = service.ready().await?.call(Request::new(String::new())).await?;
+    /// let second: Response<Full<Bytes>> = service.ready().await?.call(Request::new(String::new())).await?;
+    /// assert_eq!(first.status(), 200);
+    /// assert_eq!(second.status(), 429);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_inner_body(self) -> RateLimitLayer<InnerBody> {
+        RateLimitLayer {
+            config: self.config,
+            kind: PhantomData,
+        }
+    }
+}
 
-    fn layer(&self, inner: S) -> RateLimitService<S> {
+impl<S, K> Layer<S> for RateLimitLayer<K> {
+    type Service = RateLimitService<S, K>;
+
+    fn layer(&self, inner: S) -> RateLimitService<S, K> {
         RateLimitService {
             inner,
             config: Arc::clone(&self.config),
+            kind: PhantomData,
         }
     }
 }
@@ -274,9 +322,10 @@ impl<S> Layer<S> for RateLimitLayer {
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct RateLimitService<S> {
+pub struct RateLimitService<S, K = EitherBody> {
     inner: S,
     config: Arc<Config>,
+    kind: PhantomData<fn() -> K>,
 }
 
 struct Config {
@@ -324,7 +373,7 @@ pub(super) enum Decision {
     Admitted(Vec<Charge<'static>>),
     /// The request's answer, without calling the inner service: a refusal,
     /// or the 4xx of a request no rule can charge as it stands.
-    Refused(Response<Full<Bytes>>),
+    Refused(Response<Bytes>),
     /// The in-process rules took their cost; the shared rule at `from` (and
     /// those after it) waits for its store.
     Waits {
@@ -333,14 +382,15 @@ pub(super) enum Decision {
     },
 }
 
-impl<S, ReqB, ResB> Service<Request<ReqB>> for RateLimitService<S>
+impl<S, K, ReqB, ResB> Service<Request<ReqB>> for RateLimitService<S, K>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    K: BodyKind<ResB>,
     ReqB: Body + Send + 'static,
 {
-    type Response = Response<RateLimitBody<ResB>>;
+    type Response = Response<K::Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<S::Future, K>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         // The limiter never waits here: a refusal is an answer from `call`,
@@ -556,7 +606,7 @@ impl Config {
         (policies, limits.finish())
     }
 
-    fn refusal(&self, charges: &[Charge<'_>], refused: HierarchyError) -> Response<Full<Bytes>> {
+    fn refusal(&self, charges: &[Charge<'_>], refused: HierarchyError) -> Response<Bytes> {
         let (policies, limits) = self.advertised(charges);
         if refused.error.retry_after().is_none() {
             // A refusal no wait can cure (a cost above the capacity) or one
@@ -564,9 +614,7 @@ impl Config {
             // down): the policies' windows say nothing about when to come
             // back, so they neither move Retry-After nor count as violated
             // by waiting.
-            return Refusal::from_hierarchy(&refused, &policies)
-                .into_response()
-                .map(Full::new);
+            return Refusal::from_hierarchy(&refused, &policies).into_response();
         }
         // Every limit that would refuse its cost now is violated, not only
         // the first one that did.
@@ -580,7 +628,6 @@ impl Config {
             .with_violated(violated)
             .with_service_limits(limits)
             .into_response()
-            .map(Full::new)
     }
 }
 
@@ -604,7 +651,7 @@ enum Unchargeable<'a> {
 impl Unchargeable<'_> {
     /// The 4xx that says so: a 400 for a missing key, the cost error's own.
     fn decision(self) -> Decision {
-        Decision::Refused(self.response().map(Full::new))
+        Decision::Refused(self.response())
     }
 
     fn response(self) -> Response<Bytes> {
@@ -629,21 +676,22 @@ pin_project! {
     /// the inner future. It holds the inner future in place, so it is
     /// `Unpin` only when that future is: pin it (`std::pin::pin!`) to poll
     /// it by hand.
-    pub struct ResponseFuture<F> {
+    pub struct ResponseFuture<F, K = EitherBody> {
         #[pin]
         state: State<F>,
+        kind: PhantomData<fn() -> K>,
     }
 }
 
 /// What the decision of a shared limit's store comes to: the inner
 /// service's future, called once every limit took its cost, or the refusal.
-type Decided<F> = Result<(F, Admitted), Response<Full<Bytes>>>;
+type Decided<F> = Result<(F, Admitted), Response<Bytes>>;
 
 pin_project! {
     #[project = StateProj]
     enum State<F> {
         // `None` once answered.
-        Refused { response: Option<Response<Full<Bytes>>> },
+        Refused { response: Option<Response<Bytes>> },
         // Waiting for a shared limit's store.
         Deciding { decision: Pin<Box<dyn Future<Output = Decided<F>> + Send>> },
         Admitted {
@@ -659,33 +707,34 @@ pin_project! {
     }
 }
 
-impl<F> ResponseFuture<F> {
-    fn refused(response: Response<Full<Bytes>>) -> Self {
-        ResponseFuture {
-            state: State::Refused {
-                response: Some(response),
-            },
-        }
+impl<F, K> ResponseFuture<F, K> {
+    fn refused(response: Response<Bytes>) -> Self {
+        ResponseFuture::at(State::Refused {
+            response: Some(response),
+        })
     }
 
     fn deciding(decision: Pin<Box<dyn Future<Output = Decided<F>> + Send>>) -> Self {
-        ResponseFuture {
-            state: State::Deciding { decision },
-        }
+        ResponseFuture::at(State::Deciding { decision })
     }
 
     fn admitted(future: F, admitted: Option<Admitted>) -> Self {
+        ResponseFuture::at(State::Admitted {
+            future,
+            admitted,
+            polling: false,
+        })
+    }
+
+    fn at(state: State<F>) -> Self {
         ResponseFuture {
-            state: State::Admitted {
-                future,
-                admitted,
-                polling: false,
-            },
+            state,
+            kind: PhantomData,
         }
     }
 }
 
-impl<F> fmt::Debug for ResponseFuture<F> {
+impl<F, K> fmt::Debug for ResponseFuture<F, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
             State::Refused { .. } => "refused",
@@ -699,11 +748,12 @@ impl<F> fmt::Debug for ResponseFuture<F> {
     }
 }
 
-impl<F, B, E> Future for ResponseFuture<F>
+impl<F, K, B, E> Future for ResponseFuture<F, K>
 where
     F: Future<Output = Result<Response<B>, E>>,
+    K: BodyKind<B>,
 {
-    type Output = Result<Response<RateLimitBody<B>>, E>;
+    type Output = Result<Response<K::Body>, E>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
@@ -713,14 +763,14 @@ where
                     // Taken, so that polled again it answers 500 rather
                     // than the refusal twice.
                     let response = response.take().unwrap_or_else(spent);
-                    return Poll::Ready(Ok(response.map(Either::Left)));
+                    return Poll::Ready(Ok(response.map(K::own)));
                 }
-                StateProj::Done => return Poll::Ready(Ok(spent().map(Either::Left))),
+                StateProj::Done => return Poll::Ready(Ok(spent().map(K::own))),
                 StateProj::Deciding { decision } => match decision.as_mut().poll(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Err(refusal)) => {
                         state.set(State::Done);
-                        return Poll::Ready(Ok(refusal.map(Either::Left)));
+                        return Poll::Ready(Ok(refusal.map(K::own)));
                     }
                     Poll::Ready(Ok((future, admitted))) => {
                         state.set(State::Admitted {
@@ -739,7 +789,7 @@ where
                         // The last poll of the inner future panicked: its
                         // charges stay spent, and it is not resumed.
                         state.set(State::Done);
-                        return Poll::Ready(Ok(spent().map(Either::Left)));
+                        return Poll::Ready(Ok(spent().map(K::own)));
                     }
                     *polling = true;
                     let answer = future.poll(cx);
@@ -753,7 +803,7 @@ where
                         if let Some(admitted) = admitted {
                             admitted.finish(&mut response);
                         }
-                        response.map(Either::Right)
+                        response.map(K::inner)
                     }));
                 }
             }
@@ -761,8 +811,8 @@ where
     }
 }
 
-fn spent() -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::new()));
+fn spent() -> Response<Bytes> {
+    let mut response = Response::new(Bytes::new());
     *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
     response
 }
