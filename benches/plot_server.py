@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The server benchmark's pictures, from the run's own output.
 
-Usage (after `cargo bench --bench server --all-features`):
+Usage (after `cargo bench --bench server --features tower`):
 
     python3 benches/plot_server.py [SERVER_JSON] [--out SVG]
 
@@ -30,8 +30,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 COLOURS = {
     "unlimited": "#555555",
     "noop_layer": "#999999",
+    "body_layer": "#c7c7c7",
     "tollgate": "#1f77b4",
-    "tollgate_tsc": "#17becf",
+    "tollgate_inner_body": "#17becf",
     "tollgate_fields": "#aec7e8",
     "tower_governor": "#d62728",
     "tower_governor_headers": "#ff9896",

@@ -1,5 +1,5 @@
 //! The cost of a limit on a real HTTP server: an axum "hello" server with no
-//! limiter, behind a tower layer that does nothing, behind tollgate's tower
+//! limiter, behind tower layers that do nothing, behind tollgate's tower
 //! layer, and behind tower_governor, each limit with a per-address rule and
 //! a global rule of the same quota, driven by a load generator in this file
 //! over keep-alive HTTP/1.1 connections.
@@ -14,10 +14,9 @@
 //! called directly without a network (its CPU time per call), measure the
 //! limit's cost where the wall clock cannot.
 //!
-//!     cargo bench --bench server --all-features -- --rounds 21      # docs/benchmarks.md's run
-//!     cargo bench --bench server --features tower                  # no tollgate_tsc row
-//!     cargo bench --bench server --all-features -- --only tollgate --calls 1000000   # to profile one
-//!     cargo bench --bench server --all-features -- --test          # CI: tiny, asserts no timing
+//!     cargo bench --bench server --features tower -- --rounds 21    # docs/benchmarks.md's run
+//!     cargo bench --bench server --features tower -- --only tollgate --calls 1000000   # to profile one
+//!     cargo bench --bench server --features tower -- --test        # CI: tiny, asserts no timing
 //!     python3 benches/plot_server.py                               # docs/img/server_latency.svg
 //!
 //! The full run writes `target/serverbench/server.json` (every round's
@@ -40,8 +39,8 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
 use bytes::Bytes;
-use http::{Request, StatusCode, header};
-use http_body_util::{BodyExt, Empty};
+use http::{Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Either, Empty, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
@@ -50,7 +49,7 @@ use tollgate::http::PolicyName;
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
 use tollgate::identity::{AddrKey, PrefixPolicy};
 use tollgate::{KeyedLimiter, Quota, TokenBucket};
-use tower::util::MapRequestLayer;
+use tower::util::{MapRequestLayer, MapResponseLayer};
 use tower::{Service, ServiceExt};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -78,7 +77,14 @@ enum Setup {
     /// A tower layer that does nothing (it maps each request to itself):
     /// what any layer costs in axum, before a limiter does any work.
     NoopLayer,
+    /// A tower layer that only wraps each response's body in another type
+    /// (`Either::Right`), as a layer with answers of its own does: axum
+    /// boxes a body of any type but its own.
+    BodyLayer,
     Tollgate,
+    /// tollgate answering in axum's own body type (`with_inner_body`), so
+    /// that axum does not box the response bodies.
+    TollgateInnerBody,
     TowerGovernor,
     /// tollgate with `advertise_on_success`: `RateLimit` and
     /// `RateLimit-Policy` on every response.
@@ -86,34 +92,30 @@ enum Setup {
     /// tower_governor with `use_headers`: `x-ratelimit-limit` and
     /// `x-ratelimit-remaining` on every response.
     TowerGovernorHeaders,
-    /// tollgate with `TscClock`, the clock class of tower_governor's
-    /// default (quanta).
-    #[cfg(feature = "tsc")]
-    TollgateTsc,
 }
 
 impl Setup {
     const ALL: &[Setup] = &[
         Setup::Unlimited,
         Setup::NoopLayer,
+        Setup::BodyLayer,
         Setup::Tollgate,
+        Setup::TollgateInnerBody,
         Setup::TowerGovernor,
         Setup::TollgateFields,
         Setup::TowerGovernorHeaders,
-        #[cfg(feature = "tsc")]
-        Setup::TollgateTsc,
     ];
 
     fn name(self) -> &'static str {
         match self {
             Setup::Unlimited => "unlimited",
             Setup::NoopLayer => "noop_layer",
+            Setup::BodyLayer => "body_layer",
             Setup::Tollgate => "tollgate",
+            Setup::TollgateInnerBody => "tollgate_inner_body",
             Setup::TowerGovernor => "tower_governor",
             Setup::TollgateFields => "tollgate_fields",
             Setup::TowerGovernorHeaders => "tower_governor_headers",
-            #[cfg(feature = "tsc")]
-            Setup::TollgateTsc => "tollgate_tsc",
         }
     }
 }
@@ -173,36 +175,33 @@ fn app(setup: Setup) -> Result<(Router, Option<KeysSeen>), BoxError> {
             hello.layer(MapRequestLayer::new(|request: Request<Body>| request)),
             None,
         ),
-        // Each crate's default clock: `new` is what a user gets.
-        Setup::Tollgate | Setup::TollgateFields => tollgate(
-            hello,
-            KeyedLimiter::new(quota),
-            TokenBucket::new(quota),
-            setup == Setup::TollgateFields,
-        )?,
-        #[cfg(feature = "tsc")]
-        Setup::TollgateTsc => {
-            let clock = tollgate::TscClock::new();
-            tollgate(
-                hello,
-                KeyedLimiter::builder(quota).clock(clock.clone()).build(),
-                TokenBucket::with_clock(quota, clock),
-                false,
-            )?
+        Setup::BodyLayer => (
+            hello.layer(MapResponseLayer::new(|response: Response<Body>| {
+                response.map(Either::<Full<Bytes>, Body>::Right)
+            })),
+            None,
+        ),
+        Setup::Tollgate | Setup::TollgateFields => {
+            let layer = tollgate(quota, setup == Setup::TollgateFields)?;
+            (hello.layer(layer.0), Some(layer.1))
+        }
+        Setup::TollgateInnerBody => {
+            let layer = tollgate(quota, false)?;
+            (hello.layer(layer.0.with_inner_body()), Some(layer.1))
         }
         Setup::TowerGovernor => tower_governor!(hello),
         Setup::TowerGovernorHeaders => tower_governor!(hello, use_headers),
     })
 }
 
-/// tollgate's layer on `hello`: a per-address rule, then a global one.
-fn tollgate<C: tollgate::Clock + 'static>(
-    hello: Router,
-    per_address: KeyedLimiter<AddrKey, C>,
-    global: TokenBucket<C>,
+/// tollgate's layer: a per-address rule, then a global one, each on the
+/// default clock (`new` is what a user gets); and its per-address table's
+/// size.
+fn tollgate(
+    quota: Quota,
     advertise_on_success: bool,
-) -> Result<(Router, Option<KeysSeen>), BoxError> {
-    let per_address = Arc::new(per_address);
+) -> Result<(RateLimitLayer, KeysSeen), BoxError> {
+    let per_address = Arc::new(KeyedLimiter::<AddrKey>::new(quota));
     // The peer as axum's `ConnectInfo` gives it, keyed under the default
     // prefix policy, as `extract::peer_addr` keys a plain `SocketAddr`.
     let peer = extract::extension_map(|info: &ConnectInfo<SocketAddr>| {
@@ -214,13 +213,13 @@ fn tollgate<C: tollgate::Clock + 'static>(
             Arc::clone(&per_address),
             peer,
         ))
-        .rule(Rule::global(PolicyName::new("global")?, Arc::new(global)))
+        .rule(Rule::global(
+            PolicyName::new("global")?,
+            Arc::new(TokenBucket::new(quota)),
+        ))
         .advertise_on_success(advertise_on_success)
         .build();
-    Ok((
-        hello.layer(layer),
-        Some(Box::new(move || per_address.len())),
-    ))
+    Ok((layer, Box::new(move || per_address.len())))
 }
 
 /// Starts every setup on `runtime`, each on its own loopback port.
@@ -331,7 +330,9 @@ fn server_cpu(server: &tokio::runtime::Runtime) -> Option<Duration> {
 /// time other programs held the core), else the wall clock's.
 async fn call_directly(router: &Router, calls: usize) -> Result<Duration, BoxError> {
     let peer = ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000)));
-    let mut service = router.clone();
+    // With its state, as `axum::serve` takes it: its routes are built once,
+    // not once per request.
+    let mut service: Router = router.clone().with_state(());
     let start = Instant::now();
     let cpu_start = thread_cpu();
     for _ in 0..calls {

@@ -21,25 +21,47 @@
 //! store decision, before any network. Every response is checked (a
 //! refusal panics).
 //!
-//! Run with `cargo bench --bench tower --all-features`.
+//! A second group, `tower_two_rules`, is the server benchmark's limits
+//! (`benches/server.rs`) without axum or a network: one request with the
+//! peer address in axum's `ConnectInfo`, through a per-address rule and a
+//! global rule of a quota that never runs out, to an inner service that
+//! answers 200 at once. Rows: `unlimited` (the inner service alone),
+//! `noop_layer` (a layer that maps each request to itself), `tollgate`,
+//! `tower_governor` (its two layers, as its README builds them), and the
+//! same two advertising their fields on every response (`tollgate_fields`:
+//! `RateLimit` and `RateLimit-Policy`; `tower_governor_headers`:
+//! `x-ratelimit-limit` and `x-ratelimit-remaining`). Each row less
+//! `unlimited` is what its layer adds to a request.
+//!
+//! Run with `cargo bench --bench tower --all-features` (one group:
+//! `-- tower_two_rules`).
 
 use std::convert::Infallible;
 use std::hint::black_box;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::ConnectInfo;
 use bytes::Bytes;
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
 use http::{HeaderName, Request, Response, StatusCode};
+use http_body::Body;
 use http_body_util::Full;
 use tokio::runtime::Runtime;
 use tollgate::http::PolicyName;
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
+use tollgate::identity::{AddrKey, PrefixPolicy};
 use tollgate::shared::{
     AllowanceConfig, FailurePolicy, KeyedAllowance, KeyedAllowanceConfig, LocalStore,
 };
-use tollgate::{KeyedLimiter, Quota};
+use tollgate::{KeyedLimiter, Quota, TokenBucket};
+use tower::util::MapRequestLayer;
 use tower::{Layer, Service, ServiceExt};
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::{GlobalKeyExtractor, PeerIpKeyExtractor};
 
 mod common;
 
@@ -134,9 +156,129 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
+/// The server benchmark's quota on every rule of `tower_two_rules`: bursts
+/// of a billion, refilled at one a microsecond.
+const BURST: u32 = 1_000_000_000;
+const REFILL_EVERY: Duration = Duration::from_micros(1);
+
+type AxumBody = axum::body::Body;
+
+/// The inner service of `tower_two_rules`: what axum's handler of a
+/// `&str` answers (200, a content type, the body), in axum's body type
+/// (the one tower_governor can build its refusals in).
+async fn hello(_: Request<AxumBody>) -> Result<Response<AxumBody>, Infallible> {
+    let mut response = Response::new(AxumBody::from("hello\n"));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    Ok(response)
+}
+
+/// One request from the one client, as axum hands it over.
+fn from_peer() -> Request<AxumBody> {
+    let mut request = Request::get("/")
+        .body(AxumBody::empty())
+        .expect("a valid request");
+    request
+        .extensions_mut()
+        .insert(ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000))));
+    request
+}
+
+/// Times one request through `service`, checking its answer.
+fn row<S, B>(group: &mut BenchmarkGroup<'_, WallTime>, runtime: &Runtime, name: &str, service: S)
+where
+    S: Service<Request<AxumBody>, Response = Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+    B: Body,
+{
+    group.bench_function(name, |b| {
+        b.to_async(runtime).iter(|| {
+            let mut service = black_box(service.clone());
+            async move {
+                let response = service
+                    .ready()
+                    .await
+                    .expect("always ready")
+                    .call(from_peer())
+                    .await
+                    .expect("no error");
+                assert_eq!(response.status(), StatusCode::OK);
+            }
+        });
+    });
+}
+
+/// tollgate's layer as the server benchmark builds it: the peer from
+/// `ConnectInfo` per address, then a global bucket.
+fn tollgate_two_rules(advertise: bool) -> RateLimitLayer {
+    let quota = Quota::new(u64::from(BURST), 1, REFILL_EVERY).expect("a valid quota");
+    let peer = extract::extension_map(|info: &ConnectInfo<SocketAddr>| {
+        AddrKey::new(info.0.ip(), PrefixPolicy::default())
+    });
+    RateLimitLayer::builder()
+        .rule(Rule::keyed(
+            PolicyName::new("per-address").expect("a valid name"),
+            Arc::new(KeyedLimiter::new(quota)),
+            peer,
+        ))
+        .rule(Rule::global(
+            PolicyName::new("global").expect("a valid name"),
+            Arc::new(TokenBucket::new(quota)),
+        ))
+        .advertise_on_success(advertise)
+        .build()
+}
+
+/// One tower_governor configuration of the same quota, keyed by `$key`,
+/// with `$headers` (`use_headers`) if given.
+macro_rules! governor_layer {
+    ($key:expr $(, $headers:ident)?) => {
+        GovernorLayer::new(
+            GovernorConfigBuilder::default()
+                .period(REFILL_EVERY)
+                .burst_size(BURST)
+                .key_extractor($key)
+                $(.$headers())?
+                .finish()
+                .expect("a valid quota"),
+        )
+    };
+}
+
+fn two_rules(c: &mut Criterion) {
+    let runtime = Runtime::new().expect("a tokio runtime");
+    let inner = tower::service_fn(hello);
+    let mut group = c.benchmark_group("tower_two_rules");
+    row(&mut group, &runtime, "unlimited", inner);
+    let noop = MapRequestLayer::new(|request: Request<AxumBody>| request);
+    row(&mut group, &runtime, "noop_layer", noop.layer(inner));
+    row(
+        &mut group,
+        &runtime,
+        "tollgate",
+        tollgate_two_rules(false).layer(inner),
+    );
+    // The outer layer per address, as tollgate's rules are charged.
+    let governor =
+        governor_layer!(PeerIpKeyExtractor).layer(governor_layer!(GlobalKeyExtractor).layer(inner));
+    row(&mut group, &runtime, "tower_governor", governor);
+    row(
+        &mut group,
+        &runtime,
+        "tollgate_fields",
+        tollgate_two_rules(true).layer(inner),
+    );
+    let headers = governor_layer!(PeerIpKeyExtractor, use_headers)
+        .layer(governor_layer!(GlobalKeyExtractor, use_headers).layer(inner));
+    row(&mut group, &runtime, "tower_governor_headers", headers);
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = common::config();
-    targets = bench
+    targets = bench, two_rules
 }
 criterion_main!(benches);

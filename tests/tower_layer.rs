@@ -219,7 +219,7 @@ async fn hanging_up_after_the_handler_started_gives_nothing_back() {
     let mut service = layer.layer(hanging(&started));
     let mut refused = 0;
     for _ in 0..100 {
-        let mut future = service.ready().await.unwrap().call(request(Some(1), 200));
+        let mut future = Box::pin(service.ready().await.unwrap().call(request(Some(1), 200)));
         if let Poll::Ready(response) = poll_once(&mut future) {
             assert_eq!(response.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
             refused += 1;
@@ -240,13 +240,13 @@ async fn a_slow_request_dropped_after_ten_seconds_lets_no_third_one_in() {
     let layer = giving_back(&limiter);
     let started = Arc::new(AtomicUsize::new(0));
     let mut service = layer.layer(hanging(&started));
-    let mut slow = service.ready().await.unwrap().call(request(Some(1), 200));
+    let mut slow = Box::pin(service.ready().await.unwrap().call(request(Some(1), 200)));
     assert!(poll_once(&mut slow).is_pending());
     clock.advance(Duration::from_secs(10));
-    let mut second = service.ready().await.unwrap().call(request(Some(1), 200));
+    let mut second = Box::pin(service.ready().await.unwrap().call(request(Some(1), 200)));
     assert!(poll_once(&mut second).is_pending());
     drop(slow); // an outer timeout, 10 s in
-    let mut third = service.ready().await.unwrap().call(request(Some(1), 200));
+    let mut third = Box::pin(service.ready().await.unwrap().call(request(Some(1), 200)));
     let Poll::Ready(third) = poll_once(&mut third) else {
         panic!("a third request reached the handler within B + r * t = 2");
     };
@@ -295,7 +295,7 @@ async fn a_give_back_after_another_admission_returns_the_cost_less_the_time_held
     let gate = Gate::default();
     let mut denied = request(Some(1), 401);
     denied.extensions_mut().insert(gate.clone());
-    let mut denied = service.ready().await.unwrap().call(denied);
+    let mut denied = Box::pin(service.ready().await.unwrap().call(denied));
     assert!(poll_once(&mut denied).is_pending());
     let admitted = service
         .ready()
@@ -455,4 +455,165 @@ async fn a_body_of_undeclared_length_is_a_411_on_a_per_byte_rule() {
         check_problem(send(&layer, request).await, status, title).await;
     }
     assert_eq!(bytes.available(), 10);
+}
+
+/// One run of [`refusals_of`]: each request's status, headers and body.
+type Answers = Vec<(StatusCode, http::HeaderMap, Bytes)>;
+
+/// The answers to a fixed sequence of requests through a per-account rule
+/// (2 an hour) and a global rule (3 an hour, a search costing 5), each
+/// rule giving back `give_back_on`, in the inner service's body type if
+/// `inner_body`: refusals by the account rule, by the global rule, and of a
+/// cost above its capacity.
+async fn refusals_of(give_back_on: &[StatusCode], inner_body: bool) -> Answers {
+    let clock = ManualClock::new();
+    let global = Arc::new(TokenBucket::with_clock(hourly(3), clock.clone()));
+    let layer = RateLimitLayer::builder()
+        .rule(account_rule(&per_account(hourly(2), &clock)).give_back_on(give_back_on.to_vec()))
+        .rule(
+            Rule::global(PolicyName::new("global").unwrap(), global)
+                .cost(|parts| if parts.uri.path() == "/search" { 5 } else { 1 })
+                .give_back_on(give_back_on.to_vec()),
+        )
+        .partition_keys(tollgate::http::PartitionKeys::with_secret([7; 16]))
+        .build();
+    let inner = tower::service_fn(answer);
+    if inner_body {
+        answers(layer.with_inner_body().layer(inner)).await
+    } else {
+        answers(layer.layer(inner)).await
+    }
+}
+
+/// What `service` answers to the sequence of [`refusals_of`].
+async fn answers<S, B>(mut service: S) -> Answers
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = Infallible>,
+    B: Body,
+    B::Error: std::fmt::Debug,
+{
+    let search = || {
+        let mut search = request(Some(3), 200);
+        *search.uri_mut() = "/search".parse().unwrap();
+        search
+    };
+    let mut answers = Vec::new();
+    for request in [
+        request(Some(1), 200),
+        request(Some(1), 200),
+        request(Some(1), 200), // the account's third: refused by its rule
+        request(Some(2), 200),
+        request(Some(2), 200), // the global rule's fourth: refused there
+        search(),              // a cost above the global capacity: 413
+    ] {
+        let response = service.ready().await.unwrap().call(request).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let body = http_body_util::BodyExt::collect(body)
+            .await
+            .unwrap()
+            .to_bytes();
+        answers.push((parts.status, parts.headers, body));
+    }
+    answers
+}
+
+/// A layer that keeps no charge past `call` (no status to give back, no
+/// fields on success) charges its chain straight from the rules it bound,
+/// without recording charges; one that keeps them records each. Both
+/// refuse alike: the same statuses, the same fields and Retry-After, the
+/// same problem bodies. And so does a layer answering in the inner
+/// service's body type.
+#[tokio::test]
+async fn refusals_read_the_same_whether_or_not_charges_are_kept() {
+    let kept = refusals_of(&[StatusCode::IM_A_TEAPOT], false).await;
+    let statuses: Vec<u16> = kept.iter().map(|(status, ..)| status.as_u16()).collect();
+    assert_eq!(statuses, [200, 200, 429, 200, 429, 413]);
+    assert!(kept[2].1.contains_key("ratelimit"));
+    assert_eq!(refusals_of(&[], false).await, kept);
+    assert_eq!(refusals_of(&[], true).await, kept);
+    assert_eq!(refusals_of(&[StatusCode::IM_A_TEAPOT], true).await, kept);
+}
+
+/// The fields of an admitted response, written from each rule's text
+/// serialised when the layer was built, are the fields built per request
+/// from the same policies, partition keys and live limits; and a layer of
+/// one unkeyed rule sends the value it built once.
+#[tokio::test]
+async fn the_fields_of_an_admitted_response_are_those_built_per_request() {
+    use tollgate::http::{PartitionKeys, RateLimitPolicy, ServiceLimit};
+    use tollgate::http::{rate_limit_policy_value, rate_limit_value};
+
+    let clock = ManualClock::new();
+    let accounts = per_account(every_ten_seconds(5), &clock);
+    let quota = Quota::new(1000, 10, Duration::from_secs(1)).unwrap();
+    let global = Arc::new(TokenBucket::with_clock(quota, clock.clone()));
+    let keys = PartitionKeys::with_secret([9; 16]);
+    let per_account = PolicyName::new(r#"per "account""#).unwrap();
+    let everyone = PolicyName::new("global").unwrap();
+    let both = RateLimitLayer::builder()
+        .rule(Rule::keyed(
+            per_account.clone(),
+            Arc::clone(&accounts),
+            extract::extension::<Account>(),
+        ))
+        .rule(Rule::global(everyone.clone(), Arc::clone(&global)))
+        .partition_keys(keys.clone())
+        .advertise_on_success(true)
+        .build();
+    let mut service = both.layer(tower::service_fn(answer));
+    let response = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Some(1), 200))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let pk = keys.key(&per_account, &Account(1));
+    let policies = [
+        RateLimitPolicy::from_quota(per_account.clone(), &every_ten_seconds(5))
+            .with_partition_key(pk),
+        RateLimitPolicy::from_quota(everyone.clone(), &quota),
+    ];
+    // 4 of the account's 5 tokens left, the next in 10 s; 999 of the
+    // global 1000, the next in 100 ms (one second, rounded up).
+    let limits = [
+        ServiceLimit::new(per_account, 4)
+            .with_reset_seconds(10)
+            .with_partition_key(pk),
+        ServiceLimit::new(everyone.clone(), 999).with_reset_seconds(1),
+    ];
+    assert_eq!(
+        response.headers().get("ratelimit-policy"),
+        rate_limit_policy_value(&policies).as_ref()
+    );
+    assert_eq!(
+        response.headers().get("ratelimit"),
+        rate_limit_value(&limits).as_ref()
+    );
+
+    let alone = RateLimitLayer::builder()
+        .rule(Rule::global(everyone.clone(), Arc::clone(&global)))
+        .advertise_on_success(true)
+        .build();
+    let mut service = alone.layer(tower::service_fn(answer));
+    for left in [998, 997] {
+        let response = service
+            .ready()
+            .await
+            .unwrap()
+            .call(request(None, 200))
+            .await
+            .unwrap();
+        let policy = RateLimitPolicy::from_quota(everyone.clone(), &quota);
+        assert_eq!(
+            response.headers().get("ratelimit-policy"),
+            rate_limit_policy_value(&[policy]).as_ref()
+        );
+        let limit = ServiceLimit::new(everyone.clone(), left).with_reset_seconds(1);
+        assert_eq!(
+            response.headers().get("ratelimit"),
+            rate_limit_value(&[limit]).as_ref()
+        );
+    }
 }

@@ -415,7 +415,7 @@ async fn a_client_that_hangs_up_while_the_store_decides_stays_charged_here() {
     let reached = Arc::new(AtomicUsize::new(0));
     let mut service = layer.layer(inner(&reached));
     for _ in 0..4 {
-        let mut future = service.ready().await.unwrap().call(with_key("alice"));
+        let mut future = Box::pin(service.ready().await.unwrap().call(with_key("alice")));
         // The key is cold: the store's decision is on its way.
         assert!(poll_once(&mut future).is_pending());
         drop(future); // the client hung up
@@ -454,7 +454,7 @@ async fn a_client_that_hangs_up_once_admitted_stays_charged_everywhere() {
     });
     let mut service = layer.layer(handler);
     for _ in 0..2 {
-        let mut future = service.ready().await.unwrap().call(with_key("alice"));
+        let mut future = Box::pin(service.ready().await.unwrap().call(with_key("alice")));
         for _ in 0..10 {
             assert!(poll_once(&mut future).is_pending());
             tokio::task::yield_now().await;
@@ -574,7 +574,7 @@ async fn a_hot_key_is_decided_without_awaiting_and_an_empty_lease_waits_for_its_
     // for it (within the store wait) instead of being told 429.
     let mut at_once = 0;
     for _ in 0..50 {
-        let mut future = service.ready().await.unwrap().call(with_key("alice"));
+        let mut future = Box::pin(service.ready().await.unwrap().call(with_key("alice")));
         let response = match poll_once(&mut future) {
             Poll::Ready(response) => {
                 at_once += 1;

@@ -1,9 +1,21 @@
-//! Serialising the `RateLimit-Policy` and `RateLimit` fields with `sfv`.
+//! Serialising the `RateLimit-Policy` and `RateLimit` fields: Structured
+//! Field Lists (RFC 9651) written straight into a header value's bytes.
+//!
+//! Written here rather than through `sfv`'s serialiser (which the parser
+//! side keeps using): these lists hold only Strings checked to be printable
+//! ASCII, Integers, Byte Sequences and constant keys, and `sfv` serialises
+//! through a `String` that grows member by member, its integers through
+//! `core::fmt`, before the text is copied into a header value. On an
+//! admitted request that advertises its limits this measured some 16 000
+//! instructions and 14 allocations for the two fields; the unit tests hold
+//! the output to `sfv`'s serialiser, byte for byte, and parse it back.
 
-use http::HeaderValue;
-use sfv::{KeyRef, ListSerializer, StringRef};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use http::{HeaderName, HeaderValue};
+use smallvec::SmallVec;
 
-use super::seconds::sf_integer;
+use super::seconds::SF_INTEGER_MAX;
 use super::{PartitionKey, PolicyName, QuotaUnit, RateLimitPolicy};
 
 /// The field name of the policies: `ratelimit-policy`.
@@ -11,12 +23,10 @@ pub const RATELIMIT_POLICY: &str = "ratelimit-policy";
 /// The field name of the live service limits: `ratelimit`.
 pub const RATELIMIT: &str = "ratelimit";
 
-const Q: &KeyRef = KeyRef::constant("q");
-const QU: &KeyRef = KeyRef::constant("qu");
-const W: &KeyRef = KeyRef::constant("w");
-const PK: &KeyRef = KeyRef::constant("pk");
-const R: &KeyRef = KeyRef::constant("r");
-const T: &KeyRef = KeyRef::constant("t");
+/// The field names as header names, built at compile time: a `&str` name
+/// is parsed again on every insert.
+pub(crate) const RATELIMIT_POLICY_NAME: HeaderName = HeaderName::from_static(RATELIMIT_POLICY);
+pub(crate) const RATELIMIT_NAME: HeaderName = HeaderName::from_static(RATELIMIT);
 
 /// One member of the `RateLimit` field: what is left of a policy's quota
 /// for this client now.
@@ -158,23 +168,13 @@ impl ServiceLimit {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn rate_limit_policy_value(policies: &[RateLimitPolicy]) -> Option<HeaderValue> {
-    let mut list = ListSerializer::new();
+    let mut list = ListWriter::default();
     for policy in policies {
-        let mut params = list
-            .bare_item(name_item(policy.name()))
-            .parameter(Q, sf_integer(policy.quota()));
-        if policy.unit() != QuotaUnit::Requests {
-            params = params.parameter(QU, StringRef::constant(policy.unit().as_str()));
-        }
-        if let Some(window) = policy.window_seconds() {
-            params = params.parameter(W, sf_integer(window));
-        }
-        if let Some(pk) = policy.partition_key() {
-            params = params.parameter(PK, &pk.as_bytes()[..]);
-        }
-        params.finish();
+        list.member();
+        list.policy(policy);
+        list.partition_key(policy.partition_key());
     }
-    header_value(list.finish().ok()?)
+    list.finish()
 }
 
 /// The `RateLimit` field value for `limits`, or `None` if there are none.
@@ -188,29 +188,366 @@ pub fn rate_limit_policy_value(policies: &[RateLimitPolicy]) -> Option<HeaderVal
 /// # Ok::<(), tollgate::http::HttpError>(())
 /// ```
 pub fn rate_limit_value(limits: &[ServiceLimit]) -> Option<HeaderValue> {
-    let mut list = ListSerializer::new();
+    let mut list = ListWriter::default();
     for limit in limits {
-        let mut params = list
-            .bare_item(name_item(limit.name()))
-            .parameter(R, sf_integer(limit.remaining()));
-        if let Some(reset) = limit.reset_seconds() {
-            params = params.parameter(T, sf_integer(reset));
-        }
-        if let Some(pk) = limit.partition_key() {
-            params = params.parameter(PK, &pk.as_bytes()[..]);
-        }
-        params.finish();
+        list.member();
+        list.string(limit.name().as_str());
+        list.live(limit.remaining(), limit.reset_seconds());
+        list.partition_key(limit.partition_key());
     }
-    header_value(list.finish().ok()?)
+    list.finish()
 }
 
-/// A policy name as an sf-string. `PolicyName` admits only what an
-/// sf-string admits, so the fallback is unreachable; it keeps this total.
-fn name_item(name: &PolicyName) -> &StringRef {
-    StringRef::from_str(name.as_str()).unwrap_or(StringRef::empty())
+/// One policy's parts of both fields, serialised once (a layer's rule's,
+/// when the layer is built): its `RateLimit-Policy` member but for `pk`,
+/// which differs per request, and its name as the `RateLimit` member's
+/// item.
+#[derive(Clone, Debug)]
+pub(crate) struct PolicyText {
+    member: Box<[u8]>,
+    name: Box<[u8]>,
+    /// The `RateLimit-Policy` field of this policy alone, untagged.
+    alone: Option<HeaderValue>,
 }
 
-/// sfv writes only visible ASCII and spaces, so this always succeeds.
-fn header_value(text: String) -> Option<HeaderValue> {
-    HeaderValue::from_str(&text).ok()
+impl PolicyText {
+    pub(crate) fn new(policy: &RateLimitPolicy) -> PolicyText {
+        let mut member = ListWriter::default();
+        member.policy(policy);
+        let mut name = ListWriter::default();
+        name.string(policy.name().as_str());
+        let mut alone = ListWriter::default();
+        alone.policy_text_of(&member.bytes, None);
+        PolicyText {
+            alone: alone.finish(),
+            member: member.bytes.into_vec().into_boxed_slice(),
+            name: name.bytes.into_vec().into_boxed_slice(),
+        }
+    }
+
+    /// The `RateLimit-Policy` field of this policy alone, with no partition
+    /// key: a clone shares the bytes built with the layer.
+    pub(crate) fn alone(&self) -> Option<&HeaderValue> {
+        self.alone.as_ref()
+    }
+}
+
+/// A Structured Field List being written: members separated by `, `, each
+/// a bare item and its parameters. Only what these fields hold can be
+/// written, so the result is always a valid List and a valid header value.
+/// The bytes stay on the stack for a few members.
+#[derive(Default)]
+pub(crate) struct ListWriter {
+    bytes: SmallVec<[u8; 256]>,
+    members: usize,
+}
+
+impl ListWriter {
+    /// Starts the next member.
+    pub(crate) fn member(&mut self) {
+        if self.members > 0 {
+            self.bytes.extend_from_slice(b", ");
+        }
+        self.members += 1;
+    }
+
+    /// A policy's `RateLimit-Policy` member, but for its partition key.
+    fn policy(&mut self, policy: &RateLimitPolicy) {
+        self.string(policy.name().as_str());
+        self.integer("q", policy.quota());
+        if policy.unit() != QuotaUnit::Requests {
+            self.key("qu");
+            self.string(policy.unit().as_str());
+        }
+        if let Some(window) = policy.window_seconds() {
+            self.integer("w", window);
+        }
+    }
+
+    /// A member of the `RateLimit-Policy` field from its serialised text.
+    pub(crate) fn policy_text(&mut self, text: &PolicyText, pk: Option<PartitionKey>) {
+        self.policy_text_of(&text.member, pk);
+    }
+
+    fn policy_text_of(&mut self, member: &[u8], pk: Option<PartitionKey>) {
+        self.member();
+        self.bytes.extend_from_slice(member);
+        self.partition_key(pk);
+    }
+
+    /// A member of the `RateLimit` field: a policy's name, what is left of
+    /// its quota and its effective window.
+    pub(crate) fn limit_text(
+        &mut self,
+        text: &PolicyText,
+        remaining: u64,
+        reset: Option<u64>,
+        pk: Option<PartitionKey>,
+    ) {
+        self.member();
+        self.bytes.extend_from_slice(&text.name);
+        self.live(remaining, reset);
+        self.partition_key(pk);
+    }
+
+    fn live(&mut self, remaining: u64, reset: Option<u64>) {
+        self.integer("r", remaining);
+        if let Some(reset) = reset {
+            self.integer("t", reset);
+        }
+    }
+
+    fn partition_key(&mut self, pk: Option<PartitionKey>) {
+        if let Some(pk) = pk {
+            self.key("pk");
+            self.byte_sequence(pk.as_bytes());
+        }
+    }
+
+    /// `;key=`: the keys written are constant lowercase letters, valid
+    /// Structured Field keys.
+    fn key(&mut self, key: &str) {
+        self.bytes.push(b';');
+        self.bytes.extend_from_slice(key.as_bytes());
+        self.bytes.push(b'=');
+    }
+
+    /// An sf-string. [`PolicyName`] and the units admit only printable
+    /// ASCII, all of which an sf-string carries, `"` and `\` escaped.
+    fn string(&mut self, text: &str) {
+        self.bytes.push(b'"');
+        for byte in text.bytes() {
+            if byte == b'"' || byte == b'\\' {
+                self.bytes.push(b'\\');
+            }
+            self.bytes.push(byte);
+        }
+        self.bytes.push(b'"');
+    }
+
+    /// `;key=` and an sf-integer, capped at the largest one (10^15 - 1).
+    fn integer(&mut self, key: &str, value: u64) {
+        self.key(key);
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(value.min(SF_INTEGER_MAX));
+        self.bytes.extend_from_slice(digits.as_bytes());
+    }
+
+    /// An sf-binary: base64 with padding between colons.
+    fn byte_sequence(&mut self, bytes: &[u8]) {
+        self.bytes.push(b':');
+        let start = self.bytes.len();
+        self.bytes.resize(start + bytes.len().div_ceil(3) * 4, 0);
+        // Sized exactly above, so the encoding always fits.
+        let written = STANDARD
+            .encode_slice(bytes, &mut self.bytes[start..])
+            .unwrap_or(0);
+        self.bytes.truncate(start + written);
+        self.bytes.push(b':');
+    }
+
+    /// The field value, or `None` for an empty List (which is not sent).
+    pub(crate) fn finish(&self) -> Option<HeaderValue> {
+        if self.members == 0 {
+            return None;
+        }
+        // Only visible ASCII and spaces were written: always a valid value.
+        HeaderValue::from_bytes(&self.bytes).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU64;
+
+    use proptest::prelude::*;
+    use sfv::{Integer, KeyRef, ListSerializer, Parser, StringRef};
+
+    use super::*;
+
+    /// The reference: what `sfv`'s own serialiser writes for `policies`.
+    fn sfv_policies(policies: &[RateLimitPolicy]) -> String {
+        let mut list = ListSerializer::new();
+        for policy in policies {
+            let mut params = list
+                .bare_item(StringRef::from_str(policy.name().as_str()).unwrap())
+                .parameter(KeyRef::constant("q"), integer(policy.quota()));
+            if policy.unit() != QuotaUnit::Requests {
+                params = params.parameter(
+                    KeyRef::constant("qu"),
+                    StringRef::from_str(policy.unit().as_str()).unwrap(),
+                );
+            }
+            if let Some(window) = policy.window_seconds() {
+                params = params.parameter(KeyRef::constant("w"), integer(window));
+            }
+            if let Some(pk) = policy.partition_key() {
+                params = params.parameter(KeyRef::constant("pk"), &pk.as_bytes()[..]);
+            }
+            params.finish();
+        }
+        list.finish().unwrap()
+    }
+
+    /// The reference for `limits`.
+    fn sfv_limits(limits: &[ServiceLimit]) -> String {
+        let mut list = ListSerializer::new();
+        for limit in limits {
+            let mut params = list
+                .bare_item(StringRef::from_str(limit.name().as_str()).unwrap())
+                .parameter(KeyRef::constant("r"), integer(limit.remaining()));
+            if let Some(reset) = limit.reset_seconds() {
+                params = params.parameter(KeyRef::constant("t"), integer(reset));
+            }
+            if let Some(pk) = limit.partition_key() {
+                params = params.parameter(KeyRef::constant("pk"), &pk.as_bytes()[..]);
+            }
+            params.finish();
+        }
+        list.finish().unwrap()
+    }
+
+    fn integer(value: u64) -> Integer {
+        Integer::try_from(i64::try_from(value.min(SF_INTEGER_MAX)).unwrap()).unwrap()
+    }
+
+    /// Any name a `PolicyName` admits: printable ASCII, quotes and
+    /// backslashes included.
+    fn name() -> impl Strategy<Value = PolicyName> {
+        "[ -~]{1,24}".prop_map(|name| PolicyName::new(name).unwrap())
+    }
+
+    /// Integers across the whole range, the capped ones included.
+    fn number() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            0..1000u64,
+            any::<u64>(),
+            Just(SF_INTEGER_MAX),
+            Just(u64::MAX)
+        ]
+    }
+
+    fn unit() -> impl Strategy<Value = QuotaUnit> {
+        prop_oneof![
+            Just(QuotaUnit::Requests),
+            Just(QuotaUnit::ContentBytes),
+            Just(QuotaUnit::ConcurrentRequests),
+        ]
+    }
+
+    fn pk() -> impl Strategy<Value = Option<PartitionKey>> {
+        proptest::option::of(any::<u64>().prop_map(|seed| {
+            crate::http::PartitionKeys::with_secret([7; 16])
+                .key(&PolicyName::new("k").unwrap(), &seed)
+        }))
+    }
+
+    fn policy() -> impl Strategy<Value = RateLimitPolicy> {
+        (
+            name(),
+            number(),
+            proptest::option::of(1..=u64::MAX),
+            unit(),
+            pk(),
+        )
+            .prop_map(|(name, quota, window, unit, pk)| {
+                let mut policy = RateLimitPolicy::new(name, quota).with_unit(unit);
+                if let Some(window) = window.and_then(NonZeroU64::new) {
+                    policy = policy.with_window(window);
+                }
+                if let Some(pk) = pk {
+                    policy = policy.with_partition_key(pk);
+                }
+                policy
+            })
+    }
+
+    fn limit() -> impl Strategy<Value = ServiceLimit> {
+        (name(), number(), proptest::option::of(number()), pk()).prop_map(
+            |(name, remaining, reset, pk)| {
+                let mut limit = ServiceLimit::new(name, remaining);
+                if let Some(reset) = reset {
+                    limit = limit.with_reset_seconds(reset);
+                }
+                if let Some(pk) = pk {
+                    limit = limit.with_partition_key(pk);
+                }
+                limit
+            },
+        )
+    }
+
+    proptest! {
+        /// Both fields are what `sfv` itself serialises, byte for byte, and
+        /// parse back as Lists of as many members.
+        #[test]
+        fn the_fields_are_what_sfv_writes(
+            policies in proptest::collection::vec(policy(), 1..5),
+            limits in proptest::collection::vec(limit(), 1..5),
+        ) {
+            let written = rate_limit_policy_value(&policies).unwrap();
+            prop_assert_eq!(written.to_str().unwrap(), sfv_policies(&policies));
+            let parsed = Parser::new(written.to_str().unwrap()).parse_list().unwrap();
+            prop_assert_eq!(parsed.len(), policies.len());
+            let written = rate_limit_value(&limits).unwrap();
+            prop_assert_eq!(written.to_str().unwrap(), sfv_limits(&limits));
+            let parsed = Parser::new(written.to_str().unwrap()).parse_list().unwrap();
+            prop_assert_eq!(parsed.len(), limits.len());
+        }
+
+        /// The text serialised once per policy, tagged per request, makes
+        /// the same fields as the policies and limits built per request.
+        #[test]
+        fn the_serialised_text_makes_the_same_fields(
+            members in proptest::collection::vec((policy(), pk(), number(), proptest::option::of(number())), 1..5),
+        ) {
+            let mut policies = ListWriter::default();
+            let mut limits = ListWriter::default();
+            let mut built_policies = Vec::new();
+            let mut built_limits = Vec::new();
+            for (policy, pk, remaining, reset) in &members {
+                let text = PolicyText::new(policy);
+                policies.policy_text(&text, *pk);
+                limits.limit_text(&text, *remaining, *reset, *pk);
+                let untagged = RateLimitPolicy::new(policy.name().clone(), policy.quota())
+                    .with_unit(policy.unit());
+                let mut untagged = match policy.window_seconds().and_then(NonZeroU64::new) {
+                    Some(window) => untagged.with_window(window),
+                    None => untagged,
+                };
+                let mut limit = ServiceLimit::new(policy.name().clone(), *remaining);
+                if let Some(reset) = reset {
+                    limit = limit.with_reset_seconds(*reset);
+                }
+                if let Some(pk) = pk {
+                    untagged = untagged.with_partition_key(*pk);
+                    limit = limit.with_partition_key(*pk);
+                }
+                built_policies.push(untagged);
+                built_limits.push(limit);
+            }
+            prop_assert_eq!(policies.finish(), rate_limit_policy_value(&built_policies));
+            prop_assert_eq!(limits.finish(), rate_limit_value(&built_limits));
+        }
+    }
+
+    /// A policy's field alone, built once, is the field of that policy.
+    #[test]
+    fn a_policy_alone_is_its_field() {
+        let policy = RateLimitPolicy::new(PolicyName::new(r#"say "hi" \ bye"#).unwrap(), 10)
+            .with_unit(QuotaUnit::ContentBytes);
+        let text = PolicyText::new(&policy);
+        assert_eq!(text.alone(), rate_limit_policy_value(&[policy]).as_ref());
+        assert_eq!(
+            text.alone().unwrap(),
+            r#""say \"hi\" \\ bye";q=10;qu="content-bytes""#
+        );
+    }
+
+    /// No member, no field.
+    #[test]
+    fn an_empty_list_is_not_sent() {
+        assert_eq!(rate_limit_policy_value(&[]), None);
+        assert_eq!(rate_limit_value(&[]), None);
+    }
 }

@@ -121,22 +121,26 @@ impl PartitionKeys {
     /// # Ok::<(), tollgate::http::HttpError>(())
     /// ```
     pub fn key<K: Hash + ?Sized>(&self, policy: &PolicyName, key: &K) -> PartitionKey {
-        let mut hasher = self.hasher();
-        policy.as_str().hash(&mut hasher);
-        key.hash(&mut hasher);
-        PartitionKey(hasher.finish().to_be_bytes())
-    }
-
-    fn hasher(&self) -> Box<dyn Hasher> {
-        match &self.keying {
-            Keying::Random(state) => Box::new(state.build_hasher()),
+        let digest = match &self.keying {
+            Keying::Random(state) => digest(state.build_hasher(), policy, key),
             // SipHash-2-4 is a PRF under the caller's secret: nodes that
             // share the secret agree on keys, nobody else can invert them.
-            Keying::Secret(k0, k1) => {
-                Box::new(siphasher::sip::SipHasher24::new_with_keys(*k0, *k1))
-            }
-        }
+            Keying::Secret(k0, k1) => digest(
+                siphasher::sip::SipHasher24::new_with_keys(*k0, *k1),
+                policy,
+                key,
+            ),
+        };
+        PartitionKey(digest.to_be_bytes())
     }
+}
+
+/// `key` under `policy`, hashed by `hasher` (on the stack: a key is
+/// derived for every advertised response).
+fn digest<K: Hash + ?Sized>(mut hasher: impl Hasher, policy: &PolicyName, key: &K) -> u64 {
+    policy.as_str().hash(&mut hasher);
+    key.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl Default for PartitionKeys {

@@ -7,7 +7,9 @@ use bytes::Bytes;
 use http::header::RETRY_AFTER;
 use http::{HeaderValue, Response, StatusCode};
 
-use super::fields::{RATELIMIT, RATELIMIT_POLICY, rate_limit_policy_value, rate_limit_value};
+use super::fields::{
+    RATELIMIT_NAME, RATELIMIT_POLICY_NAME, rate_limit_policy_value, rate_limit_value,
+};
 use super::problem::{self, body};
 use super::seconds::SF_INTEGER_MAX;
 use super::{PolicyName, ProblemType, RateLimitPolicy, ServiceLimit, delay_seconds};
@@ -386,10 +388,10 @@ impl Refusal {
             headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
         }
         if let Some(value) = rate_limit_policy_value(&self.policies) {
-            headers.insert(RATELIMIT_POLICY, value);
+            headers.insert(RATELIMIT_POLICY_NAME, value);
         }
         if let Some(value) = rate_limit_value(&self.limits) {
-            headers.insert(RATELIMIT, value);
+            headers.insert(RATELIMIT_NAME, value);
         }
         response
     }

@@ -24,9 +24,3 @@ pub fn delay_seconds(wait: Duration) -> u64 {
 /// The largest Integer a Structured Field can carry (RFC 9651 §3.3.1):
 /// advertised values above it are capped rather than refused.
 pub(crate) const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
-
-/// `value` capped to what a Structured Field Integer can carry.
-pub(crate) fn sf_integer(value: u64) -> sfv::Integer {
-    let capped = i64::try_from(value.min(SF_INTEGER_MAX)).unwrap_or(0);
-    sfv::Integer::try_from(capped).unwrap_or(sfv::Integer::MAX)
-}

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -95,13 +96,16 @@ async fn spent_after<S, A, Done>(inner: S, status: u16, attack: A) -> bool
 where
     S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>> + Clone + Send + 'static,
     S::Error: std::fmt::Debug,
-    A: FnOnce(ResponseFuture<S::Future>) -> Done,
+    A: FnOnce(Pin<Box<ResponseFuture<S::Future>>>) -> Done,
     Done: Future<Output = ()>,
 {
     let limiter = per_account(1);
     let layer = giving_back(&limiter);
     let mut service = layer.layer(inner);
-    attack(service.ready().await.unwrap().call(request(status))).await;
+    attack(Box::pin(
+        service.ready().await.unwrap().call(request(status)),
+    ))
+    .await;
     is_spent(&layer).await
 }
 
@@ -145,7 +149,7 @@ async fn a_future_dropped_while_its_handler_is_pending_stays_charged() {
 #[tokio::test]
 async fn a_response_dropped_before_its_body_is_read_stays_charged() {
     let inner = tower::service_fn(answer::<Full<Bytes>>);
-    let hang_up = |future: ResponseFuture<_>| async {
+    let hang_up = |future: Pin<Box<ResponseFuture<_>>>| async {
         let response = future.await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         assert!(!response.body().is_end_stream());
@@ -160,7 +164,7 @@ async fn an_inner_service_error_stays_charged() {
     let failing = tower::service_fn(|_: Request<Full<Bytes>>| async {
         Err::<Response<Full<Bytes>>, _>(std::io::Error::other("backend down"))
     });
-    let fail = |future: ResponseFuture<_>| async { assert!(future.await.is_err()) };
+    let fail = |future: Pin<Box<ResponseFuture<_>>>| async { assert!(future.await.is_err()) };
     assert!(spent_after(failing, 401, fail).await);
 }
 
@@ -195,7 +199,7 @@ async fn a_completed_future_polled_again_neither_panics_nor_gives_back_twice() {
     let layer = giving_back(&limiter);
     let mut service = layer.layer(tower::service_fn(answer::<Full<Bytes>>));
     limiter.try_acquire(&1, 1).unwrap();
-    let mut future = service.ready().await.unwrap().call(request(401));
+    let mut future = Box::pin(service.ready().await.unwrap().call(request(401)));
     let Poll::Ready(first) = poll_once(&mut future) else {
         panic!("the inner service answers at once");
     };
@@ -211,7 +215,7 @@ async fn a_completed_future_polled_again_neither_panics_nor_gives_back_twice() {
     assert_eq!(limiter.available(&1), 1);
     // A refusal polled again answers the same way.
     limiter.try_acquire(&1, 1).unwrap();
-    let mut refused = service.ready().await.unwrap().call(request(200));
+    let mut refused = Box::pin(service.ready().await.unwrap().call(request(200)));
     let Poll::Ready(Ok(first)) = poll_once(&mut refused) else {
         panic!("a refusal is ready at once");
     };

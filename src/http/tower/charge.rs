@@ -6,50 +6,114 @@
 use std::cell::Cell;
 use std::time::Duration;
 
-use super::rule::{Binding, Bound, LimitRef};
+use smallvec::SmallVec;
+
+use super::rule::Bound;
 use super::shared::{Outcome, Receipt, SharedBound};
 use crate::hierarchy::{Taken, take_all};
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
 use crate::shared::refill_interval;
-use crate::{AcquireError, HierarchyError, Quota, Step};
+use crate::{AcquireError, HierarchyError, Limit, Quota, Step, try_acquire_all};
+
+/// The charges of one request, on the stack for a layer of up to four
+/// rules (a heap allocation per request beyond that).
+pub(super) type Charges<'a> = SmallVec<[Charge<'a>; 4]>;
 
 /// A rule bound to one request: which rule, its limit, the cost, and once
-/// charged, the receipt.
-pub(super) struct Charge {
+/// charged, the receipt. `'a` is the length of the call that bound it: an
+/// in-process limit is borrowed until the charge is kept past the call
+/// ([`into_owned`](Self::into_owned)).
+pub(super) struct Charge<'a> {
     pub(super) rule: usize,
     pub(super) cost: u64,
-    pub(super) limit: Charged,
+    pub(super) limit: Charged<'a>,
 }
 
 /// A charge's limit and what charging it came to.
-pub(super) enum Charged {
+pub(super) enum Charged<'a> {
     /// An in-process limit, with what charging took, kept until the
     /// response says whether to give it back; `None` for a cost of 0 or a
     /// charge not (yet) taken.
     Local {
-        bound: Box<dyn Bound>,
+        bound: BoundLimit<'a>,
         taken: Option<Taken>,
     },
     /// A shared limit, with what charging it came to and, once taken, its
     /// receipt, kept until the response says whether to give it back.
+    /// Boxed: it owns its key twice over, and keeps the in-process
+    /// charges, the common ones, small.
     Shared {
-        bound: SharedBound,
+        bound: Box<SharedBound>,
         outcome: Outcome,
         receipt: Option<Receipt>,
     },
 }
 
-impl Charge {
-    pub(super) fn new(rule: usize, binding: Binding, cost: u64) -> Charge {
-        let limit = match binding {
-            Binding::Local(bound) => Charged::Local { bound, taken: None },
-            Binding::Shared(bound) => Charged::Shared {
-                bound,
+/// An in-process limit bound to a request: borrowed from the call that
+/// bound it, or owned by a charge that outlives that call.
+pub(super) enum BoundLimit<'a> {
+    Borrowed(&'a dyn Bound),
+    Owned(Box<dyn Bound>),
+}
+
+impl BoundLimit<'_> {
+    fn get(&self) -> &dyn Bound {
+        match self {
+            BoundLimit::Borrowed(bound) => *bound,
+            BoundLimit::Owned(bound) => &**bound,
+        }
+    }
+}
+
+impl<'a> Charge<'a> {
+    pub(super) fn local(rule: usize, bound: &'a dyn Bound, cost: u64) -> Charge<'a> {
+        Charge {
+            rule,
+            cost,
+            limit: Charged::Local {
+                bound: BoundLimit::Borrowed(bound),
+                taken: None,
+            },
+        }
+    }
+
+    pub(super) fn shared(rule: usize, bound: SharedBound, cost: u64) -> Charge<'a> {
+        Charge {
+            rule,
+            cost,
+            limit: Charged::Shared {
+                bound: Box::new(bound),
                 outcome: Outcome::Untried,
                 receipt: None,
             },
+        }
+    }
+
+    /// This charge, owning its limit: to keep past the call that bound it.
+    pub(super) fn into_owned(self) -> Charge<'static> {
+        let limit = match self.limit {
+            Charged::Local { bound, taken } => Charged::Local {
+                bound: match bound {
+                    BoundLimit::Borrowed(bound) => BoundLimit::Owned(bound.to_owned()),
+                    BoundLimit::Owned(bound) => BoundLimit::Owned(bound),
+                },
+                taken,
+            },
+            Charged::Shared {
+                bound,
+                outcome,
+                receipt,
+            } => Charged::Shared {
+                bound,
+                outcome,
+                receipt,
+            },
         };
-        Charge { rule, cost, limit }
+        Charge {
+            rule: self.rule,
+            cost: self.cost,
+            limit,
+        }
     }
 
     /// Gives back what this charge took, through its receipt, once: an
@@ -60,7 +124,7 @@ impl Charge {
         match &mut self.limit {
             Charged::Local { bound, taken } => {
                 if let Some(taken) = taken.take() {
-                    bound.limit().as_limit().undo(&taken);
+                    bound.get().undo(&taken);
                 }
             }
             Charged::Shared { receipt, .. } => {
@@ -79,10 +143,11 @@ impl Charge {
     pub(super) fn live(&self) -> Option<(u64, Duration)> {
         match &self.limit {
             Charged::Local { bound, .. } => {
+                let bound = bound.get();
                 let available = bound.available();
                 Some((
                     available,
-                    next_token(bound.quota(), available, |cost| bound.wait(cost)),
+                    next_token(bound.quota(), available, |cost| bound.retry_after(cost)),
                 ))
             }
             Charged::Shared { bound, outcome, .. } => match outcome {
@@ -101,7 +166,7 @@ impl Charge {
     /// node can tell: zero if it fits now.
     fn wait(&self) -> Option<Duration> {
         match &self.limit {
-            Charged::Local { bound, .. } => bound.wait(self.cost).ok(),
+            Charged::Local { bound, .. } => bound.get().retry_after(self.cost).ok(),
             Charged::Shared { outcome, .. } => match outcome {
                 Outcome::Refused(AcquireError::Insufficient { retry_after }) => Some(*retry_after),
                 _ => None,
@@ -122,40 +187,108 @@ impl Charge {
         name: &PolicyName,
     ) -> Option<PartitionKey> {
         match &self.limit {
-            Charged::Local { bound, .. } => bound.partition(keys, name),
+            Charged::Local { bound, .. } => bound.get().partition(keys, name),
             Charged::Shared { bound, .. } => Some(bound.partition(keys, name)),
         }
     }
 }
 
+/// An in-process rule bound for the length of `call`: its index, its limit
+/// bound to the request, its cost, and the rules bound before it (each on
+/// a stack frame of the binding, which holds its key).
+pub(super) struct Link<'a> {
+    pub(super) rule: usize,
+    pub(super) limit: &'a dyn Bound,
+    pub(super) cost: u64,
+    pub(super) before: Option<&'a Link<'a>>,
+}
+
+impl<'a> Link<'a> {
+    /// What `f` makes of each link of `chain`, first bound first, leaving
+    /// out the links it makes nothing of. The links run from the last bound
+    /// back to the first, so they are pushed that way and turned round:
+    /// pushes onto the stack, where an iterator chain collected (twice, to
+    /// turn it round) measured a quarter of the layer's bookkeeping.
+    fn collect<T>(
+        chain: Option<&'a Link<'a>>,
+        mut f: impl FnMut(&'a Link<'a>) -> Option<T>,
+    ) -> SmallVec<[T; 4]> {
+        let mut out = SmallVec::new();
+        let mut link = chain;
+        while let Some(this) = link {
+            if let Some(item) = f(this) {
+                out.push(item);
+            }
+            link = this.before;
+        }
+        out.reverse();
+        out
+    }
+
+    /// A charge per link of `chain`, in the order the rules were bound,
+    /// none taken yet.
+    pub(super) fn charges(chain: Option<&'a Link<'a>>) -> Charges<'a> {
+        Link::collect(chain, |link| {
+            Some(Charge::local(link.rule, link.limit, link.cost))
+        })
+    }
+}
+
+/// Charges the in-process limits of `chain`, all or nothing, keeping no
+/// receipt: for a request none of whose charges outlives the call. The
+/// refusal's `limit` is an index into [`Link::charges`].
+pub(super) fn charge_chain(chain: Option<&Link<'_>>) -> Result<(), HierarchyError> {
+    let steps = Link::collect(chain, |link| {
+        (link.cost > 0).then(|| Step::new(link.limit, link.cost))
+    });
+    try_acquire_all(&steps).map_err(|refused| HierarchyError {
+        limit: nth_with_cost(Link::collect(chain, |link| Some(link.cost)), refused.limit),
+        error: refused.error,
+    })
+}
+
+/// The index, among charges of `costs`, of the `step`th one with a cost
+/// (the steps of a chain leave zero costs out); 0 past the last.
+fn nth_with_cost(costs: impl IntoIterator<Item = u64>, step: usize) -> usize {
+    costs
+        .into_iter()
+        .enumerate()
+        .filter(|(_, cost)| *cost > 0)
+        .nth(step)
+        .map_or(0, |(index, _)| index)
+}
+
+/// An in-process charge as a step: its index among the charges, its limit,
+/// its cost, and the slot its receipt goes into.
+type Slot<'a> = (usize, &'a dyn Limit, u64, &'a Cell<Option<Taken>>);
+
 /// Charges every in-process step with a cost, all or nothing, and leaves
 /// each receipt in its charge. The refusal's `limit` is an index into
 /// `charges`.
-pub(super) fn charge_local(charges: &mut [Charge]) -> Result<(), HierarchyError> {
+pub(super) fn charge_local(charges: &mut [Charge<'_>]) -> Result<(), HierarchyError> {
     // Zero-cost steps charge nothing (an empty body under a per-byte
     // limit), so they are left out rather than refused as `ZeroCost`.
     // Each step's receipt goes straight into its charge, through a `Cell`
     // over the charge's own slot (the steps borrow the limits while the
-    // receipts arrive): two allocations a request here, not four, which
-    // measured 80 ns a request less on an axum server
-    // (`docs/benchmarks.md`, "A limit on a real server"). `take_all` hands
-    // receipts over only once every step passed, so a refused request
-    // leaves every slot empty.
-    let limits: Vec<(usize, LimitRef<'_>, u64, &Cell<Option<Taken>>)> = charges
+    // receipts arrive). The limits and the steps stay on the stack for up
+    // to four rules: charging allocates nothing. `take_all` hands receipts
+    // over only once every step passed, so a refused request leaves every
+    // slot empty.
+    let limits: SmallVec<[Slot<'_>; 4]> = charges
         .iter_mut()
         .enumerate()
         .filter(|(_, charge)| charge.cost > 0)
         .filter_map(|(i, charge)| match &mut charge.limit {
             Charged::Local { bound, taken } => {
-                let bound: &dyn Bound = &**bound;
-                Some((i, bound.limit(), charge.cost, Cell::from_mut(taken)))
+                let limit: &dyn Limit = bound.get();
+                Some((i, limit, charge.cost, Cell::from_mut(taken)))
             }
             Charged::Shared { .. } => None,
         })
         .collect();
-    let steps: Vec<Step<'_>> = limits
+    let steps: SmallVec<[Step<'_>; 4]> = limits
         .iter()
-        .map(|(_, limit, cost, _)| Step::new(limit.as_limit(), *cost))
+        .map(|(_, limit, cost, _)| Step::new(*limit, *cost))
         .collect();
     take_all(&steps, |index, receipt| limits[index].3.set(Some(*receipt))).map_err(|refused| {
         HierarchyError {
@@ -191,7 +324,7 @@ fn worth_waiting(attempt: &Result<Receipt, AcquireError>, max_wait: Duration) ->
 
 /// Charges the shared limits in order without awaiting, from this node's
 /// leases. Stops at the first worth waiting for (`max_wait` in all).
-pub(super) fn charge_shared_now(charges: &mut [Charge], max_wait: Duration) -> Progress {
+pub(super) fn charge_shared_now(charges: &mut [Charge<'_>], max_wait: Duration) -> Progress {
     for index in 0..charges.len() {
         let attempt = match &charges[index].limit {
             Charged::Shared { bound, .. } if charges[index].cost > 0 => {
@@ -215,7 +348,7 @@ pub(super) fn charge_shared_now(charges: &mut [Charge], max_wait: Duration) -> P
 /// so far in place: the request stays charged, as one whose client hung
 /// up.
 pub(super) async fn charge_shared_waiting(
-    charges: &mut [Charge],
+    charges: &mut [Charge<'static>],
     from: usize,
     max_wait: Duration,
 ) -> Result<(), HierarchyError> {
@@ -249,7 +382,7 @@ pub(super) async fn charge_shared_waiting(
 /// Records what the shared limit at `index` answered; on a refusal, gives
 /// every charge back and reports it.
 fn record(
-    charges: &mut [Charge],
+    charges: &mut [Charge<'_>],
     index: usize,
     attempt: Result<Receipt, AcquireError>,
 ) -> Result<(), HierarchyError> {
@@ -276,7 +409,7 @@ fn record(
 /// refused with `error`, and reports the refusal: for a shortage, with the
 /// longest wait among the limits that would refuse now, so a client that
 /// waits it out does not run into the next one at once.
-fn give_all_back(charges: &mut [Charge], index: usize, error: AcquireError) -> HierarchyError {
+fn give_all_back(charges: &mut [Charge<'_>], index: usize, error: AcquireError) -> HierarchyError {
     for charge in charges.iter_mut().rev() {
         charge.give_back();
     }

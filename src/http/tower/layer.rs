@@ -4,30 +4,32 @@
 
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
-use http_body_util::{Either, Full};
+use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
-use super::charge::{Charge, Progress, charge_local, charge_shared_now, charge_shared_waiting};
+use super::body::{BodyKind, EitherBody, InnerBody};
+use super::charge::{
+    Charge, Link, Progress, charge_chain, charge_local, charge_shared_now, charge_shared_waiting,
+};
 use super::length::Framing;
-use super::rule::Rule;
+use super::rule::{Binder, Rule};
 use super::{CostError, MissingKey};
 use crate::HierarchyError;
-use crate::http::fields::{RATELIMIT, RATELIMIT_POLICY, rate_limit_policy_value, rate_limit_value};
+use crate::http::fields::{ListWriter, PolicyText, RATELIMIT_NAME, RATELIMIT_POLICY_NAME};
 use crate::http::problem::client_error;
-use crate::http::{Jitter, PartitionKeys, RateLimitPolicy, Refusal, ServiceLimit, delay_seconds};
+use crate::http::{
+    Jitter, PartitionKey, PartitionKeys, RateLimitPolicy, Refusal, ServiceLimit, delay_seconds,
+};
 use crate::sync::unmodelled::Arc;
-
-/// The body of the layer's responses: its own refusals (`Left`) or the
-/// inner service's body (`Right`).
-pub type RateLimitBody<B> = Either<Full<Bytes>, B>;
 
 /// A tower [`Layer`] that rate-limits requests with a list of [`Rule`]s.
 ///
@@ -67,8 +69,9 @@ pub type RateLimitBody<B> = Either<Full<Bytes>, B>;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]
-pub struct RateLimitLayer {
+pub struct RateLimitLayer<K = EitherBody> {
     config: Arc<Config>,
+    kind: PhantomData<fn() -> K>,
 }
 
 /// Configures a [`RateLimitLayer`].
@@ -212,8 +215,15 @@ impl RateLimitLayerBuilder {
         // its own before any shared budget is touched.
         self.rules.sort_by_key(Rule::is_shared);
         RateLimitLayer {
+            kind: PhantomData,
             config: Arc::new(Config {
                 reads_costs: self.rules.iter().any(Rule::has_cost),
+                keeps: self.on_success || self.rules.iter().any(Rule::gives_back_any),
+                texts: self
+                    .rules
+                    .iter()
+                    .map(|rule| PolicyText::new(rule.policy()))
+                    .collect(),
                 rules: self.rules,
                 keys: self.keys.unwrap_or_default(),
                 jitter: self.jitter,
@@ -224,13 +234,62 @@ impl RateLimitLayerBuilder {
     }
 }
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimitService<S>;
+impl RateLimitLayer {
+    /// The same layer, answering in the inner service's own body type: its
+    /// own answers (refusals, the 4xx of requests it cannot charge) are
+    /// built from their bytes (`B: From<Bytes>`), and the inner service's
+    /// responses pass through as they are. For axum, which boxes a
+    /// response body of any type but its own (`axum::body::Body`), once per
+    /// response: measured on a hello server, that box and the calls through
+    /// it cost as much as the rest of the layer's bookkeeping
+    /// ([`docs/benchmarks.md`](crate::guide::benchmarks), "A limit on a
+    /// real server").
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::sync::Arc;
+    /// use bytes::Bytes;
+    /// use http::{Request, Response};
+    /// use http_body_util::Full;
+    /// use tollgate::{ManualClock, Quota, TokenBucket};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::{RateLimitLayer, Rule};
+    /// use tower::{Layer, Service, ServiceExt};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let bucket = Arc::new(TokenBucket::with_clock(Quota::per_second(1)?, ManualClock::new()));
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::global(PolicyName::new("global")?, bucket))
+    ///     .build()
+    ///     .with_inner_body();
+    /// let mut service = layer.layer(tower::service_fn(|_: Request<String>| async {
+    ///     Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"hello"))))
+    /// }));
+    /// // Both answers have the inner service's body type, `Full<Bytes>`.
+    /// let first: Response<Full<Bytes>> = service.ready().await?.call(Request::new(String::new())).await?;
+    /// let second: Response<Full<Bytes>> = service.ready().await?.call(Request::new(String::new())).await?;
+    /// assert_eq!(first.status(), 200);
+    /// assert_eq!(second.status(), 429);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_inner_body(self) -> RateLimitLayer<InnerBody> {
+        RateLimitLayer {
+            config: self.config,
+            kind: PhantomData,
+        }
+    }
+}
 
-    fn layer(&self, inner: S) -> RateLimitService<S> {
+impl<S, K> Layer<S> for RateLimitLayer<K> {
+    type Service = RateLimitService<S, K>;
+
+    fn layer(&self, inner: S) -> RateLimitService<S, K> {
         RateLimitService {
             inner,
             config: Arc::clone(&self.config),
+            kind: PhantomData,
         }
     }
 }
@@ -263,16 +322,22 @@ impl<S> Layer<S> for RateLimitLayer {
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct RateLimitService<S> {
+pub struct RateLimitService<S, K = EitherBody> {
     inner: S,
     config: Arc<Config>,
+    kind: PhantomData<fn() -> K>,
 }
 
 struct Config {
     rules: Vec<Rule>,
+    /// Each rule's policy as the fields write it, serialised once.
+    texts: Vec<PolicyText>,
     /// Whether a rule has a cost function, which may read the body's
     /// framing.
     reads_costs: bool,
+    /// Whether a charge may be kept past `call`: to give it back on some
+    /// status, or to advertise it.
+    keeps: bool,
     keys: PartitionKeys,
     jitter: Jitter,
     on_success: bool,
@@ -290,23 +355,42 @@ impl fmt::Debug for Config {
     }
 }
 
-/// What the response future needs once the inner service answers. It has
-/// no `Drop`: a request whose response never arrives (a client gone, an
-/// outer timeout, an inner error or panic) keeps every charge, because its
-/// handler may have done the work and no response said otherwise.
+/// What the response future needs once the inner service answers: the
+/// charges kept past `call` (those a status may give back, or every one
+/// when the fields are advertised). It has no `Drop`: a request whose
+/// response never arrives (a client gone, an outer timeout, an inner error
+/// or panic) keeps every charge, because its handler may have done the
+/// work and no response said otherwise.
 struct Admitted {
     config: Arc<Config>,
-    charges: Vec<Charge>,
+    charges: Vec<Charge<'static>>,
 }
 
-impl<S, ReqB, ResB> Service<Request<ReqB>> for RateLimitService<S>
+/// What `call` decided for a request, once every rule that applies is
+/// bound (and, unless a store must be asked, charged).
+pub(super) enum Decision {
+    /// Every rule took its cost; these charges are kept until the response.
+    Admitted(Vec<Charge<'static>>),
+    /// The request's answer, without calling the inner service: a refusal,
+    /// or the 4xx of a request no rule can charge as it stands.
+    Refused(Response<Bytes>),
+    /// The in-process rules took their cost; the shared rule at `from` (and
+    /// those after it) waits for its store.
+    Waits {
+        charges: Vec<Charge<'static>>,
+        from: usize,
+    },
+}
+
+impl<S, K, ReqB, ResB> Service<Request<ReqB>> for RateLimitService<S, K>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    K: BodyKind<ResB>,
     ReqB: Body + Send + 'static,
 {
-    type Response = Response<RateLimitBody<ResB>>;
+    type Response = Response<K::Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<S::Future, K>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         // The limiter never waits here: a refusal is an answer from `call`,
@@ -320,32 +404,27 @@ where
         // they run: the inner service gets the request as it came. Without
         // cost functions the extension map is left alone (an insert and a
         // remove cost some 300 instructions a request, measured).
-        let charges = if self.config.reads_costs {
+        let decision = if self.config.reads_costs {
             parts.extensions.insert(Framing::of(&body));
-            let charges = self.config.bind(&parts);
+            let decision = self.config.decide(&parts);
             parts.extensions.remove::<Framing>();
-            charges
+            decision
         } else {
-            self.config.bind(&parts)
+            self.config.decide(&parts)
         };
-        let mut charges = match charges {
-            Ok(charges) => charges,
-            Err(unchargeable) => {
-                return ResponseFuture::refused(unchargeable.response().map(Full::new));
-            }
-        };
-        if let Err(refused) = charge_local(&mut charges) {
-            return ResponseFuture::refused(self.config.refusal(&charges, refused));
-        }
-        let from = match charge_shared_now(&mut charges, self.config.store_wait) {
-            Progress::Admitted => {
+        let (mut charges, from) = match decision {
+            Decision::Admitted(charges) => {
                 let future = self.inner.call(Request::from_parts(parts, body));
-                return ResponseFuture::admitted(future, Arc::clone(&self.config), charges);
+                // Nothing to do once the inner service answers: no Arc
+                // to count, nothing to drop.
+                let admitted = (!charges.is_empty()).then(|| Admitted {
+                    config: Arc::clone(&self.config),
+                    charges,
+                });
+                return ResponseFuture::admitted(future, admitted);
             }
-            Progress::Refused(refused) => {
-                return ResponseFuture::refused(self.config.refusal(&charges, refused));
-            }
-            Progress::Waits(from) => from,
+            Decision::Refused(response) => return ResponseFuture::refused(response),
+            Decision::Waits { charges, from } => (charges, from),
         };
         // The store decides after `call` returns, so the inner service is
         // called later, from the future: it takes the service that
@@ -366,56 +445,168 @@ where
 }
 
 impl Config {
-    /// Binds every rule that applies to the request, with its cost; or the
-    /// 4xx for a request no rule can charge as it stands (no key, no
-    /// readable cost), which charges nothing.
-    fn bind(&self, parts: &Parts) -> Result<Vec<Charge>, Unchargeable<'_>> {
-        let mut charges = Vec::with_capacity(self.rules.len());
-        for (index, rule) in self.rules.iter().enumerate() {
+    /// Binds every rule that applies to the request, with its cost, then
+    /// charges them; or the 4xx for a request no rule can charge as it
+    /// stands (no key, no readable cost), which charges nothing.
+    fn decide(&self, parts: &Parts) -> Decision {
+        self.bind_from(parts, 0, None)
+    }
+
+    /// Binds the in-process rules from `index` on, each on a stack frame of
+    /// its own (where its source keeps the request's key: nothing is
+    /// allocated), with `bound` the bindings so far; at the first shared
+    /// rule, or past the last rule, charges them all.
+    fn bind_from(&self, parts: &Parts, index: usize, bound: Option<&Link<'_>>) -> Decision {
+        let Some(rule) = self.rules.get(index) else {
+            return self.charge(parts, index, bound);
+        };
+        let Binder::Local(source) = rule.limiter() else {
+            return self.charge(parts, index, bound);
+        };
+        if !rule.applies_to(parts) {
+            return self.bind_from(parts, index + 1, bound);
+        }
+        source.bind(parts, &mut |limit| {
+            let Some(limit) = limit else {
+                return match rule.missing_key() {
+                    MissingKey::Skip => self.bind_from(parts, index + 1, bound),
+                    MissingKey::Reject => Unchargeable::NoKey(rule.policy()).decision(),
+                };
+            };
+            match rule.cost_of(parts) {
+                Ok(cost) => {
+                    let next = Link {
+                        rule: index,
+                        limit,
+                        cost,
+                        before: bound,
+                    };
+                    self.bind_from(parts, index + 1, Some(&next))
+                }
+                Err(error) => Unchargeable::Cost(rule.policy(), error).decision(),
+            }
+        })
+    }
+
+    /// Binds the shared rules from `index` on after the in-process ones in
+    /// `bound`, then charges the in-process ones in one chain and the
+    /// shared ones from this node's leases, as far as it can without
+    /// waiting.
+    fn charge(&self, parts: &Parts, index: usize, bound: Option<&Link<'_>>) -> Decision {
+        if index == self.rules.len() && !self.keeps {
+            // The common case: every rule in process, and no charge kept
+            // past the call. Charged as bound, with no charge recorded
+            // unless the chain refuses.
+            return match charge_chain(bound) {
+                Ok(()) => Decision::Admitted(Vec::new()),
+                Err(refused) => Decision::Refused(self.refusal(&Link::charges(bound), refused)),
+            };
+        }
+        let mut charges = Link::charges(bound);
+        for (index, rule) in self.rules.iter().enumerate().skip(index) {
+            let Binder::Shared(source) = rule.limiter() else {
+                continue;
+            };
             if !rule.applies_to(parts) {
                 continue;
             }
-            let Some(bound) = rule.bind(parts) else {
+            let Some(limit) = source.bind(parts) else {
                 match rule.missing_key() {
                     MissingKey::Skip => continue,
-                    MissingKey::Reject => return Err(Unchargeable::NoKey(rule.policy())),
+                    MissingKey::Reject => return Unchargeable::NoKey(rule.policy()).decision(),
                 }
             };
-            let cost = rule
-                .cost_of(parts)
-                .map_err(|error| Unchargeable::Cost(rule.policy(), error))?;
-            charges.push(Charge::new(index, bound, cost));
+            match rule.cost_of(parts) {
+                Ok(cost) => charges.push(Charge::shared(index, limit, cost)),
+                Err(error) => return Unchargeable::Cost(rule.policy(), error).decision(),
+            }
         }
-        Ok(charges)
+        if let Err(refused) = charge_local(&mut charges) {
+            return Decision::Refused(self.refusal(&charges, refused));
+        }
+        match charge_shared_now(&mut charges, self.store_wait) {
+            Progress::Admitted => Decision::Admitted(
+                charges
+                    .into_iter()
+                    .filter(|charge| self.on_success || self.rules[charge.rule].gives_back_any())
+                    .map(Charge::into_owned)
+                    .collect(),
+            ),
+            Progress::Refused(refused) => Decision::Refused(self.refusal(&charges, refused)),
+            Progress::Waits(from) => Decision::Waits {
+                charges: charges.into_iter().map(Charge::into_owned).collect(),
+                from,
+            },
+        }
+    }
+
+    /// What a charge advertises: the request's partition key under its
+    /// rule, if keyed, and the live limit this node can vouch for (the
+    /// tokens left, the jittered effective window in seconds), if any.
+    fn advert(&self, charge: &Charge<'_>) -> Advert {
+        let pk = charge.partition(&self.keys, self.rules[charge.rule].policy().name());
+        let live = charge
+            .live()
+            .map(|(remaining, next)| (remaining, self.jitter.apply(delay_seconds(next))));
+        Advert {
+            rule: charge.rule,
+            pk,
+            live,
+        }
     }
 
     /// The policies of the charged rules and the live limits this node can
-    /// vouch for, each tagged with the request's partition key.
-    fn advertised(&self, charges: &[Charge]) -> (Vec<RateLimitPolicy>, Vec<ServiceLimit>) {
+    /// vouch for, each tagged with the request's partition key: what a
+    /// refusal carries.
+    fn advertised(&self, charges: &[Charge<'_>]) -> (Vec<RateLimitPolicy>, Vec<ServiceLimit>) {
         let mut policies = Vec::with_capacity(charges.len());
         let mut limits = Vec::with_capacity(charges.len());
         for charge in charges {
-            let mut policy = self.rules[charge.rule].policy().clone();
-            let pk = charge.partition(&self.keys, policy.name());
-            let live = charge.live().map(|(remaining, next)| {
-                ServiceLimit::new(policy.name().clone(), remaining)
-                    .with_reset_seconds(self.jitter.apply(delay_seconds(next)))
-            });
-            if let Some(pk) = pk {
-                policy = policy.with_partition_key(pk);
-            }
-            if let Some(limit) = live {
+            let Advert { rule, pk, live } = self.advert(charge);
+            let mut policy = self.rules[rule].policy().clone();
+            if let Some((remaining, reset)) = live {
+                let limit =
+                    ServiceLimit::new(policy.name().clone(), remaining).with_reset_seconds(reset);
                 limits.push(match pk {
                     Some(pk) => limit.with_partition_key(pk),
                     None => limit,
                 });
+            }
+            if let Some(pk) = pk {
+                policy = policy.with_partition_key(pk);
             }
             policies.push(policy);
         }
         (policies, limits)
     }
 
-    fn refusal(&self, charges: &[Charge], refused: HierarchyError) -> Response<Full<Bytes>> {
+    /// The fields of an admitted request's response, written from each
+    /// rule's text serialised when the layer was built: the same values
+    /// [`rate_limit_policy_value`] and [`rate_limit_value`] make of
+    /// [`advertised`](Self::advertised)'s policies and limits, without
+    /// building them.
+    fn fields(&self, charges: &[Charge<'_>]) -> (Option<HeaderValue>, Option<HeaderValue>) {
+        let mut policies = ListWriter::default();
+        let mut limits = ListWriter::default();
+        let mut untagged = None;
+        for charge in charges {
+            let Advert { rule, pk, live } = self.advert(charge);
+            let text = &self.texts[rule];
+            policies.policy_text(text, pk);
+            if let Some((remaining, reset)) = live {
+                limits.limit_text(text, remaining, Some(reset), pk);
+            }
+            untagged = pk.is_none().then_some(rule);
+        }
+        let policies = match (charges.len(), untagged) {
+            // One policy and no key to tag: the value built with the layer.
+            (1, Some(rule)) => self.texts[rule].alone().cloned(),
+            _ => policies.finish(),
+        };
+        (policies, limits.finish())
+    }
+
+    fn refusal(&self, charges: &[Charge<'_>], refused: HierarchyError) -> Response<Bytes> {
         let (policies, limits) = self.advertised(charges);
         if refused.error.retry_after().is_none() {
             // A refusal no wait can cure (a cost above the capacity) or one
@@ -423,9 +614,7 @@ impl Config {
             // down): the policies' windows say nothing about when to come
             // back, so they neither move Retry-After nor count as violated
             // by waiting.
-            return Refusal::from_hierarchy(&refused, &policies)
-                .into_response()
-                .map(Full::new);
+            return Refusal::from_hierarchy(&refused, &policies).into_response();
         }
         // Every limit that would refuse its cost now is violated, not only
         // the first one that did.
@@ -439,8 +628,15 @@ impl Config {
             .with_violated(violated)
             .with_service_limits(limits)
             .into_response()
-            .map(Full::new)
     }
+}
+
+/// What one charge advertises ([`Config::advert`]).
+struct Advert {
+    rule: usize,
+    pk: Option<PartitionKey>,
+    /// The tokens left and the effective window in seconds.
+    live: Option<(u64, u64)>,
 }
 
 /// Why a rule cannot charge a request as it stands: it names the rule's
@@ -454,6 +650,10 @@ enum Unchargeable<'a> {
 
 impl Unchargeable<'_> {
     /// The 4xx that says so: a 400 for a missing key, the cost error's own.
+    fn decision(self) -> Decision {
+        Decision::Refused(self.response())
+    }
+
     fn response(self) -> Response<Bytes> {
         match self {
             Unchargeable::NoKey(policy) => {
@@ -468,58 +668,77 @@ impl Unchargeable<'_> {
     }
 }
 
-/// The future of [`RateLimitService::call`]: the refusal, ready at once, or
-/// the inner service's response (with give-backs and fields applied).
-/// Polled again once complete, it answers an empty 500 rather than
-/// panicking or resuming the inner future.
-pub struct ResponseFuture<F> {
-    state: State<F>,
+pin_project! {
+    /// The future of [`RateLimitService::call`]: the refusal, ready at
+    /// once, or the inner service's response (with give-backs and fields
+    /// applied). Polled again once complete, or after the inner future
+    /// panicked, it answers an empty 500 rather than panicking or resuming
+    /// the inner future. It holds the inner future in place, so it is
+    /// `Unpin` only when that future is: pin it (`std::pin::pin!`) to poll
+    /// it by hand.
+    pub struct ResponseFuture<F, K = EitherBody> {
+        #[pin]
+        state: State<F>,
+        kind: PhantomData<fn() -> K>,
+    }
 }
 
 /// What the decision of a shared limit's store comes to: the inner
 /// service's future, called once every limit took its cost, or the refusal.
-type Decided<F> = Result<(F, Admitted), Response<Full<Bytes>>>;
+type Decided<F> = Result<(F, Admitted), Response<Bytes>>;
 
-enum State<F> {
-    Refused(Response<Full<Bytes>>),
-    /// Waiting for a shared limit's store.
-    Deciding(Pin<Box<dyn Future<Output = Decided<F>> + Send>>),
-    Admitted {
-        // Boxed so this future is `Unpin` without unsafe pin projection.
-        future: Pin<Box<F>>,
-        admitted: Admitted,
-    },
-    Done,
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        // `None` once answered.
+        Refused { response: Option<Response<Bytes>> },
+        // Waiting for a shared limit's store.
+        Deciding { decision: Pin<Box<dyn Future<Output = Decided<F>> + Send>> },
+        Admitted {
+            #[pin]
+            future: F,
+            // `None` when nothing is left to do once it answers.
+            admitted: Option<Admitted>,
+            // Set while the inner future is polled: found set, that poll
+            // panicked, and the inner future is not resumed.
+            polling: bool,
+        },
+        Done,
+    }
 }
 
-impl<F> ResponseFuture<F> {
-    fn refused(response: Response<Full<Bytes>>) -> Self {
-        ResponseFuture {
-            state: State::Refused(response),
-        }
+impl<F, K> ResponseFuture<F, K> {
+    fn refused(response: Response<Bytes>) -> Self {
+        ResponseFuture::at(State::Refused {
+            response: Some(response),
+        })
     }
 
     fn deciding(decision: Pin<Box<dyn Future<Output = Decided<F>> + Send>>) -> Self {
-        ResponseFuture {
-            state: State::Deciding(decision),
-        }
+        ResponseFuture::at(State::Deciding { decision })
     }
 
-    fn admitted(future: F, config: Arc<Config>, charges: Vec<Charge>) -> Self {
+    fn admitted(future: F, admitted: Option<Admitted>) -> Self {
+        ResponseFuture::at(State::Admitted {
+            future,
+            admitted,
+            polling: false,
+        })
+    }
+
+    fn at(state: State<F>) -> Self {
         ResponseFuture {
-            state: State::Admitted {
-                future: Box::pin(future),
-                admitted: Admitted { config, charges },
-            },
+            state,
+            kind: PhantomData,
         }
     }
 }
 
-impl<F> fmt::Debug for ResponseFuture<F> {
+impl<F, K> fmt::Debug for ResponseFuture<F, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
-            State::Refused(_) => "refused",
-            State::Deciding(_) => "deciding",
+            State::Refused { .. } => "refused",
+            State::Deciding { .. } => "deciding",
             State::Admitted { .. } => "admitted",
             State::Done => "done",
         };
@@ -529,59 +748,71 @@ impl<F> fmt::Debug for ResponseFuture<F> {
     }
 }
 
-impl<F, B, E> Future for ResponseFuture<F>
+impl<F, K, B, E> Future for ResponseFuture<F, K>
 where
     F: Future<Output = Result<Response<B>, E>>,
+    K: BodyKind<B>,
 {
-    type Output = Result<Response<RateLimitBody<B>>, E>;
+    type Output = Result<Response<K::Body>, E>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        // Taken out, so that whatever happens next (an answer, an error, a
-        // panic in the inner future) leaves the future done: polled again,
-        // it neither resumes the inner future nor gives anything back twice.
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
-            match std::mem::replace(&mut this.state, State::Done) {
-                State::Refused(response) => return Poll::Ready(Ok(response.map(Either::Left))),
-                State::Done => return Poll::Ready(Ok(spent().map(Either::Left))),
-                State::Deciding(mut decision) => match decision.as_mut().poll(cx) {
-                    Poll::Pending => {
-                        this.state = State::Deciding(decision);
-                        return Poll::Pending;
-                    }
+            let mut state = self.as_mut().project().state;
+            match state.as_mut().project() {
+                StateProj::Refused { response } => {
+                    // Taken, so that polled again it answers 500 rather
+                    // than the refusal twice.
+                    let response = response.take().unwrap_or_else(spent);
+                    return Poll::Ready(Ok(response.map(K::own)));
+                }
+                StateProj::Done => return Poll::Ready(Ok(spent().map(K::own))),
+                StateProj::Deciding { decision } => match decision.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
                     Poll::Ready(Err(refusal)) => {
-                        return Poll::Ready(Ok(refusal.map(Either::Left)));
+                        state.set(State::Done);
+                        return Poll::Ready(Ok(refusal.map(K::own)));
                     }
                     Poll::Ready(Ok((future, admitted))) => {
-                        this.state = State::Admitted {
-                            future: Box::pin(future),
-                            admitted,
-                        };
+                        state.set(State::Admitted {
+                            future,
+                            admitted: Some(admitted),
+                            polling: false,
+                        });
                     }
                 },
-                State::Admitted {
-                    mut future,
+                StateProj::Admitted {
+                    future,
                     admitted,
+                    polling,
                 } => {
-                    return match future.as_mut().poll(cx) {
-                        Poll::Pending => {
-                            this.state = State::Admitted { future, admitted };
-                            Poll::Pending
-                        }
-                        Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
-                        Poll::Ready(Ok(mut response)) => {
-                            admitted.finish(&mut response);
-                            Poll::Ready(Ok(response.map(Either::Right)))
-                        }
+                    if *polling {
+                        // The last poll of the inner future panicked: its
+                        // charges stay spent, and it is not resumed.
+                        state.set(State::Done);
+                        return Poll::Ready(Ok(spent().map(K::own)));
+                    }
+                    *polling = true;
+                    let answer = future.poll(cx);
+                    *polling = false;
+                    let Poll::Ready(answer) = answer else {
+                        return Poll::Pending;
                     };
+                    let admitted = admitted.take();
+                    state.set(State::Done);
+                    return Poll::Ready(answer.map(|mut response| {
+                        if let Some(admitted) = admitted {
+                            admitted.finish(&mut response);
+                        }
+                        response.map(K::inner)
+                    }));
                 }
             }
         }
     }
 }
 
-fn spent() -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::new()));
+fn spent() -> Response<Bytes> {
+    let mut response = Response::new(Bytes::new());
     *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
     response
 }
@@ -601,13 +832,13 @@ impl Admitted {
         if !self.config.on_success || private || self.charges.is_empty() {
             return;
         }
-        let (policies, limits) = self.config.advertised(&self.charges);
+        let (policies, limits) = self.config.fields(&self.charges);
         let headers = response.headers_mut();
-        if let Some(value) = rate_limit_policy_value(&policies) {
-            headers.insert(RATELIMIT_POLICY, value);
+        if let Some(value) = policies {
+            headers.insert(RATELIMIT_POLICY_NAME, value);
         }
-        if let Some(value) = rate_limit_value(&limits) {
-            headers.insert(RATELIMIT, value);
+        if let Some(value) = limits {
+            headers.insert(RATELIMIT_NAME, value);
         }
     }
 }

@@ -32,6 +32,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod body;
 mod charge;
 mod cost;
 pub mod extract;
@@ -40,8 +41,7 @@ mod length;
 mod rule;
 mod shared;
 
+pub use body::{BodyKind, EitherBody, InnerBody, RateLimitBody};
 pub use cost::CostError;
-pub use layer::{
-    RateLimitBody, RateLimitLayer, RateLimitLayerBuilder, RateLimitService, ResponseFuture,
-};
+pub use layer::{RateLimitLayer, RateLimitLayerBuilder, RateLimitService, ResponseFuture};
 pub use rule::{MissingKey, Rule};

@@ -1,7 +1,6 @@
 //! One limit the layer charges: which limiter, keyed how, at what cost,
 //! for which requests.
 
-use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
@@ -10,8 +9,11 @@ use http::StatusCode;
 use http::request::Parts;
 
 use super::CostError;
-use super::shared::{SharedBound, SharedSource};
+use super::layer::Decision;
+use super::shared::SharedSource;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName, RateLimitPolicy};
+use crate::limit::Taken;
+use crate::limit::sealed::Sealed;
 use crate::shared::{KeyedAllowance, Store};
 use crate::sync::unmodelled::Arc;
 use crate::{AcquireError, Clock, KeyedLimiter, Limit, Quota, TokenBucket};
@@ -97,7 +99,7 @@ impl Rule {
     /// ```
     pub fn global<C: Clock + 'static>(name: PolicyName, bucket: Arc<TokenBucket<C>>) -> Rule {
         let policy = RateLimitPolicy::from_quota(name, bucket.quota());
-        Rule::new(policy, Limiter::Local(Arc::new(GlobalSource(bucket))))
+        Rule::new(policy, Limiter::Local(Arc::new(bucket)))
     }
 
     /// A bucket per key, the key taken from each request by `key`
@@ -128,7 +130,7 @@ impl Rule {
             policy,
             Limiter::Local(Arc::new(KeyedSource {
                 limiter,
-                key: Arc::new(key) as Arc<KeyFn<K>>,
+                key: Box::new(key) as Box<KeyFn<K>>,
             })),
         )
     }
@@ -396,10 +398,10 @@ impl Rule {
         self.cost.as_ref().map_or(Ok(1), |cost| cost(parts))
     }
 
-    pub(super) fn bind(&self, parts: &Parts) -> Option<Binding> {
+    pub(super) fn limiter(&self) -> Binder<'_> {
         match &self.source {
-            Limiter::Local(source) => source.bind(parts).map(Binding::Local),
-            Limiter::Shared(source) => source.bind(parts).map(Binding::Shared),
+            Limiter::Local(source) => Binder::Local(&**source),
+            Limiter::Shared(source) => Binder::Shared(source),
         }
     }
 
@@ -411,6 +413,12 @@ impl Rule {
 
     pub(super) fn gives_back(&self, status: StatusCode) -> bool {
         self.give_back_on.contains(&status)
+    }
+
+    /// Whether some response status gives this rule's charge back, so the
+    /// charge is kept until the response.
+    pub(super) fn gives_back_any(&self) -> bool {
+        !self.give_back_on.is_empty()
     }
 }
 
@@ -431,79 +439,60 @@ enum Limiter {
     Shared(SharedSource),
 }
 
-/// A rule's limiter bound to one request.
-pub(super) enum Binding {
-    Local(Box<dyn Bound>),
-    Shared(SharedBound),
+/// A rule's limiter, as the layer binds it to a request.
+pub(super) enum Binder<'a> {
+    /// In this process: bound for the length of a call ([`Source::bind`]).
+    Local(&'a dyn Source),
+    /// Shared by a fleet: bound to the key as the store names it.
+    Shared(&'a SharedSource),
 }
 
 /// An in-process limiter that can be bound to one request's key.
-trait Source: Send + Sync {
-    fn bind(&self, parts: &Parts) -> Option<Box<dyn Bound>>;
+pub(super) trait Source: Send + Sync {
+    /// Calls `then` with this limit bound to the request's key, or with
+    /// `None` when the request has no key, and answers what `then` does.
+    /// The binding lives on this call's stack and borrows the key, so
+    /// binding allocates nothing; a charge that must outlive the call
+    /// takes an owned copy ([`Bound::to_owned`]).
+    fn bind(&self, parts: &Parts, then: &mut dyn FnMut(Option<&dyn Bound>) -> Decision)
+    -> Decision;
 }
 
-/// A limit bound to one request: the limiter and, if keyed, the key.
-/// Owned (no borrow of the request), so it can wait for the response.
-pub(super) trait Bound: Send + Sync {
-    /// The limit as one step of a hierarchy.
-    fn limit(&self) -> LimitRef<'_>;
-    fn available(&self) -> u64;
-    fn wait(&self, cost: u64) -> Result<Duration, AcquireError>;
+/// A limit bound to one request: the limiter and, if keyed, the key. Its
+/// take, undo, wait and availability are those of a [`Limit`].
+pub(super) trait Bound: Limit + Send {
     fn quota(&self) -> &Quota;
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey>;
+    /// This binding, owning its key: for a charge kept until its response
+    /// (to give back, or to advertise), or one that waits for a store.
+    fn to_owned(&self) -> Box<dyn Bound>;
 }
 
-/// A [`Limit`] for one request: borrowed (a bucket) or built for the call
-/// (a key's view of a keyed limiter).
-pub(super) enum LimitRef<'a> {
-    Borrowed(&'a dyn Limit),
-    Owned(Box<dyn Limit + 'a>),
-}
-
-impl LimitRef<'_> {
-    pub(super) fn as_limit(&self) -> &dyn Limit {
-        match self {
-            LimitRef::Borrowed(limit) => *limit,
-            LimitRef::Owned(limit) => limit.as_ref(),
-        }
+/// A global rule binds its bucket as it is: there is no key.
+impl<C: Clock + 'static> Source for Arc<TokenBucket<C>> {
+    fn bind(&self, _: &Parts, then: &mut dyn FnMut(Option<&dyn Bound>) -> Decision) -> Decision {
+        then(Some(self))
     }
 }
 
-struct GlobalSource<C>(Arc<TokenBucket<C>>);
-
-impl<C: Clock + 'static> Source for GlobalSource<C> {
-    fn bind(&self, _: &Parts) -> Option<Box<dyn Bound>> {
-        Some(Box::new(GlobalSource(Arc::clone(&self.0))))
-    }
-}
-
-impl<C: Clock + 'static> Bound for GlobalSource<C> {
-    fn limit(&self) -> LimitRef<'_> {
-        LimitRef::Borrowed(&*self.0)
-    }
-    fn available(&self) -> u64 {
-        self.0.available()
-    }
-    fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
-        self.0.retry_after(cost)
-    }
+// The bucket's method is named through `TokenBucket`: called on the
+// `Arc`, `quota` would resolve to this very method.
+impl<C: Clock + 'static> Bound for Arc<TokenBucket<C>> {
     fn quota(&self) -> &Quota {
-        self.0.quota()
+        TokenBucket::quota(self)
     }
     fn partition(&self, _: &PartitionKeys, _: &PolicyName) -> Option<PartitionKey> {
         // One partition for everyone: there is nothing to tell apart.
         None
     }
+    fn to_owned(&self) -> Box<dyn Bound> {
+        Box::new(Arc::clone(self))
+    }
 }
 
 struct KeyedSource<K, C, S> {
     limiter: Arc<KeyedLimiter<K, C, S>>,
-    key: Arc<KeyFn<K>>,
-}
-
-struct KeyedBound<K, C, S> {
-    limiter: Arc<KeyedLimiter<K, C, S>>,
-    key: K,
+    key: Box<KeyFn<K>>,
 }
 
 impl<K, C, S> Source for KeyedSource<K, C, S>
@@ -512,34 +501,147 @@ where
     C: Clock + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
-    fn bind(&self, parts: &Parts) -> Option<Box<dyn Bound>> {
-        let key = (self.key)(parts)?;
-        Some(Box::new(KeyedBound {
-            limiter: Arc::clone(&self.limiter),
-            key,
-        }))
+    fn bind(
+        &self,
+        parts: &Parts,
+        then: &mut dyn FnMut(Option<&dyn Bound>) -> Decision,
+    ) -> Decision {
+        match (self.key)(parts) {
+            Some(key) => then(Some(&KeyedRef {
+                limiter: &self.limiter,
+                key: &key,
+            })),
+            None => then(None),
+        }
     }
 }
 
-impl<K, C, S> Bound for KeyedBound<K, C, S>
+/// One key of a keyed limiter, borrowed for the length of a call.
+struct KeyedRef<'a, K, C, S> {
+    limiter: &'a Arc<KeyedLimiter<K, C, S>>,
+    key: &'a K,
+}
+
+/// One key of a keyed limiter, owned by a charge kept past the call.
+struct KeyedOwned<K, C, S> {
+    limiter: Arc<KeyedLimiter<K, C, S>>,
+    key: K,
+}
+
+impl<K, C, S> KeyedOwned<K, C, S> {
+    fn view(&self) -> KeyedRef<'_, K, C, S> {
+        KeyedRef {
+            limiter: &self.limiter,
+            key: &self.key,
+        }
+    }
+}
+
+/// The key's limit is the keyed limiter's own view of the key
+/// ([`KeyedLimiter::key`]): taking, undoing and waiting are its.
+impl<K, C, S> Sealed for KeyedRef<'_, K, C, S>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
-    fn limit(&self) -> LimitRef<'_> {
-        LimitRef::Owned(Box::new(self.limiter.key(self.key.borrow())))
+    fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
+        self.limiter.key(self.key).take(cost)
+    }
+    fn take_within(
+        &self,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<(Taken, Duration), AcquireError> {
+        self.limiter.key(self.key).take_within(cost, max_wait)
+    }
+    fn undo(&self, taken: &Taken) {
+        self.limiter.key(self.key).undo(taken);
+    }
+}
+
+impl<K, C, S> Limit for KeyedRef<'_, K, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
+        self.limiter.key(self.key).retry_after(cost)
     }
     fn available(&self) -> u64 {
-        self.limiter.available(&self.key)
+        self.limiter.key(self.key).available()
     }
-    fn wait(&self, cost: u64) -> Result<Duration, AcquireError> {
-        self.limiter.retry_after(&self.key, cost)
-    }
+}
+
+impl<K, C, S> Bound for KeyedRef<'_, K, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
     fn quota(&self) -> &Quota {
         self.limiter.quota()
     }
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
-        Some(keys.key(name, &self.key))
+        Some(keys.key(name, self.key))
+    }
+    fn to_owned(&self) -> Box<dyn Bound> {
+        Box::new(KeyedOwned {
+            limiter: Arc::clone(self.limiter),
+            key: self.key.clone(),
+        })
+    }
+}
+
+impl<K, C, S> Sealed for KeyedOwned<K, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
+        self.view().take(cost)
+    }
+    fn take_within(
+        &self,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<(Taken, Duration), AcquireError> {
+        self.view().take_within(cost, max_wait)
+    }
+    fn undo(&self, taken: &Taken) {
+        self.view().undo(taken);
+    }
+}
+
+impl<K, C, S> Limit for KeyedOwned<K, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
+        self.view().retry_after(cost)
+    }
+    fn available(&self) -> u64 {
+        self.view().available()
+    }
+}
+
+impl<K, C, S> Bound for KeyedOwned<K, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn quota(&self) -> &Quota {
+        self.limiter.quota()
+    }
+    fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
+        self.view().partition(keys, name)
+    }
+    fn to_owned(&self) -> Box<dyn Bound> {
+        self.view().to_owned()
     }
 }
