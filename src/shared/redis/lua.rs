@@ -136,11 +136,15 @@ local function convert(s, nd, nT, nBT)
 end
 
 -- Writes the state, to expire when the bucket is full again (an absent key
--- IS a full bucket, so the expiry loses nothing). '%.0f' prints every
--- integer below 2^53 exactly; tostring would keep 14 digits.
+-- IS a full bucket, so the expiry loses nothing) -- but a state kept under
+-- a changed quota (generation above 0) is kept for at least a day, so that
+-- a node not yet told of the change cannot recreate the key under its old
+-- quota as soon as the bucket refills. '%.0f' prints every integer below
+-- 2^53 exactly; tostring would keep 14 digits.
 local function save(key, s)
   local unit = 1000 * s.d
   local ms = idiv(s.tat - now_us * s.d + unit - 1, unit)
+  if s.gen > 0 then ms = math.max(ms, 86400000) end
   local state = string.format('%.0f:%.0f:%.0f:%.0f:%.0f:%.0f',
     s.d, s.tat, s.born, s.gen, s.T, s.BT)
   redis.call('SET', key, state, 'PX', string.format('%.0f', ms))
@@ -172,13 +176,19 @@ pub(super) const ACQUIRE: &str = concat!(
 local want = tonumber(ARGV[7])
 if not (want and want >= 1 and want == math.floor(want)) then return {-4, 0, 0} end
 local s = load(KEYS[1])
+local converted = false
 if s == nil then return {-2, 0, now_us} end
 if not s then
   -- An absent key is a full bucket, born now, under the caller's quota.
   s = {d = d, tat = now, born = now_us, gen = gen, T = T, BT = BT}
 elseif s.gen < gen then
   s.tat = convert(s, d, T, BT)
-  s.d, s.T, s.BT, s.gen, s.born = d, T, BT, gen, now_us + 1
+  converted = true
+  -- Born now: a lease granted before this microsecond was debited under
+  -- the old quota and is not given back under this one (one granted in
+  -- this microsecond was debited from the state converted here, which
+  -- held no refill of the old quota since: returning it never mints).
+  s.d, s.T, s.BT, s.gen, s.born = d, T, BT, gen, now_us
 elseif s.gen == gen and (s.d ~= d or s.T ~= T or s.BT ~= BT) then
   return {-3, s.gen, now_us}
 end
@@ -192,7 +202,7 @@ if s.tat < snow then s.tat = snow end
 local room = snow + s.BT - s.tat
 if room < s.T then
   local wait_us = idiv(s.T - room + s.d - 1, s.d)
-  if s.born > now_us then save(KEYS[1], s) end
+  if converted then save(KEYS[1], s) end
   return {0, wait_us, now_us, 0, s.gen, B, refill}
 end
 local granted = math.min(want, idiv(room, s.T))
@@ -247,8 +257,11 @@ local owed = math.min(unused * s.T, granted * s.T - (snow - at_us * s.d))
 if owed <= 0 then return {1, 0, now_us} end
 -- Credit above B is clipped: what comes back is at most tat - now.
 local returned = math.min(owed, s.tat - snow)
-if s.tat - owed <= snow then
+if s.tat - owed <= snow and s.gen == 0 then
   redis.call('DEL', KEYS[1])
+elseif s.tat - owed <= snow then
+  s.tat = snow
+  save(KEYS[1], s)
 else
   s.tat = s.tat - owed
   save(KEYS[1], s)

@@ -612,7 +612,7 @@ impl RedisStore {
         // node may not know: the ask is only kept exact.
         let want = want.min(MAX_ASK);
         let reply = self.run(&setting, &ACQUIRE, key, &[want]).await?;
-        self.grant(&setting, want, reply)
+        self.grant(want, reply)
     }
 
     /// Every key's acquire in one batch ([`RedisConnection::eval_many`]):
@@ -638,7 +638,7 @@ impl RedisStore {
         for (&(i, want), reply) in asked.iter().zip(replies) {
             grants[i] = reply
                 .and_then(|reply| self.decode(requests[i].0, &reply))
-                .and_then(|reply| self.grant(&setting, want, reply));
+                .and_then(|reply| self.grant(want, reply));
         }
         grants
     }
@@ -650,7 +650,6 @@ impl RedisStore {
     /// combination.
     fn grant(
         &self,
-        setting: &Setting,
         want: u64,
         [granted, wait, now, left, generation, capacity, refill_nanos]: [u64; 7],
     ) -> Result<Grant, RedisStoreError> {
