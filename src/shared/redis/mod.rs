@@ -229,9 +229,9 @@ impl RedisStore {
     /// as the server takes.
     ///
     /// Every store sharing a prefix on one server should use the same
-    /// quota. (A different tick size under the same prefix is converted,
-    /// never misread; a different capacity or rate simply applies its own
-    /// rule to the shared state.)
+    /// quota; a change is given to each as a newer generation
+    /// ([`set_quota`](Self::set_quota)), and each key keeps the newest it
+    /// has seen.
     ///
     /// # Errors
     ///
