@@ -595,9 +595,10 @@ async fn extreme_timeouts_are_typed_errors_or_unbounded_waits() {
     assert_eq!(endless.acquire("k", 1).await.unwrap().tokens, 0);
 }
 
-/// A state written before keys kept their creation time (`"<d>:<tat>"`) is
-/// still read, as a key born at the epoch: a rolling upgrade neither
-/// refuses old keys as foreign nor resets their debt.
+/// A state written before keys kept their creation time (`"<d>:<tat>"`) or
+/// their quota (`"<d>:<tat>:<born>"`) is still read, as a key born at the
+/// epoch or then, kept under the caller's quota at generation 0: a rolling
+/// upgrade neither refuses old keys as foreign nor resets their debt.
 #[tokio::test]
 async fn a_state_written_without_its_creation_time_is_still_read() {
     let server = start_server!("a_state_written_without_its_creation_time_is_still_read");
@@ -613,19 +614,24 @@ async fn a_state_written_without_its_creation_time_is_still_read() {
         .await
         .unwrap();
     let fields: Vec<&str> = state.split(':').collect();
-    assert_eq!(fields.len(), 3, "{state}");
-    let old = format!("{}:{}", fields[0], fields[1]);
-    let () = redis::cmd("SET")
-        .arg(&key)
-        .arg(&old)
-        .arg("PX")
-        .arg(60_000)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    assert_eq!(store.acquire("k", 1).await.unwrap().tokens, 1);
-    store.release("k", grant.lease, 2).await.unwrap();
-    assert_eq!(store.acquire("k", 5).await.unwrap().tokens, 4);
+    assert_eq!(fields.len(), 6, "{state}");
+    // "<d>:<tat>:<born>:<generation>:<T>:<B*T>", T = 3.6e9 µs.
+    assert_eq!(&fields[3..], ["0", "3600000000", "18000000000"], "{state}");
+    let born = format!("{}:{}:{}", fields[0], fields[1], fields[2]);
+    let oldest = format!("{}:{}", fields[0], fields[1]);
+    for old in [born, oldest] {
+        let () = redis::cmd("SET")
+            .arg(&key)
+            .arg(&old)
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(store.acquire("k", 1).await.unwrap().tokens, 1, "{old}");
+        store.release("k", grant.lease, 2).await.unwrap();
+        assert_eq!(store.acquire("k", 5).await.unwrap().tokens, 4, "{old}");
+    }
 }
 
 /// `acquire_many` is one pipeline; after `SCRIPT FLUSH` every call in it
@@ -681,7 +687,7 @@ async fn malformed_or_old_format_replies_are_bad_replies_never_grants() {
     let quota = Quota::new(5, 1, Duration::from_secs(3600)).unwrap();
     // Each reply, and whether it is bad for a release too (a release's
     // reply keeps the three-value shape the old acquire had).
-    let malformed: [(&[u8], bool); 13] = [
+    let malformed: [(&[u8], bool); 18] = [
         (b"*2\r\n:1\r\n:0\r\n", true),
         (b"*3\r\n:9\r\n:0\r\n:7\r\n", true),
         (b"*3\r\n:0\r\n:0\r\n:7\r\n", true),
@@ -697,6 +703,14 @@ async fn malformed_or_old_format_replies_are_bad_replies_never_grants() {
         (b"*3\r\n:3\r\n:0\r\n:7\r\n", true),
         (b"*4\r\n:0\r\n:5\r\n:7\r\n:2\r\n", true),
         (b"*5\r\n:1\r\n:0\r\n:7\r\n:0\r\n:0\r\n", true),
+        // The four-value grant before grants told their quota; a grant
+        // from a bucket of capacity 0, or of more than its capacity; more
+        // left than the capacity; arguments the script refused.
+        (b"*4\r\n:1\r\n:0\r\n:7\r\n:0\r\n", true),
+        (b"*7\r\n:1\r\n:0\r\n:7\r\n:0\r\n:0\r\n:0\r\n:1000\r\n", true),
+        (b"*7\r\n:3\r\n:0\r\n:7\r\n:0\r\n:0\r\n:2\r\n:1000\r\n", true),
+        (b"*7\r\n:1\r\n:0\r\n:7\r\n:5\r\n:0\r\n:5\r\n:1000\r\n", true),
+        (b"*3\r\n:-4\r\n:0\r\n:0\r\n", true),
     ];
     for (reply, bad_release) in malformed {
         let fake = FakeRedis::start(ScriptAnswer::Reply(reply.to_vec()));
@@ -722,15 +736,24 @@ async fn malformed_or_old_format_replies_are_bad_replies_never_grants() {
             "{shown}: {released:?}"
         );
     }
-    // The new shape, for contrast: a grant of 1 leaving 0 is accepted.
+    // The new shape, for contrast: a grant of 1 leaving 0, of a bucket of
+    // 9 refilled every microsecond at generation 2, is accepted.
     let current = FakeRedis::start(ScriptAnswer::Reply(
-        b"*4\r\n:1\r\n:0\r\n:7\r\n:0\r\n".to_vec(),
+        b"*7\r\n:1\r\n:0\r\n:7\r\n:0\r\n:2\r\n:9\r\n:1000\r\n".to_vec(),
     ));
     let store = RedisStore::connect(&current.url(), quota, "new:", CALL_TIMEOUT)
         .await
         .unwrap();
     let grant = store.acquire("k", 3).await.unwrap();
     assert_eq!((grant.tokens, grant.remaining), (1, Some(0)));
+    assert_eq!(
+        (
+            grant.capacity,
+            grant.refill_interval,
+            store.stored_generation()
+        ),
+        (9, Duration::from_micros(1), 2)
+    );
     let foreign = FakeRedis::start(ScriptAnswer::Reply(b"*3\r\n:-2\r\n:0\r\n:7\r\n".to_vec()));
     let store = RedisStore::connect(&foreign.url(), quota, "bad:", CALL_TIMEOUT)
         .await

@@ -381,6 +381,11 @@ impl RedisStoreError {
             E::ServerClockOutOfRange => E::ServerClockOutOfRange,
             E::ForeignValue(key) => E::ForeignValue(key.clone()),
             E::InsecureTls => E::InsecureTls,
+            E::QuotaConflict { key, generation } => E::QuotaConflict {
+                key: key.clone(),
+                generation: *generation,
+            },
+            E::GenerationTooLarge(generation) => E::GenerationTooLarge(*generation),
         }
     }
 }

@@ -8,6 +8,8 @@
 
 mod config;
 mod connection;
+#[cfg(test)]
+mod forged;
 mod lua;
 #[cfg(test)]
 mod parity;
@@ -26,7 +28,7 @@ pub use self::config::RedisConfig;
 pub use self::connection::RedisConnection;
 use self::scale::{EPOCH_UNIX_SECS, Scale};
 use super::store::{Grant, Lease, Store, refill_interval};
-use crate::sync::unmodelled::LazyLock;
+use crate::sync::unmodelled::{Arc, LazyLock, Mutex, lock};
 use crate::{InitialCredit, Quota};
 
 // Loaded by hash: each call is an EVALSHA and, on a NOSCRIPT reply (a
@@ -34,6 +36,11 @@ use crate::{InitialCredit, Quota};
 // more (`connection.rs`).
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(lua::ACQUIRE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(lua::RELEASE));
+
+/// The most tokens one call asks for or gives back: every count a script
+/// reads stays exact as a Lua number, and no bucket the scripts accept
+/// holds more.
+const MAX_ASK: u64 = 1 << 52;
 
 /// Why a [`RedisStore`] could not be built or a call failed.
 ///
@@ -118,6 +125,22 @@ pub enum RedisStoreError {
     /// untouched.
     #[error("redis key {0:?} holds a value that is not a tollgate bucket")]
     ForeignValue(String),
+    /// The key is kept under a quota of the same generation as this
+    /// node's, but not this node's quota: two nodes were given different
+    /// quotas as one generation. The server keeps the quota it stored
+    /// first for that key and refuses the other's calls on it (give each
+    /// change a higher generation).
+    #[error("redis key {key:?} is kept under another quota of generation {generation}")]
+    QuotaConflict {
+        /// The Redis key.
+        key: String,
+        /// The generation both quotas claim.
+        generation: u64,
+    },
+    /// A quota generation at or past `2^53`, beyond what the scripts count
+    /// exactly.
+    #[error("quota generation {0} is past 2^53")]
+    GenerationTooLarge(u64),
     /// A `rediss://` URL ends in `#insecure`, which tells the `redis` crate
     /// to skip verifying the server's certificate (when its
     /// `tls-rustls-insecure` feature is on, which any crate of the build
@@ -176,10 +199,23 @@ pub enum RedisStoreError {
 #[derive(Clone)]
 pub struct RedisStore {
     connection: RedisConnection,
-    quota: Quota,
-    scale: Scale,
+    /// The quota this node sends, and the newest generation the server
+    /// reported: behind one lock (a few copies per round trip to Redis),
+    /// shared by clones so that one `set_quota` reaches every one of them.
+    setting: Arc<Mutex<Setting>>,
     prefix: String,
     timeout: Duration,
+}
+
+/// What a node sends with every call: its quota, converted, and the
+/// generation that orders it among the fleet's quotas.
+#[derive(Clone, Copy, Debug)]
+struct Setting {
+    quota: Quota,
+    scale: Scale,
+    generation: u64,
+    /// The newest generation a reply was decided under.
+    stored: u64,
 }
 
 impl RedisStore {
@@ -193,9 +229,9 @@ impl RedisStore {
     /// as the server takes.
     ///
     /// Every store sharing a prefix on one server should use the same
-    /// quota. (A different tick size under the same prefix is converted,
-    /// never misread; a different capacity or rate simply applies its own
-    /// rule to the shared state.)
+    /// quota; a change is given to each as a newer generation
+    /// ([`set_quota`](Self::set_quota)), and each key keeps the newest it
+    /// has seen.
     ///
     /// # Errors
     ///
@@ -229,8 +265,12 @@ impl RedisStore {
         let (scale, prefix) = validate(&quota, prefix.into(), timeout)?;
         Ok(RedisStore {
             connection: connection.into(),
-            quota,
-            scale,
+            setting: Arc::new(Mutex::new(Setting {
+                quota,
+                scale,
+                generation: 0,
+                stored: 0,
+            })),
             prefix,
             timeout,
         })
@@ -342,7 +382,10 @@ impl RedisStore {
         redis_key(&self.prefix, key)
     }
 
-    /// The quota applied to every key.
+    /// The quota this node sends with every call: the one it was built with
+    /// or the last given to [`set_quota`](Self::set_quota). The server
+    /// decides under a key's stored quota when it is newer
+    /// ([`stored_generation`](Self::stored_generation)).
     ///
     /// ```no_run
     /// # use std::time::Duration;
@@ -354,8 +397,92 @@ impl RedisStore {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+    pub fn quota(&self) -> Quota {
+        self.setting().quota
+    }
+
+    /// The generation of [`quota`](Self::quota): 0 until
+    /// [`set_quota`](Self::set_quota).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use tollgate::Quota;
+    /// # use tollgate::shared::RedisStore;
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::connect("redis://127.0.0.1/", Quota::per_second(5)?, "rl:", Duration::from_secs(1)).await?;
+    /// assert_eq!(store.generation(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn generation(&self) -> u64 {
+        self.setting().generation
+    }
+
+    /// The newest quota generation the server has decided a call of this
+    /// store (or a clone) under. Above [`generation`](Self::generation),
+    /// this node's configuration is stale: the server applies the newer
+    /// quota to the keys that carry it (never this node's older one), and
+    /// each grant's capacity and refill interval are the newer quota's; the
+    /// node should be given the new quota ([`set_quota`](Self::set_quota)).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use tollgate::Quota;
+    /// # use tollgate::shared::RedisStore;
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::connect("redis://127.0.0.1/", Quota::per_second(5)?, "rl:", Duration::from_secs(1)).await?;
+    /// if store.stored_generation() > store.generation() {
+    ///     eprintln!("this node's quota is out of date");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn stored_generation(&self) -> u64 {
+        self.setting().stored
+    }
+
+    /// Changes the quota this node (and every clone of this store) sends,
+    /// as `generation`. Each key takes it on its next call from a node at
+    /// this generation: the server converts the key's state by the
+    /// continuity rule of [`docs/semantics.md`](crate::guide::semantics)
+    /// ("Changing a quota") and stores the quota with it, so nodes still at
+    /// an older generation are decided under this one from then on.
+    /// Generations order the fleet's quotas: give each change a higher one
+    /// (a version number from the configuration system). Two different
+    /// quotas at one generation are a configuration error: the server
+    /// keeps the one it stored first and refuses the other's calls on that
+    /// key ([`QuotaConflict`](RedisStoreError::QuotaConflict)).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new) for a quota the scripts cannot apply
+    /// ([`RateTooFine`](RedisStoreError::RateTooFine),
+    /// [`RefillTooLong`](RedisStoreError::RefillTooLong),
+    /// [`InitialCreditUnsupported`](RedisStoreError::InitialCreditUnsupported));
+    /// [`GenerationTooLarge`](RedisStoreError::GenerationTooLarge) for a
+    /// generation at or past `2^53`. The store is unchanged after an error.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use tollgate::Quota;
+    /// use tollgate::shared::{RedisStore, Store};
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::connect("redis://127.0.0.1/", Quota::per_second(5)?, "rl:", Duration::from_secs(1)).await?;
+    /// store.set_quota(Quota::per_second(50)?, 1)?;
+    /// assert_eq!(store.acquire("alice", 50).await?.capacity, 50);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_quota(&self, quota: Quota, generation: u64) -> Result<(), RedisStoreError> {
+        if generation >= scale::EXACT_LIMIT {
+            return Err(RedisStoreError::GenerationTooLarge(generation));
+        }
+        let (scale, _) = validate(&quota, String::new(), self.timeout)?;
+        let mut setting = lock(&self.setting);
+        setting.quota = quota;
+        setting.scale = scale;
+        setting.generation = generation;
+        Ok(())
     }
 
     /// Whether the store applies the quota's emission interval exactly: it
@@ -376,7 +503,7 @@ impl RedisStore {
     /// # }
     /// ```
     pub fn is_exact(&self) -> bool {
-        self.scale.exact
+        self.setting().scale.exact
     }
 
     /// The last instant, on the server's clock, at which the scripts still
@@ -396,21 +523,33 @@ impl RedisStore {
     /// # }
     /// ```
     pub fn valid_until(&self) -> SystemTime {
-        self.scale.valid_until()
+        self.setting().scale.valid_until()
     }
 
-    /// One `EVALSHA` of `script` on `key` with the shared arguments and
-    /// `extra`.
-    fn call(&self, script: &Script, key: &str, extra: &[u64]) -> Cmd {
+    /// A copy of the setting: every call works on one consistent quota.
+    fn setting(&self) -> Setting {
+        *lock(&self.setting)
+    }
+
+    /// Notes the generation a reply was decided under.
+    fn saw(&self, generation: u64) {
+        let mut setting = lock(&self.setting);
+        setting.stored = setting.stored.max(generation);
+    }
+
+    /// One `EVALSHA` of `script` on `key` with the shared arguments of
+    /// `setting` and `extra`.
+    fn call(&self, setting: &Setting, script: &Script, key: &str, extra: &[u64]) -> Cmd {
         let mut call = ::redis::cmd("EVALSHA");
         call.arg(script.get_hash())
             .arg(1)
             .arg(self.redis_key(key))
             .arg(EPOCH_UNIX_SECS)
-            .arg(self.scale.ticks_per_micro)
-            .arg(self.scale.token_ticks)
-            .arg(self.scale.tolerance)
-            .arg(self.scale.last_tick);
+            .arg(setting.scale.ticks_per_micro)
+            .arg(setting.scale.token_ticks)
+            .arg(setting.scale.tolerance)
+            .arg(setting.scale.last_tick)
+            .arg(setting.generation);
         for &value in extra {
             call.arg(value);
         }
@@ -419,20 +558,22 @@ impl RedisStore {
 
     /// Runs one of the scripts on `key` with the shared arguments and
     /// `extra`, bounded by the timeout, and checks the reply's shape: `N`
-    /// values (4 from `acquire`, 3 from `release`).
+    /// values (7 from `acquire`, 3 from `release`).
     async fn run<const N: usize>(
         &self,
+        setting: &Setting,
         script: &Script,
         key: &str,
         extra: &[u64],
     ) -> Result<[u64; N], RedisStoreError> {
-        let call = self.call(script, key, extra);
+        let call = self.call(setting, script, key, extra);
         let reply = self.connection.eval(script, &call, self.timeout).await?;
         self.decode(key, &reply)
     }
 
     /// A script's reply, `N` non-negative integers (`{code, value, now}`,
-    /// then `acquire`'s tokens left), or the error its code stands for.
+    /// then `acquire`'s tokens left and quota), or the error its code
+    /// stands for.
     fn decode<const N: usize>(
         &self,
         key: &str,
@@ -443,6 +584,13 @@ impl RedisStore {
         match values.first() {
             Some(-1) => return Err(RedisStoreError::ServerClockOutOfRange),
             Some(-2) => return Err(RedisStoreError::ForeignValue(self.redis_key(key))),
+            Some(-3) => {
+                return Err(RedisStoreError::QuotaConflict {
+                    key: self.redis_key(key),
+                    generation: values.get(1).map_or(0, |&g| g.unsigned_abs()),
+                });
+            }
+            Some(-4) => return Err(bad_reply(reply)),
             _ => {}
         }
         let unsigned: Vec<u64> = values
@@ -451,39 +599,42 @@ impl RedisStore {
             .collect::<Result<_, _>>()
             .map_err(|_| bad_reply(reply))?;
         // A reply of another length is another script version's (the
-        // three values of an acquire before it told the tokens left).
+        // three or four values of an acquire before it told the quota).
         <[u64; N]>::try_from(unsigned).map_err(|_| bad_reply(reply))
     }
 
     async fn acquire_tokens(&self, key: &str, want: u64) -> Result<Grant, RedisStoreError> {
+        let setting = self.setting();
         if want == 0 {
-            return Ok(self.unasked());
+            return Ok(unasked(&setting));
         }
-        // No bucket ever holds more than B: asking for more is asking for B.
-        let want = want.min(self.scale.capacity);
-        let reply = self.run(&ACQUIRE, key, &[want]).await?;
+        // The script grants at most the stored quota's capacity, which this
+        // node may not know: the ask is only kept exact.
+        let want = want.min(MAX_ASK);
+        let reply = self.run(&setting, &ACQUIRE, key, &[want]).await?;
         self.grant(want, reply)
     }
 
     /// Every key's acquire in one batch ([`RedisConnection::eval_many`]):
     /// one round trip to one server, concurrent calls on a cluster.
     async fn acquire_batch(&self, requests: &[(&str, u64)]) -> Vec<Result<Grant, RedisStoreError>> {
+        let setting = self.setting();
         let asked: Vec<(usize, u64)> = requests
             .iter()
             .enumerate()
             .filter(|&(_, &(_, want))| want > 0)
-            .map(|(i, &(_, want))| (i, want.min(self.scale.capacity)))
+            .map(|(i, &(_, want))| (i, want.min(MAX_ASK)))
             .collect();
         let calls: Vec<Cmd> = asked
             .iter()
-            .map(|&(i, want)| self.call(&ACQUIRE, requests[i].0, &[want]))
+            .map(|&(i, want)| self.call(&setting, &ACQUIRE, requests[i].0, &[want]))
             .collect();
         let replies = self
             .connection
             .eval_many(&ACQUIRE, &calls, self.timeout)
             .await;
         let mut grants: Vec<Result<Grant, RedisStoreError>> =
-            requests.iter().map(|_| Ok(self.unasked())).collect();
+            requests.iter().map(|_| Ok(unasked(&setting))).collect();
         for (&(i, want), reply) in asked.iter().zip(replies) {
             grants[i] = reply
                 .and_then(|reply| self.decode(requests[i].0, &reply))
@@ -492,48 +643,45 @@ impl RedisStore {
         grants
     }
 
-    /// A grant of nothing, with the wait until one token exists (so the
-    /// bucket holds none). Every grant, empty or not, tells the capacity —
-    /// this store's own `B`, the one its scripts apply (they receive it as
-    /// `BT / T`) — and the refill interval.
-    fn nothing(&self, retry_after: Duration) -> Grant {
-        Grant {
-            refill_interval: refill_interval(&self.quota),
-            remaining: Some(0),
-            ..Grant::nothing(retry_after, self.scale.capacity)
-        }
-    }
-
-    /// The answer to an ask of nothing, given without calling the server:
-    /// nothing granted, and what is left untold.
-    fn unasked(&self) -> Grant {
-        Grant {
-            remaining: None,
-            ..self.nothing(Duration::ZERO)
-        }
-    }
-
-    /// The grant an acquire script's decoded reply stands for. A reply
-    /// telling more tokens left than the bucket can hold besides the grant
-    /// is no script's: refused, as is any other impossible combination.
+    /// The grant an acquire script's decoded reply stands for, with the
+    /// capacity and refill interval of the quota the server decided under.
+    /// A reply telling more tokens left than that bucket can hold besides
+    /// the grant is no script's: refused, as is any other impossible
+    /// combination.
     fn grant(
         &self,
         want: u64,
-        [granted, wait, now, left]: [u64; 4],
+        [granted, wait, now, left, generation, capacity, refill_nanos]: [u64; 7],
     ) -> Result<Grant, RedisStoreError> {
-        let fits = left <= self.scale.capacity - granted.min(self.scale.capacity);
-        match (granted, wait, left) {
-            (0, wait, 0) if wait > 0 => Ok(self.nothing(self.scale.duration(wait))),
-            (granted, 0, left) if (1..=want).contains(&granted) && fits => Ok(Grant {
+        let fits = capacity >= 1
+            && granted <= capacity
+            && left <= capacity - granted
+            && generation < scale::EXACT_LIMIT;
+        let decided = Grant {
+            refill_interval: Duration::from_nanos(refill_nanos),
+            remaining: Some(0),
+            ..Grant::nothing(Duration::ZERO, capacity)
+        };
+        let grant = match (granted, wait, left) {
+            (0, wait, 0) if wait > 0 && fits => Grant {
+                retry_after: Duration::from_micros(wait),
+                ..decided
+            },
+            (granted, 0, left) if (1..=want).contains(&granted) && fits => Grant {
                 tokens: granted,
                 lease: Lease { granted, at: now },
                 remaining: Some(left),
-                ..self.nothing(Duration::ZERO)
-            }),
-            _ => Err(RedisStoreError::BadReply(format!(
-                "acquire of {want} returned {granted} tokens, {left} left, with a wait of {wait} ticks"
-            ))),
-        }
+                ..decided
+            },
+            _ => {
+                return Err(RedisStoreError::BadReply(format!(
+                    "acquire of {want} returned {granted} tokens, {left} left of {capacity}, \
+                     with a wait of {wait} ticks"
+                )));
+            }
+        };
+        self.saw(generation);
+        Ok(grant)
     }
 
     async fn release_tokens(
@@ -542,15 +690,17 @@ impl RedisStore {
         lease: Lease,
         unused: u64,
     ) -> Result<(), RedisStoreError> {
-        // A lease of this store never exceeds B nor lies beyond the range;
-        // clamping keeps the script's arithmetic exact whatever it is given.
-        let granted = lease.granted.min(self.scale.capacity);
+        let setting = self.setting();
+        // A lease of this store never lies beyond the range nor exceeds
+        // 2^53; the script clamps it to the stored capacity, and clamping
+        // here keeps its arithmetic exact whatever it is given.
+        let granted = lease.granted.min(MAX_ASK);
         let unused = unused.min(granted);
-        if unused == 0 || lease.at > self.scale.last_tick {
+        if unused == 0 || lease.at >= scale::EXACT_LIMIT {
             return Ok(());
         }
         let [code, _returned, _] = self
-            .run(&RELEASE, key, &[granted, lease.at, unused])
+            .run(&setting, &RELEASE, key, &[granted, lease.at, unused])
             .await?;
         if code == 1 {
             Ok(())
@@ -559,6 +709,16 @@ impl RedisStore {
                 "release returned code {code}"
             )))
         }
+    }
+}
+
+/// The answer to an ask of nothing, given without calling the server:
+/// nothing granted, and what is left untold; the capacity and refill of
+/// this node's own quota, the only one it knows without asking.
+fn unasked(setting: &Setting) -> Grant {
+    Grant {
+        refill_interval: refill_interval(&setting.quota),
+        ..Grant::nothing(Duration::ZERO, setting.scale.capacity)
     }
 }
 
@@ -585,7 +745,9 @@ impl Store for RedisStore {
     fn unavailable(error: &RedisStoreError) -> bool {
         !matches!(
             error,
-            RedisStoreError::ForeignValue(_) | RedisStoreError::ServerClockOutOfRange
+            RedisStoreError::ForeignValue(_)
+                | RedisStoreError::ServerClockOutOfRange
+                | RedisStoreError::QuotaConflict { .. }
         )
     }
 
@@ -685,7 +847,7 @@ impl Store for RedisStore {
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
-            .field("quota", &self.quota)
+            .field("setting", &self.setting())
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
@@ -840,14 +1002,14 @@ mod tests {
     #[test]
     fn the_scripts_read_their_arguments_where_the_store_puts_them() {
         for script in [lua::ACQUIRE, lua::RELEASE] {
-            for (i, name) in ["epoch", "d", "T", "BT", "last"].iter().enumerate() {
+            for (i, name) in ["epoch", "d", "T", "BT", "last", "gen"].iter().enumerate() {
                 let line = format!("local {name} = tonumber(ARGV[{}])", i + 1);
                 assert!(script.contains(&line), "{line}");
             }
         }
-        assert!(lua::ACQUIRE.contains("local want = tonumber(ARGV[6])"));
-        assert!(lua::RELEASE.contains("local granted = tonumber(ARGV[6])"));
-        assert!(lua::RELEASE.contains("local at = tonumber(ARGV[7])"));
-        assert!(lua::RELEASE.contains("local unused = tonumber(ARGV[8])"));
+        assert!(lua::ACQUIRE.contains("local want = tonumber(ARGV[7])"));
+        assert!(lua::RELEASE.contains("local granted = tonumber(ARGV[7])"));
+        assert!(lua::RELEASE.contains("local at = tonumber(ARGV[8])"));
+        assert!(lua::RELEASE.contains("local unused = tonumber(ARGV[9])"));
     }
 }

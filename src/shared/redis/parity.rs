@@ -39,7 +39,7 @@ async fn redis_available(store: &RedisStore, admin: &mut MultiplexedConnection, 
         let tat = state.split(':').nth(1).expect("a state");
         tat.parse::<u64>().expect("integer ticks").max(now)
     });
-    (now + store.scale.tolerance - tat) / store.scale.token_ticks
+    (now + store.setting().scale.tolerance - tat) / store.setting().scale.token_ticks
 }
 
 #[tokio::test]
@@ -53,7 +53,7 @@ async fn the_scripts_give_back_by_the_in_process_rule() {
     let redis = RedisStore::connect(&server.url(), quota, "parity:", Duration::from_secs(10))
         .await
         .unwrap();
-    assert_eq!(redis.scale.ticks_per_micro, 1);
+    assert_eq!(redis.setting().scale.ticks_per_micro, 1);
     let mut admin = ::redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -81,7 +81,9 @@ async fn the_scripts_give_back_by_the_in_process_rule() {
         }
         let now = if outstanding.is_empty() || rng.below(5) < 3 {
             let want = 1 + rng.below(6);
-            let [granted, wait, now, left] = redis.run(&ACQUIRE, KEY, &[want]).await.unwrap();
+            let setting = redis.setting();
+            let [granted, wait, now, left, ..]: [u64; 7] =
+                redis.run(&setting, &ACQUIRE, KEY, &[want]).await.unwrap();
             follow(now);
             let grant = local.acquire(KEY, want).await.unwrap();
             assert_eq!(grant.tokens, granted, "step {step}: grant of {want}");
@@ -91,7 +93,11 @@ async fn the_scripts_give_back_by_the_in_process_rule() {
                 "step {step}: left after {want}"
             );
             if granted == 0 {
-                assert_eq!(grant.retry_after, redis.scale.duration(wait), "step {step}");
+                assert_eq!(
+                    grant.retry_after,
+                    Duration::from_micros(wait),
+                    "step {step}"
+                );
             } else {
                 grants += 1;
                 outstanding.push((Lease { granted, at: now }, grant.lease));
@@ -106,13 +112,18 @@ async fn the_scripts_give_back_by_the_in_process_rule() {
                 _ => rng.below(remote.granted + 1),
             };
             let [_, _, now] = redis
-                .run(&RELEASE, KEY, &[remote.granted, remote.at, unused])
+                .run(
+                    &redis.setting(),
+                    &RELEASE,
+                    KEY,
+                    &[remote.granted, remote.at, unused],
+                )
                 .await
                 .unwrap();
             follow(now);
             local.release(KEY, near, unused).await.unwrap();
             returns += 1;
-            let token = redis.scale.token_ticks;
+            let token = redis.setting().scale.token_ticks;
             let cost_less_held = (remote.granted * token).checked_sub(now - remote.at);
             if cost_less_held.is_some_and(|left| left < unused * token) {
                 held_bound += 1;

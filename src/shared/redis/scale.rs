@@ -96,12 +96,6 @@ impl Scale {
         })
     }
 
-    /// A span of ticks as a duration, rounded up to the microsecond so that
-    /// a caller who waits that long is never early.
-    pub(super) fn duration(&self, ticks: u64) -> Duration {
-        Duration::from_micros(ticks.div_ceil(self.ticks_per_micro))
-    }
-
     /// The last instant at which the scripts still run (`last_tick` as a
     /// wall-clock time on the server's clock).
     pub(super) fn valid_until(&self) -> SystemTime {
@@ -235,15 +229,6 @@ mod tests {
                 "{capacity} {tokens} {period:?}"
             );
         }
-    }
-
-    #[test]
-    fn durations_round_up_to_the_microsecond() {
-        let three = scale(1, 3, SECOND);
-        assert_eq!(three.duration(0), Duration::ZERO);
-        assert_eq!(three.duration(1), Duration::from_micros(1));
-        assert_eq!(three.duration(3), Duration::from_micros(1));
-        assert_eq!(three.duration(1_000_000), Duration::from_micros(333_334));
     }
 
     #[test]
