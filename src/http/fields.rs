@@ -201,7 +201,8 @@ pub fn rate_limit_value(limits: &[ServiceLimit]) -> Option<HeaderValue> {
 /// One policy's parts of both fields, serialised once (a layer's rule's,
 /// when the layer is built): its `RateLimit-Policy` member but for `pk`,
 /// which differs per request, and its name as the `RateLimit` member's
-/// item.
+/// item. Only the tower layer holds policies long enough to keep them.
+#[cfg(feature = "tower")]
 #[derive(Clone, Debug)]
 pub(crate) struct PolicyText {
     member: Box<[u8]>,
@@ -210,6 +211,7 @@ pub(crate) struct PolicyText {
     alone: Option<HeaderValue>,
 }
 
+#[cfg(feature = "tower")]
 impl PolicyText {
     pub(crate) fn new(policy: &RateLimitPolicy) -> PolicyText {
         let mut member = ListWriter::default();
@@ -265,10 +267,12 @@ impl ListWriter {
     }
 
     /// A member of the `RateLimit-Policy` field from its serialised text.
+    #[cfg(feature = "tower")]
     pub(crate) fn policy_text(&mut self, text: &PolicyText, pk: Option<PartitionKey>) {
         self.policy_text_of(&text.member, pk);
     }
 
+    #[cfg(feature = "tower")]
     fn policy_text_of(&mut self, member: &[u8], pk: Option<PartitionKey>) {
         self.member();
         self.bytes.extend_from_slice(member);
@@ -277,6 +281,7 @@ impl ListWriter {
 
     /// A member of the `RateLimit` field: a policy's name, what is left of
     /// its quota and its effective window.
+    #[cfg(feature = "tower")]
     pub(crate) fn limit_text(
         &mut self,
         text: &PolicyText,
@@ -497,6 +502,7 @@ mod tests {
 
         /// The text serialised once per policy, tagged per request, makes
         /// the same fields as the policies and limits built per request.
+        #[cfg(feature = "tower")]
         #[test]
         fn the_serialised_text_makes_the_same_fields(
             members in proptest::collection::vec((policy(), pk(), number(), proptest::option::of(number())), 1..5),
@@ -532,6 +538,7 @@ mod tests {
     }
 
     /// A policy's field alone, built once, is the field of that policy.
+    #[cfg(feature = "tower")]
     #[test]
     fn a_policy_alone_is_its_field() {
         let policy = RateLimitPolicy::new(PolicyName::new(r#"say "hi" \ bye"#).unwrap(), 10)
