@@ -156,11 +156,13 @@ pub trait Limit: sealed::Sealed + Sync {
     /// [`Step::new`].
     ///
     /// ```
+    /// # #[cfg(feature = "keyed")] {
     /// use tollgate::{KeyedLimiter, Limit, Quota, TokenBucket, try_acquire_all};
     ///
     /// let per_account = KeyedLimiter::builder(Quota::per_second(5)?).build::<u64>();
     /// let global = TokenBucket::new(Quota::per_second(100)?);
     /// try_acquire_all(&[per_account.key(&42).cost(1), global.cost(3)])?;
+    /// # }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[inline]
