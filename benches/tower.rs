@@ -130,28 +130,19 @@ fn bench(c: &mut Criterion) {
         (hot, allowance(false))
     });
     let mut group = c.benchmark_group("tower_layer");
-    for (row, rule) in [
+    for (name, rule) in [
         ("keyed_local", keyed),
         ("shared_hot", shared_rule(hot)),
         ("shared_cold", shared_rule(cold)),
     ] {
         let layer = RateLimitLayer::builder().rule(rule).build();
-        let service = layer.layer(tower::service_fn(ok));
-        group.bench_function(row, |b| {
-            b.to_async(&runtime).iter(|| {
-                let mut service = black_box(service.clone());
-                async move {
-                    let response = service
-                        .ready()
-                        .await
-                        .expect("always ready")
-                        .call(request())
-                        .await
-                        .expect("infallible");
-                    assert_eq!(response.status(), StatusCode::OK);
-                }
-            });
-        });
+        row(
+            &mut group,
+            &runtime,
+            name,
+            layer.layer(tower::service_fn(ok)),
+            request,
+        );
     }
     group.finish();
 }
@@ -186,10 +177,16 @@ fn from_peer() -> Request<AxumBody> {
     request
 }
 
-/// Times one request through `service`, checking its answer.
-fn row<S, B>(group: &mut BenchmarkGroup<'_, WallTime>, runtime: &Runtime, name: &str, service: S)
-where
-    S: Service<Request<AxumBody>, Response = Response<B>> + Clone,
+/// Times one request (from `request`) through `service`, checking its
+/// answer.
+fn row<S, R, B>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    runtime: &Runtime,
+    name: &str,
+    service: S,
+    request: fn() -> Request<R>,
+) where
+    S: Service<Request<R>, Response = Response<B>> + Clone,
     S::Error: std::fmt::Debug,
     B: Body,
 {
@@ -201,7 +198,7 @@ where
                     .ready()
                     .await
                     .expect("always ready")
-                    .call(from_peer())
+                    .call(request())
                     .await
                     .expect("no error");
                 assert_eq!(response.status(), StatusCode::OK);
@@ -251,28 +248,32 @@ fn two_rules(c: &mut Criterion) {
     let runtime = Runtime::new().expect("a tokio runtime");
     let inner = tower::service_fn(hello);
     let mut group = c.benchmark_group("tower_two_rules");
-    row(&mut group, &runtime, "unlimited", inner);
+    row(&mut group, &runtime, "unlimited", inner, from_peer);
     let noop = MapRequestLayer::new(|request: Request<AxumBody>| request);
-    row(&mut group, &runtime, "noop_layer", noop.layer(inner));
     row(
         &mut group,
         &runtime,
-        "tollgate",
-        tollgate_two_rules(false).layer(inner),
+        "noop_layer",
+        noop.layer(inner),
+        from_peer,
     );
+    let limited = tollgate_two_rules(false).layer(inner);
+    row(&mut group, &runtime, "tollgate", limited, from_peer);
     // The outer layer per address, as tollgate's rules are charged.
     let governor =
         governor_layer!(PeerIpKeyExtractor).layer(governor_layer!(GlobalKeyExtractor).layer(inner));
-    row(&mut group, &runtime, "tower_governor", governor);
+    row(&mut group, &runtime, "tower_governor", governor, from_peer);
+    let limited = tollgate_two_rules(true).layer(inner);
+    row(&mut group, &runtime, "tollgate_fields", limited, from_peer);
+    let headers = governor_layer!(PeerIpKeyExtractor, use_headers)
+        .layer(governor_layer!(GlobalKeyExtractor, use_headers).layer(inner));
     row(
         &mut group,
         &runtime,
-        "tollgate_fields",
-        tollgate_two_rules(true).layer(inner),
+        "tower_governor_headers",
+        headers,
+        from_peer,
     );
-    let headers = governor_layer!(PeerIpKeyExtractor, use_headers)
-        .layer(governor_layer!(GlobalKeyExtractor, use_headers).layer(inner));
-    row(&mut group, &runtime, "tower_governor_headers", headers);
     group.finish();
 }
 

@@ -560,14 +560,7 @@ async fn the_fields_of_an_admitted_response_are_those_built_per_request() {
         .partition_keys(keys.clone())
         .advertise_on_success(true)
         .build();
-    let mut service = both.layer(tower::service_fn(answer));
-    let response = service
-        .ready()
-        .await
-        .unwrap()
-        .call(request(Some(1), 200))
-        .await
-        .unwrap();
+    let response = send(&both, request(Some(1), 200)).await;
     assert_eq!(response.status(), StatusCode::OK);
     let pk = keys.key(&per_account, &Account(1));
     let policies = [
@@ -596,15 +589,8 @@ async fn the_fields_of_an_admitted_response_are_those_built_per_request() {
         .rule(Rule::global(everyone.clone(), Arc::clone(&global)))
         .advertise_on_success(true)
         .build();
-    let mut service = alone.layer(tower::service_fn(answer));
     for left in [998, 997] {
-        let response = service
-            .ready()
-            .await
-            .unwrap()
-            .call(request(None, 200))
-            .await
-            .unwrap();
+        let response = send(&alone, request(None, 200)).await;
         let policy = RateLimitPolicy::from_quota(everyone.clone(), &quota);
         assert_eq!(
             response.headers().get("ratelimit-policy"),

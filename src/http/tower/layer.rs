@@ -241,7 +241,7 @@ impl RateLimitLayer {
     /// responses pass through as they are. For axum, which boxes a
     /// response body of any type but its own (`axum::body::Body`), once per
     /// response: measured on a hello server, that box and the calls through
-    /// it cost as much as the rest of the layer's bookkeeping
+    /// it cost about what the rest of the layer's bookkeeping does
     /// ([`docs/benchmarks.md`](crate::guide::benchmarks), "A limit on a
     /// real server").
     ///
@@ -582,7 +582,8 @@ impl Config {
 
     /// The fields of an admitted request's response, written from each
     /// rule's text serialised when the layer was built: the same values
-    /// [`rate_limit_policy_value`] and [`rate_limit_value`] make of
+    /// [`rate_limit_policy_value`](crate::http::rate_limit_policy_value) and
+    /// [`rate_limit_value`](crate::http::rate_limit_value) make of
     /// [`advertised`](Self::advertised)'s policies and limits, without
     /// building them.
     fn fields(&self, charges: &[Charge<'_>]) -> (Option<HeaderValue>, Option<HeaderValue>) {
