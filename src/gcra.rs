@@ -19,6 +19,11 @@ use std::time::Duration;
 use crate::clock::saturating_nanos;
 use crate::{AcquireError, InitialCredit, QuotaError};
 
+#[cfg(feature = "keyed")]
+mod words;
+#[cfg(feature = "keyed")]
+pub(crate) use words::WORDS;
+
 /// The finest subdivision of a time unit (a nanosecond in-process, a
 /// microsecond in the Redis store) a bucket uses. `u64::MAX` ticks of
 /// `1/8` ns are 73 years after a bucket's creation, longer than any bucket

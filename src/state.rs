@@ -285,6 +285,14 @@ impl Tat {
         self.0.fetch_max(at, Ordering::AcqRel);
     }
 
+    /// The state, taken out of a bucket no other thread can reach: a keyed
+    /// table's entry under its shard's write lock, while a quota change
+    /// replaces it with its converted state.
+    #[cfg(feature = "keyed")]
+    pub(crate) fn into_inner(self) -> u64 {
+        self.0.into_inner()
+    }
+
     pub(crate) fn reset(&self) {
         // A read-modify-write rather than a plain store: the same cost off the
         // hot path, and loom (which mis-orders a store racing a
