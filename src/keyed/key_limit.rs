@@ -35,12 +35,10 @@ where
     S: BuildHasher + Clone,
 {
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        let (admission, overflow) = self.limiter.acquire_within(self.key, cost, 0)?;
-        Ok(Taken {
-            admission,
-            tokens: cost,
-            overflow,
-        })
+        let decided = self
+            .limiter
+            .acquire_within(self.key, cost, Duration::ZERO)?;
+        Ok(decided.taken(cost))
     }
 
     fn take_within(
@@ -48,17 +46,8 @@ where
         cost: u64,
         max_wait: Duration,
     ) -> Result<(Taken, Duration), AcquireError> {
-        let gcra = self.limiter.quota().gcra();
-        let (admission, overflow) =
-            self.limiter
-                .acquire_within(self.key, cost, gcra.ticks_of(max_wait))?;
-        let wait = gcra.duration(admission.wait(gcra));
-        let taken = Taken {
-            admission,
-            tokens: cost,
-            overflow,
-        };
-        Ok((taken, wait))
+        let decided = self.limiter.acquire_within(self.key, cost, max_wait)?;
+        Ok((decided.taken(cost), decided.wait()))
     }
 
     fn undo(&self, taken: &Taken) {

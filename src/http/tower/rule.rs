@@ -98,7 +98,7 @@ impl Rule {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn global<C: Clock + 'static>(name: PolicyName, bucket: Arc<TokenBucket<C>>) -> Rule {
-        let policy = RateLimitPolicy::from_quota(name, bucket.quota());
+        let policy = RateLimitPolicy::from_quota(name, TokenBucket::quota(&bucket));
         Rule::new(policy, Limiter::Local(Arc::new(bucket)))
     }
 
@@ -125,7 +125,7 @@ impl Rule {
         S: BuildHasher + Clone + Send + Sync + 'static,
         F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
     {
-        let policy = RateLimitPolicy::from_quota(name, limiter.quota());
+        let policy = RateLimitPolicy::from_quota(name, &limiter.quota());
         Rule::new(
             policy,
             Limiter::Local(Arc::new(KeyedSource {
@@ -461,7 +461,8 @@ pub(super) trait Source: Send + Sync {
 /// A limit bound to one request: the limiter and, if keyed, the key. Its
 /// take, undo, wait and availability are those of a [`Limit`].
 pub(super) trait Bound: Limit + Send {
-    fn quota(&self) -> &Quota;
+    /// The limit's quota now (a keyed limiter's may change at run time).
+    fn quota(&self) -> Quota;
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey>;
     /// This binding, owning its key: for a charge kept until its response
     /// (to give back, or to advertise), or one that waits for a store.
@@ -478,8 +479,8 @@ impl<C: Clock + 'static> Source for Arc<TokenBucket<C>> {
 // The bucket's method is named through `TokenBucket`: called on the
 // `Arc`, `quota` would resolve to this very method.
 impl<C: Clock + 'static> Bound for Arc<TokenBucket<C>> {
-    fn quota(&self) -> &Quota {
-        TokenBucket::quota(self)
+    fn quota(&self) -> Quota {
+        *TokenBucket::quota(self)
     }
     fn partition(&self, _: &PartitionKeys, _: &PolicyName) -> Option<PartitionKey> {
         // One partition for everyone: there is nothing to tell apart.
@@ -580,7 +581,7 @@ where
     C: Clock + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         self.limiter.quota()
     }
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
@@ -635,7 +636,7 @@ where
     C: Clock + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         self.limiter.quota()
     }
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
