@@ -28,7 +28,7 @@ pub use cap::{KeyCap, Place};
 
 use crate::limit::Taken;
 use crate::limit::sealed::Sealed;
-use crate::state::{Admission, Tat};
+use crate::state::{Admission, FIRST, Tat};
 use crate::sync::AtomicU64;
 use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, DefaultClock, Quota};
@@ -327,7 +327,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         let gcra = self.quota.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
         self.decide(key, |tat, now| {
-            tat.admit(gcra, now, cost, cost_ticks, slack)
+            tat.admit(gcra, now, cost, cost_ticks, slack, FIRST)
         })
     }
 
@@ -344,11 +344,11 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         let gcra = self.quota.gcra();
         let mut granted = 0;
         let (admission, overflow) = self.decide(key, |tat, now| {
-            let (n, admission) =
-                tat.admit_up_to(gcra, now, want)
-                    .map_err(|wait| AcquireError::Insufficient {
-                        retry_after: gcra.duration(wait),
-                    })?;
+            let (n, admission) = tat.admit_up_to(gcra, now, want, FIRST).map_err(|wait| {
+                AcquireError::Insufficient {
+                    retry_after: gcra.duration(wait),
+                }
+            })?;
             granted = n;
             Ok(admission)
         })?;
@@ -378,7 +378,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         let ticks = gcra.returned_ticks(taken.admission.tokens, tokens);
         if taken.overflow {
             self.overflow
-                .undo(gcra, &taken.admission, ticks, || self.now());
+                .undo(gcra, &taken.admission, ticks, FIRST, || self.now());
             return;
         }
         let admission = &taken.admission;

@@ -12,7 +12,7 @@ use dashmap::mapref::one::Ref;
 use super::cap::Place;
 use super::key_ref::{Find, KeyRef};
 use super::{AtCapacity, KeyedLimiter};
-use crate::state::{Admission, Tat};
+use crate::state::{Admission, FIRST, Tat};
 use crate::sync::{AtomicU64, Ordering};
 use crate::{AcquireError, Clock};
 
@@ -190,7 +190,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         H: BuildHasher + Clone,
     {
         if let Some(tat) = key.find_in(table) {
-            tat.undo(self.quota.gcra(), admission, ticks, || self.now());
+            tat.undo(self.quota.gcra(), admission, ticks, FIRST, || self.now());
         }
         // The guard above is dropped: the map may be written now.
         self.forget_if_full_in(table, key);
