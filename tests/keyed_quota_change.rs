@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use num_rational::Ratio;
 use proptest::prelude::*;
-use tollgate::{AcquireError, KeyedLimiter, Limit, ManualClock, Quota, Receipt};
+use tollgate::{AcquireError, KeyedLimiter, ManualClock, Quota, Receipt};
 
 mod common;
 use common::{Envelope, race_beside};

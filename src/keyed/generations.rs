@@ -182,7 +182,8 @@ impl Held<'_> {
     #[inline]
     pub(crate) fn admit(&self, now: u64, cost: u64, slack: u64) -> Result<Admission, AcquireError> {
         let cost_ticks = self.gcra.cost_ticks(cost)?;
-        self.tat.admit(&self.gcra, now, cost, cost_ticks, slack)
+        self.tat
+            .admit(&self.gcra, now, cost, cost_ticks, slack, self.generation)
     }
 }
 

@@ -367,7 +367,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     {
         let mut granted = 0;
         let decided = self.decide(key, 1, |held, now| {
-            let (n, admission) = held.tat.admit_up_to(&held.gcra, now, want).map_err(|wait| {
+            let (n, admission) = held.tat.admit_up_to(&held.gcra, now, want, held.generation).map_err(|wait| {
                 AcquireError::Insufficient {
                     retry_after: held.gcra.duration(wait),
                 }
@@ -405,7 +405,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             let overflow = read(&self.overflow);
             let held = self.overflow_held(&overflow);
             let ticks = held.gcra.returned_ticks(admission.tokens, tokens);
-            held.tat.undo(&held.gcra, admission, ticks, || {
+            held.tat.undo(&held.gcra, admission, ticks, held.generation, || {
                 held.gcra.ticks(self.timeline.nanos())
             });
             return;

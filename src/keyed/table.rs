@@ -259,7 +259,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             let held = entry.held(&self.generations);
             let ticks = held.gcra.returned_ticks(admission.tokens, tokens);
             held.tat
-                .undo(&held.gcra, admission, ticks, || held.gcra.ticks(self.timeline.nanos()));
+                .undo(&held.gcra, admission, ticks, held.generation, || {
+                held.gcra.ticks(self.timeline.nanos())
+            });
         }
         // The guard above is dropped: the map may be written now.
         self.forget_if_full_in(table, key);
