@@ -32,15 +32,9 @@ pub(crate) use std::sync::{
 // Only the keyed limiter's overflow bucket takes a read-write lock (while
 // its quota changes), and only its quota slots a fence.
 #[cfg(all(tollgate_loom, feature = "keyed"))]
-pub(crate) use loom::sync::{
-    RwLock, RwLockReadGuard, RwLockWriteGuard,
-    atomic::fence,
-};
+pub(crate) use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, atomic::fence};
 #[cfg(all(not(tollgate_loom), feature = "keyed"))]
-pub(crate) use std::sync::{
-    RwLock, RwLockReadGuard, RwLockWriteGuard,
-    atomic::fence,
-};
+pub(crate) use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, atomic::fence};
 
 // Only the local allowance and the keyed allowance's outage flag use a
 // boolean word.

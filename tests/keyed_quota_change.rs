@@ -209,10 +209,21 @@ impl Model {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Acquire { key: u8, cost: u64 },
-    Reserve { key: u8, cost: u64, max_wait_ms: u64 },
-    Advance { ms: u64 },
-    SetQuota { index: usize },
+    Acquire {
+        key: u8,
+        cost: u64,
+    },
+    Reserve {
+        key: u8,
+        cost: u64,
+        max_wait_ms: u64,
+    },
+    Advance {
+        ms: u64,
+    },
+    SetQuota {
+        index: usize,
+    },
     Sweep,
 }
 
@@ -371,7 +382,10 @@ fn deciders_race_a_changer_on_real_threads() {
         .build::<u32>();
     let keys = 2000u32;
     let changes = std::sync::atomic::AtomicU64::new(0);
-    let quotas = [Quota::per_second(50).unwrap(), Quota::per_second(7).unwrap()];
+    let quotas = [
+        Quota::per_second(50).unwrap(),
+        Quota::per_second(7).unwrap(),
+    ];
     let admitted = race_beside(
         3,
         |thread| {
@@ -396,11 +410,17 @@ fn deciders_race_a_changer_on_real_threads() {
     let last = limiter.quota();
     assert!(quotas.contains(&last));
     for key in 0..keys {
-        let total: u64 = admitted.iter().map(|per_thread| per_thread[key as usize]).sum();
+        let total: u64 = admitted
+            .iter()
+            .map(|per_thread| per_thread[key as usize])
+            .sum();
         // A still clock refills nothing: each stretch spends at most the
         // credit carried into it, itself at most what was left.
         assert!(total <= 50, "key {key}: {total} tokens on a still clock");
         assert!(limiter.available(&key) <= last.capacity());
-        assert!(limiter.available(&key) + total <= 50, "key {key} minted credit");
+        assert!(
+            limiter.available(&key) + total <= 50,
+            "key {key} minted credit"
+        );
     }
 }

@@ -38,11 +38,11 @@ use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, DefaultClock, Quota};
 #[cfg(not(tollgate_loom))]
 use cap::KeyCap;
+use config::KeyBound;
+use fingerprint::{Fingerprint, Fingerprinter, PassThrough, hashed_len};
 #[cfg(not(tollgate_loom))]
 use generations::Generations;
 use generations::Held;
-use config::KeyBound;
-use fingerprint::{Fingerprint, Fingerprinter, PassThrough, hashed_len};
 use key_ref::Find;
 use table::Table;
 
@@ -367,11 +367,12 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     {
         let mut granted = 0;
         let decided = self.decide(key, 1, |held, now| {
-            let (n, admission) = held.tat.admit_up_to(&held.gcra, now, want, held.generation).map_err(|wait| {
-                AcquireError::Insufficient {
+            let (n, admission) = held
+                .tat
+                .admit_up_to(&held.gcra, now, want, held.generation)
+                .map_err(|wait| AcquireError::Insufficient {
                     retry_after: held.gcra.duration(wait),
-                }
-            })?;
+                })?;
             granted = n;
             Ok(admission)
         })?;
@@ -405,9 +406,10 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             let overflow = read(&self.overflow);
             let held = self.overflow_held(&overflow);
             let ticks = held.gcra.returned_ticks(admission.tokens, tokens);
-            held.tat.undo(&held.gcra, admission, ticks, held.generation, || {
-                held.gcra.ticks(self.timeline.nanos())
-            });
+            held.tat
+                .undo(&held.gcra, admission, ticks, held.generation, || {
+                    held.gcra.ticks(self.timeline.nanos())
+                });
             return;
         }
         in_table!(self, key, |table| {
@@ -495,7 +497,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         in_table!(self, key, |table| match key.find_in(table) {
             Some(entry) => {
                 let held = entry.held(&self.generations);
-                held.tat.available(&held.gcra, held.gcra.ticks(self.timeline.nanos()))
+                held.tat
+                    .available(&held.gcra, held.gcra.ticks(self.timeline.nanos()))
             }
             None => {
                 let (gcra, tat, now) = self.unknown_in(table, key, self.timeline.nanos());

@@ -153,12 +153,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 let generation = self.generations.current();
                 let gcra = self.generations.gcra(generation);
                 AcquireError::check_cost(cost, gcra.capacity())?;
-                let floor = overflow
-                    .as_ref()
-                    .zip(floor)
-                    .map_or(0, |(overflow, slot)| {
-                        overflow.floors[slot].load(Ordering::Acquire)
-                    });
+                let floor = overflow.as_ref().zip(floor).map_or(0, |(overflow, slot)| {
+                    overflow.floors[slot].load(Ordering::Acquire)
+                });
                 let tat = self.fresh_tat(&gcra, generation, floor, nanos);
                 drop(overflow);
                 let entry = vacant.insert(Entry::new(generation, tat));
@@ -221,7 +218,12 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
 
     /// What a bucket not in `table` would hold for `key` at the clock
     /// reading `nanos`: its quota, state and `now` in its ticks.
-    pub(super) fn unknown_in<M, Q, H>(&self, table: &Table<M, H>, key: &Q, nanos: u64) -> (Gcra, u64, u64)
+    pub(super) fn unknown_in<M, Q, H>(
+        &self,
+        table: &Table<M, H>,
+        key: &Q,
+        nanos: u64,
+    ) -> (Gcra, u64, u64)
     where
         M: Hash + Eq,
         Q: Hash + ?Sized,
@@ -260,8 +262,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             let ticks = held.gcra.returned_ticks(admission.tokens, tokens);
             held.tat
                 .undo(&held.gcra, admission, ticks, held.generation, || {
-                held.gcra.ticks(self.timeline.nanos())
-            });
+                    held.gcra.ticks(self.timeline.nanos())
+                });
         }
         // The guard above is dropped: the map may be written now.
         self.forget_if_full_in(table, key);
@@ -305,13 +307,18 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// them.
     pub(super) fn drop_full_at(&self, nanos: u64) -> usize {
         self.raise_watermarks(nanos);
-        let dropped = self.drop_full(&self.exact, nanos) + self.drop_full(&self.fingerprints, nanos);
+        let dropped =
+            self.drop_full(&self.exact, nanos) + self.drop_full(&self.fingerprints, nanos);
         self.counters.swept(dropped);
         dropped
     }
 
     /// Drops every bucket of `table` full at `nanos`; how many.
-    fn drop_full<M: Hash + Eq, H: BuildHasher + Clone>(&self, table: &Table<M, H>, nanos: u64) -> usize {
+    fn drop_full<M: Hash + Eq, H: BuildHasher + Clone>(
+        &self,
+        table: &Table<M, H>,
+        nanos: u64,
+    ) -> usize {
         let mut dropped = 0;
         // `retain` write-locks one shard at a time; no guard of ours is alive.
         table.retain(|_, entry| {
