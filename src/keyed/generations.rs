@@ -90,6 +90,7 @@ impl Slot {
         }))
     }
 
+    #[inline]
     fn initial(&self) -> InitialCredit {
         match self.initial.load(Ordering::Relaxed) {
             FULL_CREDIT => InitialCredit::Full,
@@ -219,12 +220,11 @@ impl Generations {
         self.slot(generation).quota()
     }
 
-    /// The state in which a new bucket of a live `generation` starts at
-    /// tick zero: its quota's initial credit.
+    /// The initial credit of a live `generation`'s quota, read as
+    /// [`Self::gcra`] is.
     #[inline]
-    pub(crate) fn initial_tat(&self, generation: u64) -> u64 {
-        let slot = self.slot(generation);
-        slot.gcra().initial_tat(slot.initial())
+    pub(crate) fn initial(&self, generation: u64) -> InitialCredit {
+        self.slot(generation).initial()
     }
 
     /// The generation new entries are born in.
