@@ -231,7 +231,9 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
     }
 
     fn undo(&self, taken: &Taken) {
-        self.undo_admission(&taken.admission, taken.tokens);
+        if let Some(admission) = taken.admission() {
+            self.undo_admission(admission, taken.tokens);
+        }
     }
 }
 

@@ -10,8 +10,9 @@ use crate::hierarchy::Step;
 /// A limiter that spends tokens: a [`TokenBucket`](crate::TokenBucket), one
 /// key of a [`KeyedLimiter`](crate::KeyedLimiter) or of a
 /// [`Tiered`](crate::Tiered) ([`KeyLimit`](crate::KeyLimit)), a
-/// [`StripedBucket`](crate::StripedBucket), or any of them wrapped in
-/// [`Counted`](crate::Counted).
+/// [`StripedBucket`](crate::StripedBucket), a window counter
+/// ([`FixedWindow`](crate::FixedWindow), [`SlidingWindow`](crate::SlidingWindow)),
+/// or any of them wrapped in [`Counted`](crate::Counted).
 ///
 /// Its decisions are synchronous and never block: take now
 /// ([`try_acquire`](Self::try_acquire)), take now and wait before use
@@ -98,6 +99,10 @@ pub trait Limit: sealed::Sealed + Sync {
     /// [`docs/semantics.md`](crate::guide::semantics)). A refusal reports
     /// how much later the same call would succeed. Nothing queues: the wait
     /// is the caller's to honour.
+    ///
+    /// A window counter reserves only within its current window (a sliding
+    /// window while the last window's weight fades; a fixed window never):
+    /// [`docs/semantics.md`](crate::guide::semantics), "Windows".
     ///
     /// ```
     /// use std::time::Duration;
@@ -228,7 +233,7 @@ pub(crate) mod sealed {
     /// never mints credit: the data of a [`Receipt`](crate::Receipt).
     #[derive(Clone, Copy, Debug)]
     pub struct Taken {
-        pub(crate) admission: crate::state::Admission,
+        pub(crate) record: Record,
         /// The tokens admitted.
         pub(crate) tokens: u64,
         /// Whether a keyed limiter served it from its overflow bucket
@@ -237,14 +242,53 @@ pub(crate) mod sealed {
         pub(crate) overflow: bool,
     }
 
+    /// What the limit's own word recorded of an admission: a bucket's
+    /// compare-and-swap, or the window a window counter counted it in.
+    #[derive(Clone, Copy, Debug)]
+    pub(crate) enum Record {
+        Bucket(crate::state::Admission),
+        Window(u64),
+    }
+
     impl Taken {
         /// `tokens` admitted by `admission` from a limit's own bucket.
         #[inline]
         pub(crate) fn own(admission: crate::state::Admission, tokens: u64) -> Taken {
             Taken {
-                admission,
+                record: Record::Bucket(admission),
                 tokens,
                 overflow: false,
+            }
+        }
+
+        /// `tokens` counted in the window numbered `index`.
+        #[inline]
+        pub(crate) fn window(index: u64, tokens: u64) -> Taken {
+            Taken {
+                record: Record::Window(index),
+                tokens,
+                overflow: false,
+            }
+        }
+
+        /// The bucket admission this records. A record reaches only the
+        /// limit that made it (receipts and steps hold their limit), so a
+        /// bucket never sees a window's record; were it to, `None` makes
+        /// its undo give back nothing, which mints nothing.
+        #[inline]
+        pub(crate) fn admission(&self) -> Option<&crate::state::Admission> {
+            match &self.record {
+                Record::Bucket(admission) => Some(admission),
+                Record::Window(_) => None,
+            }
+        }
+
+        /// The window this records, by the same argument.
+        #[inline]
+        pub(crate) fn window_index(&self) -> Option<u64> {
+            match self.record {
+                Record::Window(index) => Some(index),
+                Record::Bucket(_) => None,
             }
         }
     }

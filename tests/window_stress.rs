@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tollgate::window::{WindowCounter, WindowKind};
 use tollgate::{
-    AcquireError, Clock, FixedWindow, ManualClock, MonotonicClock, SlidingWindow, WindowQuota,
-    WindowReceipt,
+    AcquireError, Clock, FixedWindow, Limit, ManualClock, MonotonicClock, Receipt, SlidingWindow,
+    WindowQuota,
 };
 
 mod common;
@@ -232,7 +232,7 @@ fn racing_receipts_leave_exactly_what_was_kept() {
             let mut kept = 0;
             for i in 0..ATTEMPTS_PER_THREAD {
                 let cost = 1 + (i + t as u64) % 4;
-                if let Ok(receipt) = WindowReceipt::take(&limiter, cost) {
+                if let Ok(receipt) = Receipt::take(&limiter, cost) {
                     if i % 2 == 0 {
                         receipt.undo();
                     } else {

@@ -37,9 +37,8 @@ where
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
         let (admission, overflow) = self.limiter.acquire_within(self.key, cost, 0)?;
         Ok(Taken {
-            admission,
-            tokens: cost,
             overflow,
+            ..Taken::own(admission, cost)
         })
     }
 
@@ -54,9 +53,8 @@ where
                 .acquire_within(self.key, cost, gcra.ticks_of(max_wait))?;
         let wait = gcra.duration(admission.wait(gcra));
         let taken = Taken {
-            admission,
-            tokens: cost,
             overflow,
+            ..Taken::own(admission, cost)
         };
         Ok((taken, wait))
     }

@@ -374,14 +374,15 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// (`Tat::undo`). A key no longer tracked was full when dropped: nothing
     /// is owed. Drops the key's bucket if the undo left it full.
     pub(crate) fn undo<Q: Find<K> + ?Sized>(&self, key: &Q, taken: &Taken, tokens: u64) {
+        let Some(admission) = taken.admission() else {
+            return;
+        };
         let gcra = self.quota.gcra();
-        let ticks = gcra.returned_ticks(taken.admission.tokens, tokens);
+        let ticks = gcra.returned_ticks(admission.tokens, tokens);
         if taken.overflow {
-            self.overflow
-                .undo(gcra, &taken.admission, ticks, || self.now());
+            self.overflow.undo(gcra, admission, ticks, || self.now());
             return;
         }
-        let admission = &taken.admission;
         in_table!(self, key, |table| {
             self.undo_in(table, key, admission, ticks);
         });
