@@ -1,7 +1,8 @@
 //! Loom models of the window counters' compare-and-swap loop: the race for
 //! a window's last slot, the race of the first decisions of a new window
-//! (the roll-over), a decision on a stale reading across a roll-over, and
-//! a receipt's undo racing a roll-over.
+//! (the roll-over), a decision on a stale reading across a roll-over, a
+//! receipt's undo racing a roll-over, and two reservations racing for the
+//! room a sliding window frees within itself.
 //!
 //! Without `--cfg tollgate_loom` the file is empty; the docs stand before
 //! the cfg so that the empty crate still has them.
