@@ -4,7 +4,6 @@
 use std::hash::BuildHasher;
 use std::time::Duration;
 
-use crate::shared::store::refill_interval;
 use crate::shared::{Grant, Lease, Store};
 use crate::{AcquireError, Clock, DefaultClock, KeyedLimiter, Quota};
 
@@ -84,7 +83,7 @@ impl<C: Clock, S: BuildHasher + Clone> LocalStore<C, S> {
         let capacity = self.buckets.quota().capacity();
         // Nothing granted: the bucket holds less than one token.
         let nothing = |retry_after| Grant {
-            refill_interval: refill_interval(self.buckets.quota()),
+            refill_interval: self.buckets.quota().refill_interval(),
             remaining: Some(0),
             ..Grant::nothing(retry_after, capacity)
         };

@@ -7,7 +7,7 @@ use crossbeam_utils::CachePadded;
 use super::frame::Frame;
 use super::state::WindowState;
 use super::{WindowKind, WindowQuota};
-use crate::limit::{Limit, Taken, sealed};
+use crate::limit::{Limit, Shape, Taken, sealed};
 use crate::{AcquireError, Clock, DefaultClock, QuotaError};
 
 /// A window limit in one cache-padded `AtomicU64`: a [`FixedWindow`](super::FixedWindow)
@@ -199,6 +199,17 @@ impl<K: WindowKind, C: Clock> sealed::Sealed for WindowCounter<K, C> {
             self.state
                 .give_back(&self.frame, index, taken.tokens, self.now());
         }
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::of_window_quota(&self.quota)
+    }
+
+    /// The end of the window the word decides in: where a fixed window
+    /// empties and a sliding one's counts move on.
+    fn idle_reset(&self) -> Duration {
+        let at = self.now();
+        self.frame.until_end(&self.state.view(&self.frame, at), at)
     }
 }
 

@@ -211,6 +211,12 @@ impl<K: WindowKind> Frame<K> {
             .map_or(NEVER, |due| Duration::from_nanos(due.saturating_sub(at)))
     }
 
+    /// The wait from `at` until the end of `view`'s window.
+    pub(crate) fn until_end(&self, view: &View, at: u64) -> Duration {
+        let end = u128::from(view.index + 1) * u128::from(self.window);
+        u64::try_from(end - u128::from(at)).map_or(NEVER, Duration::from_nanos)
+    }
+
     /// Decides a `cost` that does not fit in `view` now, with up to `slack`
     /// nanoseconds of delay: the wait, if the cost fits within the slack
     /// *and within the view's window*. A count can only go into the window

@@ -181,6 +181,12 @@ impl WindowQuota {
         self.window
     }
 
+    /// The window in whole seconds, rounded up, at least 1: what the HTTP
+    /// fields' `w` can say.
+    pub(crate) fn window_seconds(&self) -> u64 {
+        self.window.div_ceil(1_000_000_000).max(1)
+    }
+
     /// How far into its window the clock reading `reading` lies, in
     /// nanoseconds, reading the wall clock for calendar windows.
     pub(crate) fn position_of(&self, reading: u64) -> u64 {
