@@ -219,4 +219,21 @@ impl Quota {
         let seconds = numerator.div_ceil(denominator).max(1);
         u64::try_from(seconds).unwrap_or(u64::MAX)
     }
+
+    /// The quota of parts taken from a valid quota ([`Self::gcra`],
+    /// [`Self::refill`], [`Self::initial_credit`]): a limiter whose quota
+    /// changes keeps them in atomics and puts them back together.
+    #[cfg(feature = "keyed")]
+    pub(crate) fn from_parts(
+        gcra: Gcra,
+        (tokens, period): (u64, Duration),
+        initial: InitialCredit,
+    ) -> Quota {
+        Quota {
+            gcra,
+            tokens,
+            period,
+            initial,
+        }
+    }
 }

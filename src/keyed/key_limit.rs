@@ -35,11 +35,10 @@ where
     S: BuildHasher + Clone,
 {
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        let (admission, overflow) = self.limiter.acquire_within(self.key, cost, 0)?;
-        Ok(Taken {
-            overflow,
-            ..Taken::own(admission, cost)
-        })
+        let decided = self
+            .limiter
+            .acquire_within(self.key, cost, Duration::ZERO)?;
+        Ok(decided.taken(cost))
     }
 
     fn take_within(
@@ -47,16 +46,8 @@ where
         cost: u64,
         max_wait: Duration,
     ) -> Result<(Taken, Duration), AcquireError> {
-        let gcra = self.limiter.quota().gcra();
-        let (admission, overflow) =
-            self.limiter
-                .acquire_within(self.key, cost, gcra.ticks_of(max_wait))?;
-        let wait = gcra.duration(admission.wait(gcra));
-        let taken = Taken {
-            overflow,
-            ..Taken::own(admission, cost)
-        };
-        Ok((taken, wait))
+        let decided = self.limiter.acquire_within(self.key, cost, max_wait)?;
+        Ok((decided.taken(cost), decided.wait()))
     }
 
     fn undo(&self, taken: &Taken) {
@@ -64,7 +55,7 @@ where
     }
 
     fn shape(&self) -> Shape {
-        Shape::of_quota(self.limiter.quota())
+        Shape::of_quota(&self.limiter.quota())
     }
 
     fn idle_reset(&self) -> Duration {

@@ -140,7 +140,7 @@ impl Rule {
         S: BuildHasher + Clone + Send + Sync + 'static,
         F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
     {
-        let policy = RateLimitPolicy::from_quota(name, limiter.quota());
+        let policy = RateLimitPolicy::from_quota(name, &limiter.quota());
         Rule::new(
             policy,
             Limiter::Local(Arc::new(KeyedSource {
