@@ -210,13 +210,22 @@ impl RateLimitPolicy {
 
     /// The policy a limit advertises of itself ([`Shape`]).
     pub(crate) fn from_shape(name: PolicyName, shape: Shape) -> RateLimitPolicy {
-        RateLimitPolicy {
-            name,
-            quota: shape.quota,
-            window: NonZeroU64::new(shape.window_seconds),
-            unit: QuotaUnit::Requests,
-            partition_key: None,
-        }
+        RateLimitPolicy::new(name, 0).with_shape(shape)
+    }
+
+    /// The same policy with the quota and window of `shape`.
+    pub(crate) fn with_shape(mut self, shape: Shape) -> RateLimitPolicy {
+        self.quota = shape.quota;
+        self.window = NonZeroU64::new(shape.window_seconds);
+        self
+    }
+
+    /// The quota and window, if the policy has a window.
+    pub(crate) fn shape(&self) -> Option<Shape> {
+        self.window_seconds().map(|window_seconds| Shape {
+            quota: self.quota,
+            window_seconds,
+        })
     }
 
     /// The same policy with a window of `seconds`.

@@ -12,6 +12,7 @@ use super::rule::Bound;
 use super::shared::{Outcome, Receipt, SharedBound};
 use crate::hierarchy::{Taken, take_all};
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
+use crate::limit::Shape;
 use crate::{AcquireError, HierarchyError, Limit, Step, try_acquire_all};
 
 /// The charges of one request, on the stack for a layer of up to four
@@ -155,6 +156,15 @@ impl<'a> Charge<'a> {
                     (pooled > 0).then(|| (pooled, bound.quota().refill_interval()))
                 }
             },
+        }
+    }
+
+    /// The quota and window this charge's limit advertises now, if it is
+    /// in this process (a shared limit's is the caller's word).
+    pub(super) fn shape(&self) -> Option<Shape> {
+        match &self.limit {
+            Charged::Local { bound, .. } => Some(bound.get().shape()),
+            Charged::Shared { .. } => None,
         }
     }
 

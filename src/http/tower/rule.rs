@@ -77,6 +77,10 @@ type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 #[derive(Clone)]
 pub struct Rule {
     policy: RateLimitPolicy,
+    /// The shape the limiter had when the rule was made, which its policy
+    /// was built from (none for a shared rule, whose quota is the caller's
+    /// word).
+    built: Option<Shape>,
     source: Limiter,
     cost: Option<Arc<CostFn>>,
     when: Option<Arc<Predicate>>,
@@ -113,8 +117,9 @@ impl Rule {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn global<L: Limit + Send + 'static>(name: PolicyName, limit: Arc<L>) -> Rule {
-        let policy = RateLimitPolicy::from_shape(name, limit.shape());
-        Rule::new(policy, Limiter::Local(Arc::new(limit)))
+        let shape = limit.shape();
+        let policy = RateLimitPolicy::from_shape(name, shape);
+        Rule::new(policy, Some(shape), Limiter::Local(Arc::new(limit)))
     }
 
     /// A bucket per key, the key taken from each request by `key`
@@ -140,9 +145,11 @@ impl Rule {
         S: BuildHasher + Clone + Send + Sync + 'static,
         F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
     {
-        let policy = RateLimitPolicy::from_quota(name, &limiter.quota());
+        let shape = Shape::of_quota(&limiter.quota());
+        let policy = RateLimitPolicy::from_shape(name, shape);
         Rule::new(
             policy,
+            Some(shape),
             Limiter::Local(Arc::new(KeyedSource {
                 limiter,
                 key: Box::new(key) as Box<KeyFn<K>>,
@@ -211,12 +218,13 @@ impl Rule {
     {
         let source = SharedSource::new(&name, allowance, *quota, key);
         let policy = RateLimitPolicy::from_quota(name, quota);
-        Rule::new(policy, Limiter::Shared(source))
+        Rule::new(policy, None, Limiter::Shared(source))
     }
 
-    fn new(policy: RateLimitPolicy, source: Limiter) -> Rule {
+    fn new(policy: RateLimitPolicy, built: Option<Shape>, source: Limiter) -> Rule {
         Rule {
             policy,
+            built,
             source,
             cost: None,
             when: None,
@@ -226,7 +234,11 @@ impl Rule {
     }
 
     /// Replaces the advertised policy (to set its unit, say); its name is
-    /// what the fields and `violated-policies` carry.
+    /// what the fields and `violated-policies` carry. A policy with the
+    /// limiter's own quota and window keeps following the limiter (a keyed
+    /// limiter's [`set_quota`](crate::KeyedLimiter::set_quota) reaches the
+    /// fields on the next response); one with another quota or window says
+    /// what it says.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -399,6 +411,17 @@ impl Rule {
     /// ```
     pub fn missing_key(&self) -> MissingKey {
         self.missing
+    }
+
+    /// The limiter's shape this rule's policy follows: the one it was built
+    /// from, unless [`with_policy`](Self::with_policy) gave it another
+    /// quota or window. A policy that follows its limiter advertises the
+    /// limiter's quota as it is at each response (a keyed limiter's
+    /// [`set_quota`](crate::KeyedLimiter::set_quota)); one the caller
+    /// set says what the caller said.
+    pub(super) fn followed_shape(&self) -> Option<Shape> {
+        self.built
+            .filter(|&built| self.policy.shape() == Some(built))
     }
 
     pub(super) fn applies_to(&self, parts: &Parts) -> bool {
