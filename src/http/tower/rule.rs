@@ -90,7 +90,7 @@ pub struct Rule {
 
 impl Rule {
     /// One limit shared by every request: any [`Limit`] (a
-    /// [`TokenBucket`], a [`FixedWindow`](crate::FixedWindow) or
+    /// [`TokenBucket`](crate::TokenBucket), a [`FixedWindow`](crate::FixedWindow) or
     /// [`SlidingWindow`](crate::SlidingWindow), a
     /// [`StripedBucket`](crate::StripedBucket), any of them
     /// [`Counted`](crate::Counted)), advertised under `name` as the limit
