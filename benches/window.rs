@@ -12,10 +12,9 @@
 //!   loop spends in a fraction of a window.
 //! - `window_deny`: a refusal on an exhausted limiter (one an hour), with
 //!   its exact retry time.
-//! - `window_take_undo`: a receipt taken and undone at once, for the
-//!   bucket (`Receipt`) and both windows (`Receipt`): the admission
-//!   path of a sliding window, which that pair keeps from filling, beside
-//!   the others'.
+//! - `window_take_undo`: a `Receipt` taken and undone at once, for the
+//!   bucket and both windows: the admission path of a sliding window,
+//!   which that pair keeps from filling, beside the others'.
 //! - `pacer`: `Pacer::reserve` beside `TokenBucket::reserve` on the same
 //!   capacity-1 quota, idle (one start per nanosecond: every call starts
 //!   at once, or within the coarse clock's tick) and queued (one start per

@@ -567,14 +567,10 @@ impl Config {
         let mut policies = Vec::with_capacity(charges.len());
         let mut limits = Vec::with_capacity(charges.len());
         for charge in charges {
-            let Advert {
-                rule,
-                pk,
-                live,
-                shape,
-            } = self.advert(charge);
-            let mut policy = self.rules[rule].policy().clone();
-            if let Some(shape) = shape {
+            let advert = self.advert(charge);
+            let (pk, live) = (advert.pk, advert.live);
+            let mut policy = self.rules[advert.rule].policy().clone();
+            if let Some(shape) = advert.shape {
                 policy = policy.with_shape(shape);
             }
             if let Some((remaining, reset)) = live {
