@@ -220,7 +220,9 @@ impl RateLimitPolicy {
         self
     }
 
-    /// The quota and window, if the policy has a window.
+    /// The quota and window, if the policy has a window: what the tower
+    /// layer compares with its limit's shape.
+    #[cfg(feature = "tower")]
     pub(crate) fn shape(&self) -> Option<Shape> {
         self.window_seconds().map(|window_seconds| Shape {
             quota: self.quota,

@@ -30,5 +30,4 @@ pub use local::LocalStore;
 pub use pool::{LeasePool, Take};
 #[cfg(feature = "redis")]
 pub use redis::*;
-#[cfg(feature = "tower")]
 pub use store::{Grant, Lease, Store};
