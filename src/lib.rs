@@ -106,6 +106,10 @@ pub use error::{AcquireError, QuotaError};
 pub use hierarchy::{HierarchyError, MAX_STEPS, Step, try_acquire_all};
 #[cfg(feature = "keyed")]
 pub use keyed::{AtCapacity, KeyLimit, KeyRef, KeyTableStats, KeyedBuilder, KeyedLimiter, Tiered};
+/// The keyed limiter's quota generations, for the loom models only.
+#[cfg(all(tollgate_loom, feature = "keyed"))]
+#[doc(hidden)]
+pub use keyed::{Change, Entry, Generations};
 /// The keyed limiter's key cap, for the loom models only.
 #[cfg(all(tollgate_loom, feature = "keyed"))]
 #[doc(hidden)]

@@ -9,7 +9,7 @@ pub(crate) const WORDS: usize = 4;
 
 impl Gcra {
     /// The quota's fields, the small ones packed into the first word.
-    pub(crate) fn to_words(&self) -> [u64; WORDS] {
+    pub(crate) fn to_words(self) -> [u64; WORDS] {
         let packed = self.ticks_per_nano | u64::from(self.shift) << 8 | u64::from(self.exact) << 16;
         [packed, self.interval, self.tolerance, self.capacity]
     }

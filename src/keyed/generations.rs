@@ -90,6 +90,7 @@ impl Slot {
         }))
     }
 
+    #[inline]
     fn initial(&self) -> InitialCredit {
         match self.initial.load(Ordering::Relaxed) {
             FULL_CREDIT => InitialCredit::Full,
@@ -219,12 +220,11 @@ impl Generations {
         self.slot(generation).quota()
     }
 
-    /// The state in which a new bucket of a live `generation` starts at
-    /// tick zero: its quota's initial credit.
+    /// The initial credit of a live `generation`'s quota, read as
+    /// [`Self::gcra`] is.
     #[inline]
-    pub(crate) fn initial_tat(&self, generation: u64) -> u64 {
-        let slot = self.slot(generation);
-        slot.gcra().initial_tat(slot.initial())
+    pub(crate) fn initial(&self, generation: u64) -> InitialCredit {
+        self.slot(generation).initial()
     }
 
     /// The generation new entries are born in.
@@ -279,11 +279,6 @@ impl Generations {
 }
 
 impl Change<'_> {
-    /// The generation this change makes current.
-    pub fn next(&self) -> u64 {
-        self.next
-    }
-
     /// The quotas converted from and to.
     pub(crate) fn gcras(&self) -> (Gcra, Gcra) {
         let generations = self.generations;
@@ -323,5 +318,38 @@ impl Change<'_> {
         self.generations
             .leases_from
             .store(nanos.saturating_add(1), Ordering::Release);
+    }
+}
+
+/// A keyed limiter's decisions on an entry, as the loom models make them on
+/// a stand-in table: the calls `table.rs` makes under the shard's lock.
+#[cfg(tollgate_loom)]
+impl Generations {
+    /// A new key's entry, full, born in the current generation: read, as
+    /// `insert_in` reads it, under the table's write lock.
+    pub fn born(&self) -> Entry {
+        Entry::new(self.current(), crate::gcra::FULL)
+    }
+
+    /// Takes `cost` tokens from `entry` (held for reading) at the clock
+    /// reading `nanos`: the generation the admission was stamped with.
+    pub fn try_acquire(&self, entry: &Entry, nanos: u64, cost: u64) -> Result<u64, AcquireError> {
+        let held = entry.held(self);
+        let admission = held.admit(held.gcra.ticks(nanos), cost, 0)?;
+        Ok(admission.generation)
+    }
+
+    /// Whole tokens in `entry` (held for reading) at `nanos`.
+    pub fn available(&self, entry: &Entry, nanos: u64) -> u64 {
+        let held = entry.held(self);
+        held.tat.available(&held.gcra, held.gcra.ticks(nanos))
+    }
+}
+
+#[cfg(tollgate_loom)]
+impl Entry {
+    /// The generation the entry's state is kept in.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 }

@@ -76,7 +76,9 @@ macro_rules! in_table {
 /// [`TokenBucket`](crate::TokenBucket), in a sharded map ([`dashmap`]).
 ///
 /// A key's bucket is created on its first decision, with the quota's initial
-/// credit, and is eight bytes of state beside the key. Keys are typed values:
+/// credit, and is sixteen bytes beside the key (its state, and the quota
+/// generation it is kept in: the quota may change at run time,
+/// [`set_quota`](Self::set_quota)). Keys are typed values:
 /// a composite key is a tuple or a struct, so `("a:b", "c")` and
 /// `("a", "b:c")` are different keys.
 ///

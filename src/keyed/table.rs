@@ -115,9 +115,6 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         Q: KeyRef<M> + ?Sized,
         H: BuildHasher + Clone,
     {
-        // A cost no bucket could take creates nothing (checked again under
-        // the lock, against the generation the bucket is born in).
-        AcquireError::check_cost(cost, self.quota().capacity())?;
         // The key's own code runs below (`to_owned`, and `hash` and `eq` in
         // the map) and may panic. Whatever its outcome must depend on is
         // settled first: the floor is found before anything is admitted (a
@@ -131,12 +128,16 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         let place = self.take_place(nanos);
         if place.is_none() && self.bound.at_capacity == AtCapacity::Deny {
             // Refusing needs no write lock and no owned key; only a bucket
-            // created for this key meanwhile is worth a second look.
+            // created for this key meanwhile is worth a second look. A cost
+            // no bucket could take is refused as such.
             return match key.find_in(table) {
                 Some(raced) => Ok(Bucket::Own(raced)),
-                None => Err(AcquireError::TooManyKeys {
-                    max_keys: self.bound.max_keys,
-                }),
+                None => {
+                    AcquireError::check_cost(cost, self.quota().capacity())?;
+                    Err(AcquireError::TooManyKeys {
+                        max_keys: self.bound.max_keys,
+                    })
+                }
             };
         }
         match (table.entry(key.to_owned()), place) {
@@ -152,6 +153,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 let overflow = floor.map(|_| read(&self.overflow));
                 let generation = self.generations.current();
                 let gcra = self.generations.gcra(generation);
+                // A cost no bucket could take creates nothing.
                 AcquireError::check_cost(cost, gcra.capacity())?;
                 let floor = overflow.as_ref().zip(floor).map_or(0, |(overflow, slot)| {
                     overflow.floors[slot].load(Ordering::Acquire)
@@ -195,7 +197,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     pub(super) fn fresh_tat(&self, gcra: &Gcra, generation: u64, floor: u64, nanos: u64) -> u64 {
         let initial = gcra
             .ticks(nanos)
-            .saturating_add(self.generations.initial_tat(generation));
+            .saturating_add(gcra.initial_tat(self.generations.initial(generation)));
         initial
             .max(gcra.ticks(self.swept_at.load(Ordering::Acquire)))
             .max(floor)
