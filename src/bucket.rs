@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::limit::{Limit, Taken, sealed};
+use crate::limit::{Limit, Shape, Taken, sealed};
 use crate::state::{Admission, FIRST, Tat};
 use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, DefaultClock, Quota};
@@ -232,7 +232,17 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
     }
 
     fn undo(&self, taken: &Taken) {
-        self.undo_admission(&taken.admission, taken.tokens);
+        if let Some(admission) = taken.admission() {
+            self.undo_admission(admission, taken.tokens);
+        }
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::of_quota(&self.quota)
+    }
+
+    fn idle_reset(&self) -> Duration {
+        self.quota.refill_interval()
     }
 }
 

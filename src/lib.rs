@@ -119,7 +119,7 @@ pub use pacer::Pacer;
 pub use quota::{InitialCredit, Quota};
 pub use receipt::Receipt;
 pub use striped::StripedBucket;
-pub use window::{FixedWindow, SlidingWindow, WindowLimit, WindowQuota, WindowReceipt};
+pub use window::{FixedWindow, SlidingWindow, WindowQuota};
 
 /// Compiles and runs the README's examples as doc tests, so the quickstart
 /// cannot drift from the API.

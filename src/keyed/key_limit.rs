@@ -4,7 +4,7 @@ use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 use super::KeyRef;
-use crate::limit::{Limit, Taken, sealed};
+use crate::limit::{Limit, Shape, Taken, sealed};
 use crate::{AcquireError, Clock, KeyedLimiter};
 
 /// One key of a [`KeyedLimiter`] (or of a [`Tiered`](crate::Tiered)): a
@@ -52,6 +52,14 @@ where
 
     fn undo(&self, taken: &Taken) {
         self.limiter.undo(self.key, taken, taken.tokens);
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::of_quota(&self.limiter.quota())
+    }
+
+    fn idle_reset(&self) -> Duration {
+        self.limiter.quota().refill_interval()
     }
 }
 

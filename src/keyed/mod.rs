@@ -403,7 +403,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// tracked was full when dropped: nothing is owed. Drops the key's
     /// bucket if the undo left it full.
     pub(crate) fn undo<Q: Find<K> + ?Sized>(&self, key: &Q, taken: &Taken, tokens: u64) {
-        let admission = &taken.admission;
+        let Some(admission) = taken.admission() else {
+            return;
+        };
         if taken.overflow {
             let overflow = read(&self.overflow);
             let held = self.overflow_held(&overflow);
@@ -797,9 +799,8 @@ impl Decided {
     /// What [`Limit`](crate::Limit)'s layers keep of it to undo it.
     fn taken(&self, tokens: u64) -> Taken {
         Taken {
-            admission: self.admission,
-            tokens,
             overflow: self.overflow,
+            ..Taken::own(self.admission, tokens)
         }
     }
 }

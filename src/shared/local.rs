@@ -4,7 +4,6 @@
 use std::hash::BuildHasher;
 use std::time::Duration;
 
-use crate::shared::store::refill_interval;
 use crate::shared::{Grant, Lease, Store};
 use crate::{AcquireError, Clock, DefaultClock, KeyedLimiter, Quota};
 
@@ -115,7 +114,7 @@ impl<C: Clock, S: BuildHasher + Clone> LocalStore<C, S> {
         let quota = self.buckets.quota();
         // Nothing granted: the bucket holds less than one token.
         let nothing = |retry_after, capacity| Grant {
-            refill_interval: refill_interval(&quota),
+            refill_interval: quota.refill_interval(),
             remaining: Some(0),
             ..Grant::nothing(retry_after, capacity)
         };
