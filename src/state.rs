@@ -18,6 +18,18 @@ use crate::sync::{AtomicU64, Ordering};
 #[derive(Debug)]
 pub(crate) struct Tat(AtomicU64);
 
+/// The state word of a state that moved to another quota: written once, by
+/// [`Tat::seal`], and never replaced. No operation writes it otherwise
+/// (every decision stops at [`LAST`](crate::gcra::LAST)), and every
+/// operation on it fails of itself, without a check of its own: a decision
+/// overflows (`max(tat, now) + cost` with a cost of at least a tick) and is
+/// refused, `available` is zero, an undo's compare-and-swap cannot match
+/// and its inexact half sees a debt, so it gives nothing. Only the
+/// unconditional writes ([`Tat::refund`], [`Tat::reset`]) look for it. The
+/// holder of the word tells a refusal from a seal by loading it again
+/// ([`Tat::is_sealed`]), on the refusal's path only.
+pub(crate) const SEALED: u64 = u64::MAX;
+
 /// One admission as the state word recorded it: enough to undo it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Admission {
@@ -281,10 +293,14 @@ impl Tat {
     }
 
     /// Returns `cost` tokens unconditionally (the caller vouches for them),
-    /// rounded down to whole ticks.
-    pub(crate) fn refund(&self, gcra: &Gcra, cost: u64) {
-        let refunded: Result<_, Infallible> = self.update(|tat| Ok(gcra.refunded(tat, cost)));
-        let Ok(_) = refunded;
+    /// rounded down to whole ticks. Returns false, changing nothing, if the
+    /// state is sealed.
+    pub(crate) fn refund(&self, gcra: &Gcra, cost: u64) -> bool {
+        self.update(|tat| match tat {
+            SEALED => Err(()),
+            tat => Ok(gcra.refunded(tat, cost)),
+        })
+        .is_ok()
     }
 
     /// Whole tokens available at `now`.
@@ -307,11 +323,47 @@ impl Tat {
         self.0.fetch_max(at, Ordering::AcqRel);
     }
 
-    pub(crate) fn reset(&self) {
-        // A read-modify-write rather than a plain store: the same cost off the
-        // hot path, and loom (which mis-orders a store racing a
-        // compare-and-swap, tokio-rs/loom#254) can then check it soundly.
-        self.0.swap(FULL, Ordering::AcqRel);
+    /// Makes the bucket full. Returns false, changing nothing, if the state
+    /// is sealed.
+    pub(crate) fn reset(&self) -> bool {
+        // A compare-and-swap loop rather than a swap, which would unseal a
+        // sealed word. (Not a plain store either: loom mis-orders a store
+        // racing a compare-and-swap, tokio-rs/loom#254.)
+        self.update(|tat| match tat {
+            SEALED => Err(()),
+            _ => Ok(FULL),
+        })
+        .is_ok()
+    }
+
+    /// Whether the state has moved to another quota for good. Acquire:
+    /// whoever sees the seal sees everything written before it (the
+    /// successor's state, and where to find it).
+    #[inline]
+    pub(crate) fn is_sealed(&self) -> bool {
+        self.0.load(Ordering::Acquire) == SEALED
+    }
+
+    /// Seals the state: `carry` is given each state the seal may replace
+    /// (it writes the successor's state from it), and the compare-and-swap
+    /// from that state to [`SEALED`] is retried until it succeeds, so the
+    /// successor holds the carry of exactly the state that was sealed. The
+    /// caller must be the only one to seal this word. Linearizes at the
+    /// successful compare-and-swap; release, so whoever sees the seal sees
+    /// what `carry` wrote.
+    pub(crate) fn seal(&self, mut carry: impl FnMut(u64)) {
+        let sealed: Result<_, Infallible> = self.update(|tat| {
+            carry(tat);
+            Ok(SEALED)
+        });
+        let Ok(_) = sealed;
+    }
+
+    /// Writes the state of a word no other thread can reach yet (a
+    /// successor before its predecessor's seal publishes it).
+    pub(crate) fn set(&self, tat: u64) {
+        // Relaxed: the seal's release publishes it.
+        self.0.store(tat, Ordering::Relaxed);
     }
 }
 

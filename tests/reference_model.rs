@@ -548,7 +548,7 @@ proptest! {
             let cost = h.cost(cost);
             if h.bucket.try_acquire(cost).is_ok() {
                 admitted += q(cost);
-                error += spec.charge_error_ns(quota, cost);
+                error += spec.charge_error_ns(&quota, cost);
             }
         }
         let debt = h.bucket.retry_after(spec.capacity).unwrap();

@@ -147,7 +147,7 @@ impl<'a> Charge<'a> {
                 let available = bound.available();
                 Some((
                     available,
-                    next_token(bound.quota(), available, |cost| bound.retry_after(cost)),
+                    next_token(&bound.quota(), available, |cost| bound.retry_after(cost)),
                 ))
             }
             Charged::Shared { bound, outcome, .. } => match outcome {
@@ -156,7 +156,7 @@ impl<'a> Charge<'a> {
                 }
                 _ => {
                     let pooled = bound.pooled();
-                    (pooled > 0).then(|| (pooled, refill_interval(bound.quota())))
+                    (pooled > 0).then(|| (pooled, refill_interval(&bound.quota())))
                 }
             },
         }

@@ -98,7 +98,7 @@ impl Rule {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn global<C: Clock + 'static>(name: PolicyName, bucket: Arc<TokenBucket<C>>) -> Rule {
-        let policy = RateLimitPolicy::from_quota(name, bucket.quota());
+        let policy = RateLimitPolicy::from_quota(name, &bucket.quota());
         Rule::new(policy, Limiter::Local(Arc::new(bucket)))
     }
 
@@ -461,7 +461,7 @@ pub(super) trait Source: Send + Sync {
 /// A limit bound to one request: the limiter and, if keyed, the key. Its
 /// take, undo, wait and availability are those of a [`Limit`].
 pub(super) trait Bound: Limit + Send {
-    fn quota(&self) -> &Quota;
+    fn quota(&self) -> Quota;
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey>;
     /// This binding, owning its key: for a charge kept until its response
     /// (to give back, or to advertise), or one that waits for a store.
@@ -478,7 +478,7 @@ impl<C: Clock + 'static> Source for Arc<TokenBucket<C>> {
 // The bucket's method is named through `TokenBucket`: called on the
 // `Arc`, `quota` would resolve to this very method.
 impl<C: Clock + 'static> Bound for Arc<TokenBucket<C>> {
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         TokenBucket::quota(self)
     }
     fn partition(&self, _: &PartitionKeys, _: &PolicyName) -> Option<PartitionKey> {
@@ -580,8 +580,8 @@ where
     C: Clock + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
-    fn quota(&self) -> &Quota {
-        self.limiter.quota()
+    fn quota(&self) -> Quota {
+        *self.limiter.quota()
     }
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
         Some(keys.key(name, self.key))
@@ -635,8 +635,8 @@ where
     C: Clock + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
-    fn quota(&self) -> &Quota {
-        self.limiter.quota()
+    fn quota(&self) -> Quota {
+        *self.limiter.quota()
     }
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
         self.view().partition(keys, name)
