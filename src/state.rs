@@ -23,9 +23,10 @@ pub(crate) struct Tat(AtomicU64);
 /// (every decision stops at [`LAST`](crate::gcra::LAST)), and every
 /// operation on it fails of itself, without a check of its own: a decision
 /// overflows (`max(tat, now) + cost` with a cost of at least a tick) and is
-/// refused, `available` is zero, an undo's compare-and-swap cannot match
-/// and its inexact half sees a debt, so it gives nothing. Only the
-/// unconditional writes ([`Tat::refund`], [`Tat::reset`]) look for it. The
+/// refused, `available` is zero, an undo's compare-and-swap cannot match.
+/// Only the writes that could otherwise lower it look for it: the inexact
+/// undo (whose debt test saturates at the end of the clock range), and the
+/// unconditional [`Tat::refund`] and [`Tat::reset`]. The
 /// holder of the word tells a refusal from a seal by loading it again
 /// ([`Tat::is_sealed`]), on the refusal's path only.
 pub(crate) const SEALED: u64 = u64::MAX;
@@ -243,7 +244,9 @@ impl Tat {
         // `Err(())` means nothing is owed back any more: the state stays.
         let _ = self.update(|tat| {
             let now = now();
-            if gcra.wait(tat, now) > 0 {
+            // A sealed word shows a debt too, except at the very end of the
+            // clock range, where the debt test saturates: checked by name.
+            if tat == SEALED || gcra.wait(tat, now) > 0 {
                 return Err(());
             }
             let held_for = now.saturating_sub(at);
@@ -426,6 +429,26 @@ mod tests {
         assert_eq!(tat.undo(&g, &admission, 1000, FIRST + 1, || 500), 0);
         assert_eq!(tat.0.load(Ordering::Acquire), 1500);
         assert_eq!(tat.undo(&g, &admission, 1000, FIRST, || 500), 1000);
+    }
+
+    #[test]
+    fn every_operation_on_a_sealed_word_fails_and_leaves_it_sealed() {
+        let (g, tat) = (gcra(), Tat::new(FULL));
+        let admission = tat.admit(&g, 0, 1, 1000, 0, FIRST).unwrap();
+        tat.seal(|state| assert_eq!(state, 1000));
+        let end = u64::MAX - 1;
+        for now in [0, 5000, end, u64::MAX] {
+            assert!(tat.admit(&g, now, 1, 1000, u64::MAX, FIRST).is_err());
+            assert!(tat.admit_up_to(&g, now, 2, FIRST).is_err());
+            assert!(tat.wait_for(&g, now, 1000) > 0);
+            assert_eq!(tat.available(&g, now), 0);
+            assert_eq!(tat.undo(&g, &admission, 1000, FIRST, || now), 0);
+            assert_eq!(tat.undo_inexact(&g, now, 1000, 1000, || now), 0);
+            assert!(tat.is_sealed(), "at {now}");
+        }
+        assert!(!tat.refund(&g, 2));
+        assert!(!tat.reset());
+        assert!(tat.is_sealed());
     }
 
     #[test]
