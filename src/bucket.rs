@@ -9,7 +9,7 @@ use crate::limit::{Limit, Taken, sealed};
 use crate::state::Admission;
 use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, DefaultClock, Quota};
-use chain::States;
+use chain::{State, States};
 
 /// A token bucket whose whole state is one cache-padded `AtomicU64`.
 ///
@@ -160,37 +160,41 @@ impl<C: Clock> TokenBucket<C> {
         )
     }
 
-    /// Admits `cost` tokens to be used after a wait of at most `max_wait`:
-    /// validates the cost, reads the clock, and runs the decision in the
-    /// state's compare-and-swap loop. Returns the admission and its wait.
-    /// Every admission of the bucket comes through here
-    /// ([`docs/design.md`](crate::guide::design), "The decision path").
-    // Always inlined: out of line, its result comes back through memory and
-    // the caller copies it (`docs/benchmarks.md`, "Measured design choices").
+    /// Admits `cost` tokens on `state` with up to `slack(gcra)` ticks of
+    /// delay: validates the cost, reads the clock, and runs the decision in
+    /// the state's compare-and-swap loop. Every admission of the bucket
+    /// comes through here ([`docs/design.md`](crate::guide::design), "The
+    /// decision path").
+    // Always inlined, as are its callers: out of line, its result comes
+    // back through memory and the caller copies it (`docs/benchmarks.md`,
+    // "Measured design choices").
     #[inline(always)]
-    pub(crate) fn admit(
+    fn admit_on(
         &self,
+        state: &State,
+        cost: u64,
+        slack: impl FnOnce(&Gcra) -> u64,
+    ) -> Result<Admission, AcquireError> {
+        let gcra = state.gcra();
+        let cost_ticks = gcra.cost_ticks(cost)?;
+        let now = self.timeline.now(gcra);
+        state
+            .tat
+            .admit(gcra, now, cost, cost_ticks, slack(gcra), state.generation)
+    }
+
+    /// [`Self::admit_on`] with a wait of up to `max_wait`: the admission
+    /// and the wait before its tokens exist, under the quota that admitted.
+    #[inline(always)]
+    fn wait_on(
+        &self,
+        state: &State,
         cost: u64,
         max_wait: Duration,
     ) -> Result<(Admission, Duration), AcquireError> {
-        self.states.on_state(
-            #[inline(always)]
-            |state| {
-                let gcra = state.gcra();
-                let cost_ticks = gcra.cost_ticks(cost)?;
-                let now = self.timeline.now(gcra);
-                let admission = state.tat.admit(
-                    gcra,
-                    now,
-                    cost,
-                    cost_ticks,
-                    gcra.ticks_of(max_wait),
-                    state.generation,
-                )?;
-                Ok((admission, gcra.duration(admission.wait(gcra))))
-            },
-            Result::is_err,
-        )
+        let admission = self.admit_on(state, cost, |gcra| gcra.ticks_of(max_wait))?;
+        let gcra = state.gcra();
+        Ok((admission, gcra.duration(admission.wait(gcra))))
     }
 
     /// Returns `cost` tokens unconditionally: a trusted operation, for a
@@ -324,17 +328,26 @@ impl<C: Clock> TokenBucket<C> {
 impl<C: Clock> sealed::Sealed for TokenBucket<C> {
     #[inline(always)]
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        let (admission, _) = self.admit(cost, Duration::ZERO)?;
+        let admission = self.states.on_state(
+            #[inline(always)]
+            move |state| self.admit_on(state, cost, |_| 0),
+            Result::is_err,
+        )?;
         Ok(Taken::own(admission, cost))
     }
 
+    // The wait is computed inside, under the quota that admitted.
     #[inline(always)]
     fn take_within(
         &self,
         cost: u64,
         max_wait: Duration,
     ) -> Result<(Taken, Duration), AcquireError> {
-        let (admission, wait) = self.admit(cost, max_wait)?;
+        let (admission, wait) = self.states.on_state(
+            #[inline(always)]
+            move |state| self.wait_on(state, cost, max_wait),
+            Result::is_err,
+        )?;
         Ok((Taken::own(admission, cost), wait))
     }
 
@@ -343,7 +356,29 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
     }
 }
 
+// `try_acquire` and `reserve` decide on their own, rather than through
+// `take` and `take_within` as the trait's defaults do: a decision may run
+// on the inline state or on a successor, and the two outcomes meet as a
+// value built in memory unless that value is as small as their own.
 impl<C: Clock> Limit for TokenBucket<C> {
+    #[inline(always)]
+    fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
+        self.states.on_state(
+            #[inline(always)]
+            move |state| self.admit_on(state, cost, |_| 0).map(drop),
+            Result::is_err,
+        )
+    }
+
+    #[inline(always)]
+    fn reserve(&self, cost: u64, max_wait: Duration) -> Result<Duration, AcquireError> {
+        self.states.on_state(
+            #[inline(always)]
+            move |state| self.wait_on(state, cost, max_wait).map(|(_, wait)| wait),
+            Result::is_err,
+        )
+    }
+
     fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
         self.states.on_state(
             |state| {

@@ -89,47 +89,59 @@ impl States {
     ) -> R {
         let outcome = op(&self.first);
         if maybe_moved(&outcome) && self.first.tat.is_sealed() {
-            return self.follow(&self.first, outcome, op, maybe_moved);
+            // The outcome is not handed over: a value passed to the cold
+            // path would be built in memory on every call.
+            return self.follow(&self.first, op, maybe_moved);
         }
         outcome
     }
 
-    /// [`Self::on_state`] past a sealed `from`, whose outcome was `moved`.
+    /// [`Self::on_state`] past the sealed state `from`: a loop of its own,
+    /// out of line, so that the guards it holds on the states it visits
+    /// cost the inline state's path nothing (not even a drop flag).
     #[cold]
     #[inline(never)]
     fn follow<R>(
         &self,
         from: &State,
-        moved: R,
         op: impl Fn(&State) -> R,
         maybe_moved: impl Fn(&R) -> bool,
     ) -> R {
         let mut loaded = self.successor(from);
-        let mut outcome = moved;
-        // A sealed state's successor is stored before the seal and
-        // cleared only after `current` holds it, so a state is always
-        // found; were none, the refusal in hand would be the safe answer.
-        while let Some(state) = loaded.as_deref() {
-            outcome = op(state);
+        loop {
+            // `successor` always finds one; were none, the sealed state's
+            // refusal would be the safe answer.
+            let Some(state) = loaded.as_deref() else {
+                return op(from);
+            };
+            let outcome = op(state);
             if !(maybe_moved(&outcome) && state.tat.is_sealed()) {
-                break;
+                return outcome;
             }
             let next = self.successor(state);
             loaded = next;
         }
-        outcome
     }
 
-    /// The state a sealed `state` moved to, or a later one.
+    /// The state a sealed `state` moved to, or a later one: `current`,
+    /// unless it still holds `state` (the change that sealed it has not
+    /// stored it yet), and then `state.next`. A `state` that was sealed was
+    /// current before (the change that sealed it stored it first, and this
+    /// thread saw that seal), so `current` is never older than it. Loops
+    /// at most twice: `next` is cleared only after `current` moved on.
     fn successor(&self, state: &State) -> Loaded<State> {
-        let next = state.next.load();
-        if next.is_some() {
-            next
-        } else {
-            // Cleared: `current` already holds the successor or a later
-            // state (the clearing store came after it, and this load saw
-            // the clearing).
-            self.current.load()
+        loop {
+            let current = self.current.load();
+            if current
+                .as_deref()
+                .is_some_and(|current| !std::ptr::eq(current, state))
+            {
+                return current;
+            }
+            let next = state.next.load();
+            if next.is_some() {
+                return next;
+            }
         }
     }
 
