@@ -25,44 +25,11 @@ use proptest::prelude::*;
 use tollgate::{AcquireError, Limit, ManualClock, Quota, Receipt, StripedBucket, TokenBucket};
 
 mod common;
-use common::{Envelope, race, race_beside};
-
-type Q = Ratio<i128>;
-
-fn q(n: u64) -> Q {
-    Q::from_integer(i128::from(n))
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-fn ceil_nanos(x: Q) -> u64 {
-    u64::try_from(x.ceil().to_integer().max(0)).unwrap()
-}
+use common::{Envelope, FAST_RATES, PERIODS_NS, Q, ceil_nanos, nanos, q, race, race_beside};
 
 fn floor_tokens(x: Q) -> u64 {
     u64::try_from(x.floor().to_integer().max(0)).unwrap()
 }
-
-/// Periods whose intervals are whole nanoseconds, ticks of `1/d` ns for
-/// every `d` up to 8, rounded up per token, or charged per request.
-const PERIODS_NS: [u64; 7] = [
-    1_000_000_000,
-    7_000_000_000,
-    1_000_000,
-    333,
-    1_001,
-    3_333_333,
-    999_999_937,
-];
-
-/// Rates charged per request: `(tokens, period_ns)`.
-const FAST_RATES: [(u64, u64); 3] = [
-    (64 << 20, 1_000_000_000),
-    (3_000_000_007, 1_000_000_000),
-    (999_999_937, 1_000),
-];
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Spec {

@@ -156,7 +156,7 @@ impl<'a> Charge<'a> {
                 }
                 _ => {
                     let pooled = bound.pooled();
-                    (pooled > 0).then(|| (pooled, refill_interval(&bound.quota())))
+                    (pooled > 0).then(|| (pooled, refill_interval(bound.quota())))
                 }
             },
         }
