@@ -35,7 +35,9 @@ use slots::{Drained, Slots, Take};
 /// - a lease: the bucket's compare-and-swap that grants it (the pool then
 ///   publishes the slots before any take can spend them);
 /// - [`flush`](Self::flush), per pool: the compare-and-swap that empties it,
-///   then the bucket's undo.
+///   then the bucket's undo;
+/// - [`set_quota`](Self::set_quota): the bucket's seal, after every pool's
+///   (a take from a pool linearizes before its pool's seal).
 ///
 /// The price is precision near the limit: tokens can sit in other threads'
 /// pools while a thread is refused (up to about `1.5 × lease` per stripe,
