@@ -18,6 +18,10 @@
 //!   (three per nanosecond), one rounded per token (11/s) and one charged
 //!   per request (1 GiB/s). With the clock nearly free, these rows isolate
 //!   the core's own arithmetic.
+//! - `quota_change`: on the same clock, a bucket (and a striped bucket)
+//!   whose quota never changed beside one that changed once
+//!   (`set_quota`), admitted and refused: what a change costs the
+//!   decisions after it (`docs/benchmarks.md`, "Changing a quota").
 //!
 //! The baselines of `allow` and `deny`, beside `tollgate`:
 //!
@@ -58,7 +62,7 @@ use criterion::{
 use crossbeam_utils::CachePadded;
 use governor::RateLimiter;
 use governor::clock::{Clock as GovernorClock, MonotonicClock as GovernorMonotonic, QuantaClock};
-use tollgate::{Clock, Limit, ManualClock, MonotonicClock, Quota, TokenBucket};
+use tollgate::{Clock, Limit, ManualClock, MonotonicClock, Quota, StripedBucket, TokenBucket};
 
 mod common;
 use common::{SameQuota, coarse_clock, for_each_clock_class, quanta_upkeep_clock};
@@ -311,9 +315,57 @@ fn manual(c: &mut Criterion) {
     group.finish();
 }
 
+/// `quota` as built, or reached by a change from a quota one token larger.
+fn changed_or_not(quota: Quota, changed: bool) -> TokenBucket<ManualClock> {
+    if !changed {
+        return TokenBucket::with_clock(quota, ManualClock::new());
+    }
+    let (tokens, period) = quota.refill();
+    let before = Quota::new(quota.capacity() + 1, tokens, period).expect("a valid quota");
+    let bucket = TokenBucket::with_clock(before, ManualClock::new());
+    bucket.set_quota(quota);
+    bucket
+}
+
+fn quota_change(c: &mut Criterion) {
+    let mut group = c.benchmark_group("quota_change");
+    for (path, capacity) in [("allow", 1 << 40), ("deny", 1)] {
+        let quota = Quota::new(capacity, 1, Duration::from_nanos(1)).expect("a valid quota");
+        for changed in [false, true] {
+            let bucket = changed_or_not(quota, changed);
+            let name = if changed { "changed" } else { "unchanged" };
+            bench_decision(
+                &mut group,
+                path,
+                name,
+                path == "allow",
+                || black_box(&bucket).try_acquire(1),
+                Result::is_ok,
+            );
+        }
+    }
+    let quota = Quota::new(1 << 40, 1, Duration::from_nanos(1)).expect("a valid quota");
+    for changed in [false, true] {
+        let striped = StripedBucket::with_clock(quota, ManualClock::new(), 1, 64);
+        if changed {
+            striped.set_quota(Quota::new(1 << 39, 1, Duration::from_nanos(1)).expect("valid"));
+        }
+        let name = if changed { "changed" } else { "unchanged" };
+        bench_decision(
+            &mut group,
+            "striped",
+            name,
+            true,
+            || black_box(&striped).try_acquire(1),
+            Result::is_ok,
+        );
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = common::config();
-    targets = clock, allow, deny, manual
+    targets = clock, allow, deny, manual, quota_change
 }
 criterion_main!(benches);

@@ -1,18 +1,22 @@
 //! The lock-free token bucket: one atomic word, one compare-and-swap loop.
 
+mod chain;
+
 use std::time::Duration;
 
-use crossbeam_utils::CachePadded;
-
+use crate::gcra::Gcra;
 use crate::limit::{Limit, Shape, Taken, sealed};
-use crate::state::{Admission, FIRST, Tat};
+use crate::state::Admission;
 use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, DefaultClock, Quota};
+use chain::{State, States};
 
 /// A token bucket whose whole state is one cache-padded `AtomicU64`.
 ///
 /// Every decision reads the clock once, then runs a compare-and-swap loop on
-/// the state; a denial never writes. The quota beside the state is immutable.
+/// the state; a denial never writes. The quota can change at run time
+/// ([`set_quota`](Self::set_quota)), carrying the state over by the rule of
+/// [`docs/semantics.md`](crate::guide::semantics), "Changing a quota".
 ///
 /// Linearization points (see [`docs/design.md`](crate::guide::design)):
 /// - an admission ([`try_acquire`](Limit::try_acquire), [`reserve`](Limit::reserve))
@@ -23,7 +27,10 @@ use crate::{AcquireError, Clock, DefaultClock, Quota};
 ///   compare-and-swap (or, if nothing is owed any more, at the load that
 ///   showed it);
 /// - [`refund`](Self::refund) at its successful compare-and-swap;
-/// - [`reset`](Self::reset) at its swap.
+/// - [`reset`](Self::reset) at its successful compare-and-swap;
+/// - [`set_quota`](Self::set_quota) at the compare-and-swap that seals the
+///   old quota's state; an operation that meets the seal wrote nothing, and
+///   runs again under the new quota, linearizing there.
 ///
 /// Its decisions are the methods of [`Limit`].
 ///
@@ -43,10 +50,10 @@ use crate::{AcquireError, Clock, DefaultClock, Quota};
 /// ```
 #[derive(Debug)]
 pub struct TokenBucket<C = DefaultClock> {
-    /// The GCRA theoretical arrival time, in the quota's ticks since the
-    /// timeline's origin.
-    tat: CachePadded<Tat>,
-    quota: Quota,
+    /// The GCRA theoretical arrival time and the quota it is kept under,
+    /// in the quota's ticks since the timeline's origin: inline, and on the
+    /// heap after a change of quota.
+    states: States,
     timeline: Timeline<C>,
 }
 
@@ -82,58 +89,112 @@ impl<C: Clock> TokenBucket<C> {
         // credit is a debt from there.
         let tat = quota.gcra().initial_tat(quota.initial_credit());
         TokenBucket {
-            tat: CachePadded::new(Tat::new(tat)),
-            quota,
+            states: States::new(quota, tat),
             timeline: Timeline::new(clock),
         }
     }
 
-    /// The current tick of this bucket's timeline, on which a striped
-    /// bucket's pools place their slots too.
+    /// The current tick of this bucket's timeline in `gcra`'s ticks, on
+    /// which a striped bucket's pools place their slots too.
     #[inline]
-    pub(crate) fn now(&self) -> u64 {
-        self.timeline.now(self.quota.gcra())
+    pub(crate) fn ticks_now(&self, gcra: &Gcra) -> u64 {
+        self.timeline.now(gcra)
+    }
+
+    /// The quota in force and its generation (0 before any change).
+    pub(crate) fn in_force(&self) -> (Quota, u64) {
+        self.states.in_force()
     }
 
     /// Gives back `tokens` of what `admission` took (all of it from
     /// `admission.tokens` on), by the one rule that never mints credit
-    /// (`Tat::undo`); returns the ticks given back.
+    /// (`Tat::undo`; nothing across a change of quota); returns the ticks
+    /// given back.
     pub(crate) fn undo_admission(&self, admission: &Admission, tokens: u64) -> u64 {
-        let gcra = self.quota.gcra();
-        let ticks = gcra.returned_ticks(admission.tokens, tokens);
-        self.tat.undo(gcra, admission, ticks, FIRST, || self.now())
+        self.states.on_state(
+            |state| {
+                let gcra = state.gcra();
+                let ticks = gcra.returned_ticks(admission.tokens, tokens);
+                state
+                    .tat
+                    .undo(gcra, admission, ticks, state.generation, || {
+                        self.timeline.now(gcra)
+                    })
+            },
+            |&returned| returned == 0,
+        )
     }
 
     /// Gives back `unused` of a lease of `granted` tokens decided at tick
-    /// `at` (by [`Self::grant_up_to`]), by the inexact half of the same rule.
-    pub(crate) fn undo_lease(&self, granted: u64, at: u64, unused: u64) {
-        let gcra = self.quota.gcra();
-        let cost = gcra.returned_ticks(granted, granted);
-        let returned = gcra.returned_ticks(granted, unused);
-        self.tat
-            .undo_inexact(gcra, at, cost, returned, || self.now());
+    /// `at` under quota `generation` (by [`Self::grant_up_to`]), by the
+    /// inexact half of the same rule; nothing across a change of quota.
+    pub(crate) fn undo_lease(&self, granted: u64, at: u64, unused: u64, generation: u64) {
+        self.states.on_state(
+            |state| {
+                if state.generation != generation {
+                    return 0;
+                }
+                let gcra = state.gcra();
+                let cost = gcra.returned_ticks(granted, granted);
+                let returned = gcra.returned_ticks(granted, unused);
+                state
+                    .tat
+                    .undo_inexact(gcra, at, cost, returned, || self.timeline.now(gcra))
+            },
+            |&returned| returned == 0,
+        );
     }
 
     /// Grants as many of `want` tokens as the bucket holds now (none if it
     /// is empty), in one compare-and-swap: the grant and its admission.
     pub(crate) fn grant_up_to(&self, want: u64) -> Option<(u64, Admission)> {
-        self.tat
-            .admit_up_to(self.quota.gcra(), self.now(), want, FIRST)
-            .ok()
+        self.states.on_state(
+            |state| {
+                let gcra = state.gcra();
+                state
+                    .tat
+                    .admit_up_to(gcra, self.timeline.now(gcra), want, state.generation)
+                    .ok()
+            },
+            Option::is_none,
+        )
     }
 
-    /// Admits `cost` tokens with up to `slack` ticks of delay: validates
-    /// the cost, reads the clock, and runs the decision in the state's
-    /// compare-and-swap loop. Every admission of the bucket comes through
-    /// here ([`docs/design.md`](crate::guide::design), "The decision path").
-    // Always inlined: out of line, its result comes back through memory and
-    // the caller copies it (`docs/benchmarks.md`, "Measured design choices").
+    /// Admits `cost` tokens on `state` with up to `slack(gcra)` ticks of
+    /// delay: validates the cost, reads the clock, and runs the decision in
+    /// the state's compare-and-swap loop. Every admission of the bucket
+    /// comes through here ([`docs/design.md`](crate::guide::design), "The
+    /// decision path").
+    // Always inlined, as are its callers: out of line, its result comes
+    // back through memory and the caller copies it (`docs/benchmarks.md`,
+    // "Measured design choices").
     #[inline(always)]
-    pub(crate) fn admit(&self, cost: u64, slack: u64) -> Result<Admission, AcquireError> {
-        let gcra = self.quota.gcra();
+    fn admit_on(
+        &self,
+        state: &State,
+        cost: u64,
+        slack: impl FnOnce(&Gcra) -> u64,
+    ) -> Result<Admission, AcquireError> {
+        let gcra = state.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
-        self.tat
-            .admit(gcra, self.now(), cost, cost_ticks, slack, FIRST)
+        let now = self.timeline.now(gcra);
+        state
+            .tat
+            .admit(gcra, now, cost, cost_ticks, slack(gcra), state.generation)
+    }
+
+    /// [`Self::admit_on`] with a wait of up to `max_wait`: the admission
+    /// and the wait before its tokens exist, under the quota that admitted.
+    #[inline(always)]
+    fn wait_on(
+        &self,
+        state: &State,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<(Admission, Duration), AcquireError> {
+        let admission = self.admit_on(state, cost, |gcra| gcra.ticks_of(max_wait))?;
+        let gcra = state.gcra();
+        Ok((admission, gcra.duration(admission.wait(gcra))))
     }
 
     /// Returns `cost` tokens unconditionally: a trusted operation, for a
@@ -161,7 +222,8 @@ impl<C: Clock> TokenBucket<C> {
         if cost == 0 {
             return;
         }
-        self.tat.refund(self.quota.gcra(), cost);
+        self.states
+            .on_state(|state| state.tat.refund(state.gcra(), cost), |&done| !done);
     }
 
     /// Refills the bucket to capacity, cancelling any debt: a trusted
@@ -178,20 +240,70 @@ impl<C: Clock> TokenBucket<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reset(&self) {
-        self.tat.reset();
+        self.states
+            .on_state(|state| state.tat.reset(), |&done| !done);
     }
 
-    /// The quota this bucket enforces.
+    /// The quota this bucket enforces now: the last one
+    /// [`set_quota`](Self::set_quota) put in force, or the one it was built
+    /// with.
     ///
     /// ```
     /// use tollgate::{Quota, TokenBucket};
     ///
     /// let bucket = TokenBucket::new(Quota::per_second(2)?);
     /// assert_eq!(bucket.quota().capacity(), 2);
+    /// bucket.set_quota(Quota::per_second(5)?);
+    /// assert_eq!(bucket.quota(), Quota::per_second(5)?);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+    pub fn quota(&self) -> Quota {
+        self.in_force().0
+    }
+
+    /// Changes the quota at run time, without losing the bucket's state.
+    ///
+    /// At the instant of the change, the whole tokens available carry over,
+    /// clipped to the new capacity; a debt (reservations promised beyond
+    /// what is available) carries over as the instant it is paid, so every
+    /// start time already promised stays valid. A change never mints
+    /// credit, and changing back and forth never gains tokens
+    /// ([`docs/semantics.md`](crate::guide::semantics), "Changing a
+    /// quota"). Admissions decided before the change are not given back
+    /// after it: a [`Receipt`](crate::Receipt) taken before it undoes
+    /// nothing. The new quota's initial credit plays no part: the bucket
+    /// is not new.
+    ///
+    /// Decisions stay lock-free while a change runs (changes are serialised
+    /// among themselves); one that races the change either linearizes
+    /// before it or runs again under the new quota. A quota with the same
+    /// capacity and emission interval as the one in force changes nothing.
+    /// Nothing can fail: a [`Quota`] in hand is valid, and every state has
+    /// a carry under every quota. Until the first change, decisions cost
+    /// exactly what they cost without this method; after one, each also
+    /// loads the word the change sealed and the current state
+    /// ([`docs/benchmarks.md`](crate::guide::benchmarks), "Changing a
+    /// quota").
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Limit, ManualClock, Quota, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let bucket = TokenBucket::with_clock(Quota::per_second(10)?, clock.clone());
+    /// bucket.try_acquire(4)?;
+    /// // 6 tokens left; a capacity of 3 keeps 3 of them.
+    /// bucket.set_quota(Quota::per_second(3)?);
+    /// assert_eq!(bucket.available(), 3);
+    /// // Raising it again brings nothing back: 3 tokens, refilling at 20/s.
+    /// bucket.set_quota(Quota::per_second(20)?);
+    /// assert_eq!(bucket.available(), 3);
+    /// clock.advance(Duration::from_millis(100));
+    /// assert_eq!(bucket.available(), 5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_quota(&self, quota: Quota) {
+        self.states.change(quota, || self.timeline.nanos());
     }
 
     /// The clock this bucket reads.
@@ -216,18 +328,26 @@ impl<C: Clock> TokenBucket<C> {
 impl<C: Clock> sealed::Sealed for TokenBucket<C> {
     #[inline(always)]
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        Ok(Taken::own(self.admit(cost, 0)?, cost))
+        let admission = self.states.on_state(
+            #[inline(always)]
+            move |state| self.admit_on(state, cost, |_| 0),
+            Result::is_err,
+        )?;
+        Ok(Taken::own(admission, cost))
     }
 
+    // The wait is computed inside, under the quota that admitted.
     #[inline(always)]
     fn take_within(
         &self,
         cost: u64,
         max_wait: Duration,
     ) -> Result<(Taken, Duration), AcquireError> {
-        let gcra = self.quota.gcra();
-        let admission = self.admit(cost, gcra.ticks_of(max_wait))?;
-        let wait = gcra.duration(admission.wait(gcra));
+        let (admission, wait) = self.states.on_state(
+            #[inline(always)]
+            move |state| self.wait_on(state, cost, max_wait),
+            Result::is_err,
+        )?;
         Ok((Taken::own(admission, cost), wait))
     }
 
@@ -238,22 +358,58 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
     }
 
     fn shape(&self) -> Shape {
-        Shape::of_quota(&self.quota)
+        Shape::of_quota(&self.quota())
     }
 
     fn idle_reset(&self) -> Duration {
-        self.quota.refill_interval()
+        self.quota().refill_interval()
     }
 }
 
+// `try_acquire` and `reserve` decide on their own, rather than through
+// `take` and `take_within` as the trait's defaults do: a decision may run
+// on the inline state or on a successor, and the two outcomes meet as a
+// value built in memory unless that value is as small as their own.
 impl<C: Clock> Limit for TokenBucket<C> {
+    #[inline(always)]
+    fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
+        self.states.on_state(
+            #[inline(always)]
+            move |state| self.admit_on(state, cost, |_| 0).map(drop),
+            Result::is_err,
+        )
+    }
+
+    #[inline(always)]
+    fn reserve(&self, cost: u64, max_wait: Duration) -> Result<Duration, AcquireError> {
+        self.states.on_state(
+            #[inline(always)]
+            move |state| self.wait_on(state, cost, max_wait).map(|(_, wait)| wait),
+            Result::is_err,
+        )
+    }
+
     fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
-        let gcra = self.quota.gcra();
-        let cost_ticks = gcra.cost_ticks(cost)?;
-        Ok(gcra.duration(self.tat.wait_for(gcra, self.now(), cost_ticks)))
+        self.states.on_state(
+            |state| {
+                let gcra = state.gcra();
+                let cost_ticks = gcra.cost_ticks(cost)?;
+                let now = self.timeline.now(gcra);
+                Ok(gcra.duration(state.tat.wait_for(gcra, now, cost_ticks)))
+            },
+            // A wait (or a cost above the capacity) may come from a sealed
+            // word; no wait cannot.
+            |wait| *wait != Ok(Duration::ZERO),
+        )
     }
 
     fn available(&self) -> u64 {
-        self.tat.available(self.quota.gcra(), self.now())
+        self.states.on_state(
+            |state| {
+                let gcra = state.gcra();
+                state.tat.available(gcra, self.timeline.now(gcra))
+            },
+            |&tokens| tokens == 0,
+        )
     }
 }

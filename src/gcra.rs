@@ -243,20 +243,23 @@ impl Gcra {
         let Some(new_tat) = tat.max(now).checked_add(cost_ticks) else {
             return Err(u64::MAX);
         };
-        // Capped below `u64::MAX`, the value no state ever holds (see
-        // [`LAST`]).
-        let limit = now
-            .saturating_add(self.tolerance)
-            .saturating_add(slack)
-            .min(LAST);
-        if new_tat <= limit {
+        // One past the latest state allowed, saturating: a strict `<`
+        // against it admits exactly up to `now + B·T + slack`, and never
+        // writes `u64::MAX`, the value no state holds (see [`LAST`]), at no
+        // cost to the path (a cap of the limit at `LAST` cost a compare and
+        // a move on every admission: `docs/benchmarks.md`, "Changing a
+        // quota").
+        let bound = now.saturating_add(self.tolerance + 1).saturating_add(slack);
+        if new_tat < bound {
             Ok(new_tat)
         } else {
             // Without the hint the compiler merges both outcomes into one
             // branchless value, putting this comparison on the path to the
             // compare-and-swap of every admission.
             std::hint::cold_path();
-            Err(new_tat - limit)
+            // Past the end of the range (a bound saturated at `u64::MAX`)
+            // it never fits.
+            Err(new_tat.checked_add(1).map_or(u64::MAX, |past| past - bound))
         }
     }
 

@@ -18,6 +18,19 @@ use crate::sync::{AtomicU64, Ordering};
 #[derive(Debug)]
 pub(crate) struct Tat(AtomicU64);
 
+/// The state word of a state that moved to another quota: written once, by
+/// [`Tat::seal`], and never replaced. No operation writes it otherwise
+/// (every decision stops at [`LAST`](crate::gcra::LAST)), and every
+/// operation on it fails of itself, without a check of its own: a decision
+/// overflows (`max(tat, now) + cost` with a cost of at least a tick) and is
+/// refused, `available` is zero, an undo's compare-and-swap cannot match.
+/// Only the writes that could otherwise lower it look for it: the inexact
+/// undo (whose debt test saturates at the end of the clock range), and the
+/// unconditional [`Tat::refund`] and [`Tat::reset`]. The
+/// holder of the word tells a refusal from a seal by loading it again
+/// ([`Tat::is_sealed`]), on the refusal's path only.
+pub(crate) const SEALED: u64 = u64::MAX;
+
 /// One admission as the state word recorded it: enough to undo it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Admission {
@@ -231,7 +244,9 @@ impl Tat {
         // `Err(())` means nothing is owed back any more: the state stays.
         let _ = self.update(|tat| {
             let now = now();
-            if gcra.wait(tat, now) > 0 {
+            // A sealed word shows a debt too, except at the very end of the
+            // clock range, where the debt test saturates: checked by name.
+            if tat == SEALED || gcra.wait(tat, now) > 0 {
                 return Err(());
             }
             let held_for = now.saturating_sub(at);
@@ -281,10 +296,14 @@ impl Tat {
     }
 
     /// Returns `cost` tokens unconditionally (the caller vouches for them),
-    /// rounded down to whole ticks.
-    pub(crate) fn refund(&self, gcra: &Gcra, cost: u64) {
-        let refunded: Result<_, Infallible> = self.update(|tat| Ok(gcra.refunded(tat, cost)));
-        let Ok(_) = refunded;
+    /// rounded down to whole ticks. Returns false, changing nothing, if the
+    /// state is sealed.
+    pub(crate) fn refund(&self, gcra: &Gcra, cost: u64) -> bool {
+        self.update(|tat| match tat {
+            SEALED => Err(()),
+            tat => Ok(gcra.refunded(tat, cost)),
+        })
+        .is_ok()
     }
 
     /// Whole tokens available at `now`.
@@ -315,11 +334,47 @@ impl Tat {
         self.0.into_inner()
     }
 
-    pub(crate) fn reset(&self) {
-        // A read-modify-write rather than a plain store: the same cost off the
-        // hot path, and loom (which mis-orders a store racing a
-        // compare-and-swap, tokio-rs/loom#254) can then check it soundly.
-        self.0.swap(FULL, Ordering::AcqRel);
+    /// Makes the bucket full. Returns false, changing nothing, if the state
+    /// is sealed.
+    pub(crate) fn reset(&self) -> bool {
+        // A compare-and-swap loop rather than a swap, which would unseal a
+        // sealed word. (Not a plain store either: loom mis-orders a store
+        // racing a compare-and-swap, tokio-rs/loom#254.)
+        self.update(|tat| match tat {
+            SEALED => Err(()),
+            _ => Ok(FULL),
+        })
+        .is_ok()
+    }
+
+    /// Whether the state has moved to another quota for good. Acquire:
+    /// whoever sees the seal sees everything written before it (the
+    /// successor's state, and where to find it).
+    #[inline]
+    pub(crate) fn is_sealed(&self) -> bool {
+        self.0.load(Ordering::Acquire) == SEALED
+    }
+
+    /// Seals the state: `carry` is given each state the seal may replace
+    /// (it writes the successor's state from it), and the compare-and-swap
+    /// from that state to [`SEALED`] is retried until it succeeds, so the
+    /// successor holds the carry of exactly the state that was sealed. The
+    /// caller must be the only one to seal this word. Linearizes at the
+    /// successful compare-and-swap; release, so whoever sees the seal sees
+    /// what `carry` wrote.
+    pub(crate) fn seal(&self, mut carry: impl FnMut(u64)) {
+        let sealed: Result<_, Infallible> = self.update(|tat| {
+            carry(tat);
+            Ok(SEALED)
+        });
+        let Ok(_) = sealed;
+    }
+
+    /// Writes the state of a word no other thread can reach yet (a
+    /// successor before its predecessor's seal publishes it).
+    pub(crate) fn set(&self, tat: u64) {
+        // Relaxed: the seal's release publishes it.
+        self.0.store(tat, Ordering::Relaxed);
     }
 }
 
@@ -382,6 +437,26 @@ mod tests {
         assert_eq!(tat.undo(&g, &admission, 1000, FIRST + 1, || 500), 0);
         assert_eq!(tat.0.load(Ordering::Acquire), 1500);
         assert_eq!(tat.undo(&g, &admission, 1000, FIRST, || 500), 1000);
+    }
+
+    #[test]
+    fn every_operation_on_a_sealed_word_fails_and_leaves_it_sealed() {
+        let (g, tat) = (gcra(), Tat::new(FULL));
+        let admission = tat.admit(&g, 0, 1, 1000, 0, FIRST).unwrap();
+        tat.seal(|state| assert_eq!(state, 1000));
+        let end = u64::MAX - 1;
+        for now in [0, 5000, end, u64::MAX] {
+            assert!(tat.admit(&g, now, 1, 1000, u64::MAX, FIRST).is_err());
+            assert!(tat.admit_up_to(&g, now, 2, FIRST).is_err());
+            assert!(tat.wait_for(&g, now, 1000) > 0);
+            assert_eq!(tat.available(&g, now), 0);
+            assert_eq!(tat.undo(&g, &admission, 1000, FIRST, || now), 0);
+            assert_eq!(tat.undo_inexact(&g, now, 1000, 1000, || now), 0);
+            assert!(tat.is_sealed(), "at {now}");
+        }
+        assert!(!tat.refund(&g, 2));
+        assert!(!tat.reset());
+        assert!(tat.is_sealed());
     }
 
     #[test]

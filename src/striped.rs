@@ -8,8 +8,10 @@ use crossbeam_utils::CachePadded;
 use std::time::Duration;
 
 use crate::limit::{Limit, Shape, Taken, sealed};
+use crate::sync::swap::Swap;
+use crate::sync::{Arc, Mutex, lock};
 use crate::{AcquireError, Clock, DefaultClock, Quota, TokenBucket};
-use slots::{Slots, Take};
+use slots::{Drained, Slots, Take};
 
 /// A [`TokenBucket`] striped over per-thread pools: each thread takes from
 /// its own pool (one compare-and-swap on a cache line no other thread
@@ -33,7 +35,9 @@ use slots::{Slots, Take};
 /// - a lease: the bucket's compare-and-swap that grants it (the pool then
 ///   publishes the slots before any take can spend them);
 /// - [`flush`](Self::flush), per pool: the compare-and-swap that empties it,
-///   then the bucket's undo.
+///   then the bucket's undo;
+/// - [`set_quota`](Self::set_quota): the bucket's seal, after every pool's
+///   (a take from a pool linearizes before its pool's seal).
 ///
 /// The price is precision near the limit: tokens can sit in other threads'
 /// pools while a thread is refused (up to about `1.5 × lease` per stripe,
@@ -55,7 +59,27 @@ use slots::{Slots, Take};
 #[derive(Debug)]
 pub struct StripedBucket<C = DefaultClock> {
     bucket: TokenBucket<C>,
+    /// The pools of the quota the bucket was built with: inline, so that
+    /// an unchanged striped bucket pays nothing for changes.
+    first: Lanes,
+    /// The pools of the quota in force, once it changed.
+    later: Swap<Lanes>,
+    /// Serialises changes of quota.
+    changing: Mutex<()>,
+    /// The lease asked for, clamped to each quota's capacity.
+    lease: u64,
+}
+
+/// One quota's pools and the lease sizes that quota implies. A change of
+/// quota seals every pool of the lanes in force and puts new lanes, in the
+/// new quota's ticks, in their place.
+#[derive(Debug)]
+struct Lanes {
     stripes: Box<[CachePadded<Slots>]>,
+    /// The quota the pools' slots are ticks of, and its generation in the
+    /// bucket: a lease of another generation never enters these pools.
+    quota: Quota,
+    generation: u64,
     lease: u64,
     /// Ticks per token.
     token_ticks: u64,
@@ -91,32 +115,81 @@ impl<C: Clock> StripedBucket<C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn with_clock(quota: Quota, clock: C, stripes: usize, lease: u64) -> Self {
-        let lease = lease.clamp(1, quota.capacity());
-        let token_ticks = quota.gcra().slot_ticks();
         StripedBucket {
-            stripes: (0..stripes.max(1))
-                .map(|_| CachePadded::new(Slots::new()))
-                .collect(),
+            first: Lanes::new(quota, crate::state::FIRST, stripes, lease),
+            later: Swap::empty(),
+            changing: Mutex::new(()),
             lease,
-            token_ticks,
-            // lease <= capacity, and capacity * token_ticks fits.
-            low_water: lease.div_ceil(2) * token_ticks,
             bucket: TokenBucket::with_clock(quota, clock),
         }
     }
 
-    /// Leases for `stripe` unless another thread is refilling or flushing
-    /// it: in-process, so at once, with no I/O. Returns whether tokens came.
+    /// The lanes of the quota in force.
+    fn lanes<R>(&self, then: impl FnOnce(&Lanes) -> R) -> R {
+        let later = self.later.load();
+        then(later.as_deref().unwrap_or(&self.first))
+    }
+
+    /// Takes from the pools of a quota that is no longer the first: those
+    /// in force, or, while a change is between sealing the pools and
+    /// publishing new ones, the bucket directly.
     #[cold]
-    fn refill(&self, stripe: &Slots) -> bool {
-        let Some(claim) = stripe.claim() else {
-            return false;
-        };
-        let Some((granted, admission)) = self.bucket.grant_up_to(self.lease) else {
-            return false;
-        };
-        claim.extend(admission.at, granted, admission.cost_ticks, admission.after);
-        true
+    #[inline(never)]
+    fn try_acquire_moved(&self, cost: u64) -> Result<(), AcquireError> {
+        let later = self.later.load();
+        later
+            .as_deref()
+            .and_then(|lanes| lanes.try_acquire(&self.bucket, cost))
+            .unwrap_or_else(|| self.bucket.try_acquire(cost))
+    }
+
+    /// Changes the quota at run time: the bucket's state carries over by
+    /// the rule of [`TokenBucket::set_quota`], and the pools start again
+    /// under the new quota.
+    ///
+    /// Pooled tokens were debited from the bucket under the old quota, so
+    /// they cannot stay spendable beside the carried tokens (at the change,
+    /// the bucket and the pools together could then hold more than the new
+    /// capacity). So the change first seals every pool: each one's usable
+    /// tokens of its last lease go back to the bucket by the rule that
+    /// never mints credit (as [`flush`](Self::flush) returns them), the
+    /// rest are dropped, and no take spends from it again. Then the bucket
+    /// changes, carrying what it holds (returned tokens included, clipped
+    /// to the new capacity), and new pools lease under the new quota, with
+    /// the lease clamped to the new capacity. From the change on, the
+    /// striped bucket keeps the new quota's envelope; every take from an
+    /// old pool linearized before it.
+    ///
+    /// Takes stay lock-free throughout: one that finds its pool sealed
+    /// goes to the new pools, or to the bucket while they are not yet
+    /// published. Change the quota here, not through
+    /// [`bucket`](Self::bucket): a change made there leaves the pools with
+    /// what they hold (they stop leasing, and their tokens expire with
+    /// their slots).
+    ///
+    /// ```
+    /// use tollgate::{Limit, ManualClock, Quota, StripedBucket};
+    ///
+    /// let bucket = StripedBucket::with_clock(Quota::per_second(100)?, ManualClock::new(), 2, 10);
+    /// bucket.try_acquire(1)?; // leases 10, 9 pooled
+    /// bucket.set_quota(Quota::per_second(5)?);
+    /// assert_eq!(bucket.pooled(), 0);
+    /// assert_eq!((bucket.available(), bucket.lease()), (5, 5));
+    /// assert_eq!((0..10).filter(|_| bucket.try_acquire(1).is_ok()).count(), 5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_quota(&self, quota: Quota) {
+        let _serialised = lock(&self.changing);
+        let later = self.later.load();
+        let old = later.as_deref().unwrap_or(&self.first);
+        if old.quota.gcra() == quota.gcra() && old.generation == self.bucket.in_force().1 {
+            return;
+        }
+        old.seal(&self.bucket);
+        self.bucket.set_quota(quota);
+        let (quota, generation) = self.bucket.in_force();
+        let lanes = Lanes::new(quota, generation, old.stripes.len(), self.lease);
+        self.later.store(Some(Arc::new(lanes)));
     }
 
     /// Returns every pool's usable tokens to the bucket, each pool
@@ -135,16 +208,17 @@ impl<C: Clock> StripedBucket<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn flush(&self) -> u64 {
-        self.stripes
-            .iter()
-            .filter_map(|stripe| stripe.claim())
-            .map(|claim| {
-                let drained = claim.drain(|| self.bucket.now(), self.token_ticks);
-                self.bucket
-                    .undo_lease(drained.granted, drained.at, drained.tokens);
-                drained.tokens
-            })
-            .sum()
+        self.lanes(|lanes| {
+            lanes
+                .stripes
+                .iter()
+                .filter_map(|stripe| stripe.claim())
+                .map(|claim| {
+                    let drained = claim.drain(lanes.clock(&self.bucket), lanes.token_ticks);
+                    lanes.give_back(&self.bucket, drained)
+                })
+                .sum()
+        })
     }
 
     /// Tokens in the pools that a take could spend now: leased, not yet
@@ -163,11 +237,14 @@ impl<C: Clock> StripedBucket<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn pooled(&self) -> u64 {
-        let now = self.bucket.now();
-        self.stripes
-            .iter()
-            .map(|stripe| stripe.usable(now, self.token_ticks))
-            .sum()
+        self.lanes(|lanes| {
+            let now = self.bucket.ticks_now(lanes.quota.gcra());
+            lanes
+                .stripes
+                .iter()
+                .map(|stripe| stripe.usable(now, lanes.token_ticks))
+                .sum()
+        })
     }
 
     /// The shared bucket.
@@ -192,10 +269,10 @@ impl<C: Clock> StripedBucket<C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn stripes(&self) -> usize {
-        self.stripes.len()
+        self.first.stripes.len()
     }
 
-    /// Tokens per lease.
+    /// Tokens per lease under the quota in force.
     ///
     /// ```
     /// use tollgate::{Quota, StripedBucket};
@@ -204,7 +281,125 @@ impl<C: Clock> StripedBucket<C> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn lease(&self) -> u64 {
-        self.lease
+        self.lanes(|lanes| lanes.lease)
+    }
+}
+
+impl Lanes {
+    /// `stripes` pools (at least 1) leasing `lease` tokens (clamped to
+    /// 1..=capacity) of `quota`, in force at `generation`.
+    fn new(quota: Quota, generation: u64, stripes: usize, lease: u64) -> Lanes {
+        let lease = lease.clamp(1, quota.capacity());
+        let token_ticks = quota.gcra().slot_ticks();
+        Lanes {
+            stripes: (0..stripes.max(1))
+                .map(|_| CachePadded::new(Slots::new()))
+                .collect(),
+            quota,
+            generation,
+            lease,
+            token_ticks,
+            // lease <= capacity, and capacity * token_ticks fits.
+            low_water: lease.div_ceil(2) * token_ticks,
+        }
+    }
+
+    /// Takes `cost` tokens from this thread's pool, leasing from the bucket
+    /// when it runs low; a cost the pool cannot cover goes to the bucket
+    /// directly. `None` when the pool is sealed: these lanes are no longer
+    /// in force.
+    #[inline]
+    fn try_acquire<C: Clock>(
+        &self,
+        bucket: &TokenBucket<C>,
+        cost: u64,
+    ) -> Option<Result<(), AcquireError>> {
+        let stripe = &self.stripes[crate::thread_id::stripe(self.stripes.len())];
+        let gcra = self.quota.gcra();
+        // The bucket's checks, so that a bad cost is refused the same way
+        // whichever path would have served it (by the quota in force).
+        let cost_ticks = match gcra.cost_ticks(cost) {
+            Ok(ticks) => ticks,
+            Err(error) => return (!stripe.is_sealed()).then_some(Err(error)),
+        };
+        match stripe.take(bucket.ticks_now(gcra), cost_ticks, self.low_water) {
+            Take::Taken { low } => {
+                if low {
+                    self.refill(bucket, stripe);
+                }
+                Some(Ok(()))
+            }
+            Take::Short { low } => {
+                // A sealed pool is short of everything: the take goes on
+                // to the lanes in force.
+                if stripe.is_sealed() {
+                    return None;
+                }
+                // A fresh reading: the lease just read the clock, and a take
+                // behind its reading spends nothing.
+                if low
+                    && self.refill(bucket, stripe)
+                    && let Take::Taken { .. } = stripe.take(bucket.ticks_now(gcra), cost_ticks, 0)
+                {
+                    return Some(Ok(()));
+                }
+                Some(bucket.try_acquire(cost))
+            }
+        }
+    }
+
+    /// Leases for `stripe` unless another thread is refilling or flushing
+    /// it, or a change sealed it: in-process, so at once, with no I/O.
+    /// Returns whether tokens came.
+    #[cold]
+    fn refill<C: Clock>(&self, bucket: &TokenBucket<C>, stripe: &Slots) -> bool {
+        let Some(claim) = stripe.claim() else {
+            return false;
+        };
+        if stripe.is_sealed() {
+            return false;
+        }
+        let Some((granted, admission)) = bucket.grant_up_to(self.lease) else {
+            return false;
+        };
+        if admission.generation != self.generation {
+            // The bucket's quota changed under these pools (a change between
+            // sealing them and publishing the next, or one made on the
+            // bucket directly): the lease is in another quota's ticks. Back
+            // it goes, by the one rule.
+            bucket.undo_admission(&admission, granted);
+            return false;
+        }
+        claim.extend(admission.at, granted, admission.cost_ticks, admission.after);
+        true
+    }
+
+    /// Seals every pool for a change of quota: a pool no refill or flush
+    /// holds gives its last lease's usable tokens back first; one that is
+    /// held is sealed as it stands (its tokens are dropped: the change does
+    /// not wait for the holder).
+    fn seal<C: Clock>(&self, bucket: &TokenBucket<C>) {
+        for stripe in &self.stripes {
+            match stripe.claim() {
+                Some(claim) => {
+                    self.give_back(bucket, claim.seal(self.clock(bucket), self.token_ticks));
+                }
+                None => stripe.seal(),
+            }
+        }
+    }
+
+    /// The bucket's clock in these pools' ticks.
+    fn clock<'a, C: Clock>(&'a self, bucket: &'a TokenBucket<C>) -> impl Fn() -> u64 + 'a {
+        || bucket.ticks_now(self.quota.gcra())
+    }
+
+    /// Gives what a drain or seal took out of a pool back to the bucket
+    /// against the pool's last lease, by the one rule; returns how many
+    /// tokens left the pool that way.
+    fn give_back<C: Clock>(&self, bucket: &TokenBucket<C>, drained: Drained) -> u64 {
+        bucket.undo_lease(drained.granted, drained.at, drained.tokens, self.generation);
+        drained.tokens
     }
 }
 
@@ -259,28 +454,9 @@ impl<C: Clock> Limit for StripedBucket<C> {
     /// ```
     #[inline]
     fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
-        // The bucket's checks, so that a bad cost is refused the same way
-        // whichever path would have served it.
-        let cost_ticks = self.bucket.quota().gcra().cost_ticks(cost)?;
-        let stripe = &self.stripes[crate::thread_id::stripe(self.stripes.len())];
-        match stripe.take(self.bucket.now(), cost_ticks, self.low_water) {
-            Take::Taken { low } => {
-                if low {
-                    self.refill(stripe);
-                }
-                Ok(())
-            }
-            Take::Short { low } => {
-                // A fresh reading: the lease just read the clock, and a take
-                // behind its reading spends nothing.
-                if low
-                    && self.refill(stripe)
-                    && let Take::Taken { .. } = stripe.take(self.bucket.now(), cost_ticks, 0)
-                {
-                    return Ok(());
-                }
-                self.bucket.try_acquire(cost)
-            }
+        match self.first.try_acquire(&self.bucket, cost) {
+            Some(outcome) => outcome,
+            None => self.try_acquire_moved(cost),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Every synchronization primitive the crate uses, from one place (as
 //! crossbeam's `primitive` module does): atomics, `Arc`, `Mutex` and its
-//! poison-tolerant lock.
+//! poison-tolerant lock, and the swappable `Arc` of a changed bucket's
+//! state ([`swap`]).
 //!
 //! Under `--cfg tollgate_loom` these are loom's instrumented types, so the
 //! models in `loom-tests/` explore the interleavings of the real code rather
@@ -44,12 +45,11 @@ pub(crate) use loom::sync::atomic::AtomicBool;
 pub(crate) use std::sync::atomic::AtomicBool;
 
 /// Locks `mutex`, using the data even if a thread panicked while holding
-/// it: every mutex in this crate guards plain numbers that a panic
-/// elsewhere cannot leave inconsistent in a way that matters. loom's
-/// mutexes never report poisoning (a panic ends the model instead), so the
-/// same call serves both builds. (Only the key cap and the allowances lock a
-/// modelled mutex, so the bare bucket has no caller.)
-#[cfg(any(feature = "keyed", feature = "tokio"))]
+/// it: every mutex in this crate guards plain numbers (or nothing, as a
+/// bucket's quota changes, serialised by one) that a panic elsewhere cannot
+/// leave inconsistent in a way that matters. loom's mutexes never report
+/// poisoning (a panic ends the model instead), so the same call serves
+/// both builds.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     unpoisoned(mutex.lock())
 }
@@ -69,6 +69,48 @@ pub(crate) fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 /// The guard of a lock, poisoned or not.
 fn unpoisoned<G>(locked: std::sync::LockResult<G>) -> G {
     locked.unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// An `Option<Arc<T>>` that one thread swaps while others read it: a
+/// changed bucket's current state and each state's successor.
+///
+/// arc-swap's `ArcSwapOption` in every build but the models: its loads
+/// borrow the pointer through per-thread slots instead of incrementing the
+/// shared reference count, so readers on many threads do not contend. Its
+/// internals are std's atomics, which loom cannot schedule; under
+/// `--cfg tollgate_loom` it is a loom `Mutex<Option<Arc<T>>>` whose load
+/// clones the `Arc`: the same interface and the same guarantee (a load
+/// sees the latest store, and everything written before it), with every
+/// access a point loom can interleave.
+pub(crate) mod swap {
+    #[cfg(not(tollgate_loom))]
+    pub(crate) use arc_swap::ArcSwapOption as Swap;
+
+    /// What a load returns: the `Option<Arc<T>>`, borrowed or cloned.
+    #[cfg(not(tollgate_loom))]
+    pub(crate) type Loaded<T> = arc_swap::Guard<Option<super::Arc<T>>>;
+    #[cfg(tollgate_loom)]
+    pub(crate) type Loaded<T> = Option<super::Arc<T>>;
+
+    /// The models' stand-in for arc-swap's `ArcSwapOption`.
+    #[cfg(tollgate_loom)]
+    #[derive(Debug)]
+    pub(crate) struct Swap<T>(super::Mutex<Option<super::Arc<T>>>);
+
+    #[cfg(tollgate_loom)]
+    impl<T> Swap<T> {
+        pub(crate) fn empty() -> Self {
+            Swap(super::Mutex::new(None))
+        }
+
+        pub(crate) fn load(&self) -> Loaded<T> {
+            super::lock(&self.0).clone()
+        }
+
+        pub(crate) fn store(&self, value: Option<super::Arc<T>>) {
+            *super::lock(&self.0) = value;
+        }
+    }
 }
 
 /// What loom cannot model: std's types in every build.

@@ -30,8 +30,8 @@ impl<C: Clock> Timeline<C> {
         gcra.ticks(self.nanos())
     }
 
-    /// The current time in nanoseconds since the origin, for a limiter
-    /// whose quotas (and so tick units) differ between its buckets.
+    /// The current time in nanoseconds since the origin, the unit every
+    /// quota's ticks divide (a quota change's instant).
     #[inline]
     pub(crate) fn nanos(&self) -> u64 {
         self.clock.now_nanos().saturating_sub(self.origin)

@@ -15,55 +15,11 @@
 
 use std::time::Duration;
 
-use num_rational::Ratio;
 use proptest::prelude::*;
 use tollgate::{AcquireError, InitialCredit, Limit, ManualClock, Quota, TokenBucket};
 
 mod common;
-use common::Envelope;
-
-type Q = Ratio<i128>;
-
-fn q(n: u64) -> Q {
-    Q::from_integer(i128::from(n))
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// Whole nanoseconds at or after `x` (never negative).
-fn ceil_nanos(x: Q) -> u64 {
-    u64::try_from(x.ceil().to_integer().max(0)).unwrap()
-}
-
-/// Periods chosen so that exact quotas (small reduced denominators), ones
-/// rounded per token (e.g. 11/s, 13 per 7 s, 13 per 333 ns) and ones charged
-/// per request (e.g. 17 per 333 ns) are drawn.
-const PERIODS_NS: [u64; 9] = [
-    1_000_000_000,
-    7_000_000_000,
-    1_000_000,
-    333,
-    1_001,
-    12_345,
-    3_333_333,
-    100_000_000,
-    999_999_937,
-];
-
-/// Rates of bytes and others, too fast and irregular for a whole number of
-/// eighths of a nanosecond per token within 0.1 %: charged per request.
-/// `(tokens, period_ns)`.
-const FAST_RATES: [(u64, u64); 6] = [
-    (64 << 20, 1_000_000_000),
-    (1 << 30, 1_000_000_000),
-    (1 << 33, 1_000_000_000),
-    (3_000_000_007, 1_000_000_000),
-    (10_000_000_019, 7_000_000_000),
-    // A tick (1/8 ns) is 125 000 tokens: every request costs at least one.
-    (999_999_937, 1_000),
-];
+use common::{Envelope, FAST_RATES, PERIODS_NS, Q, ceil_nanos, nanos, q};
 
 #[derive(Clone, Copy, Debug)]
 struct Spec {
@@ -548,7 +504,7 @@ proptest! {
             let cost = h.cost(cost);
             if h.bucket.try_acquire(cost).is_ok() {
                 admitted += q(cost);
-                error += spec.charge_error_ns(quota, cost);
+                error += spec.charge_error_ns(&quota, cost);
             }
         }
         let debt = h.bucket.retry_after(spec.capacity).unwrap();

@@ -9,8 +9,6 @@
 use super::{Gcra, LAST};
 
 impl Gcra {
-    // The limiters' `set_quota` call it; until they land, only the tests do.
-    #[allow(dead_code)]
     /// The state, in `to`'s ticks, that continues `tat` (a state in this
     /// quota's ticks) under `to` from the change instant `nanos`
     /// (nanoseconds since the timeline's origin).

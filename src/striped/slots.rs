@@ -16,6 +16,10 @@
 
 use crate::sync::{AtomicU64, Ordering};
 
+/// `next` of a pool sealed by a change of quota: above every slot, so a
+/// take finds nothing left, and, `next` only growing, for good.
+const SEALED: u64 = u64::MAX;
+
 /// A stripe's leased slots and the one refill or flush acting on them.
 #[derive(Debug)]
 pub(super) struct Slots {
@@ -134,6 +138,23 @@ impl Slots {
         end.saturating_sub(next.max(now)) / token_ticks
     }
 
+    /// Whether a change of quota sealed the pool (see [`Claim::seal`]).
+    #[inline]
+    pub(super) fn is_sealed(&self) -> bool {
+        self.next.load(Ordering::Acquire) == SEALED
+    }
+
+    /// Seals the pool without its claim, for a change of quota that does
+    /// not wait for a refill or flush in flight: its slots are dropped
+    /// (see [`Claim::seal`]). The holder's writes cannot undo it: a
+    /// drain's compare-and-swap on `next` fails, and a lease's slots end
+    /// below `next`.
+    pub(super) fn seal(&self) {
+        // A swap, not a store: loom mis-orders a store racing a
+        // compare-and-swap (tokio-rs/loom#254).
+        self.next.swap(SEALED, Ordering::AcqRel);
+    }
+
     /// The claim, unless another thread holds it.
     #[inline]
     pub(super) fn claim(&self) -> Option<Claim<'_>> {
@@ -227,6 +248,19 @@ impl Claim<'_> {
                 Err(actual) => next = actual,
             }
         }
+    }
+
+    /// Empties the pool for good: [`Self::drain`], then [`Slots::seal`]:
+    /// `next` moves to the top of the range, where no take finds a slot
+    /// and no refill extends (a refill checks [`Slots::is_sealed`] under
+    /// its claim). A take that loaded `next` before fails its
+    /// compare-and-swap, so every take from the pool linearizes before the
+    /// seal. The slots the drain kept (older leases') are dropped: never
+    /// spent, never returned.
+    pub(super) fn seal(&self, now: impl FnMut() -> u64, token_ticks: u64) -> Drained {
+        let drained = self.drain(now, token_ticks);
+        self.0.seal();
+        drained
     }
 }
 
@@ -322,6 +356,20 @@ mod tests {
         // The next lease stacks on the unreturned slots, less one tick.
         claim.extend(0, 4, 4 * T, u64::MAX);
         assert_eq!(slots.usable(0, T), 3);
+    }
+
+    #[test]
+    fn a_sealed_pool_spends_nothing_and_never_refills() {
+        let slots = leased(0, 4);
+        let claim = slots.claim().unwrap();
+        claim.extend(0, 1, T, u64::MAX);
+        // The last lease's token goes back; the older lease's four are dropped.
+        assert_eq!(claim.seal(|| 0, T).tokens, 1);
+        drop(claim);
+        assert!(slots.is_sealed());
+        assert_eq!(slots.usable(0, T), 0);
+        assert_eq!(slots.take(0, T, T), Take::Short { low: true });
+        assert_eq!(slots.claim().unwrap().drain(|| 0, T).tokens, 0);
     }
 
     #[test]
