@@ -507,6 +507,92 @@ async fn many_racing_acquires_stay_within_the_envelope_on_the_server_clock() {
     assert!(plain >= quota.capacity());
 }
 
+/// Byte quotas too fast and irregular for a whole number of ticks per
+/// byte (64 MiB/s: 0.119 eighths of a µs a byte; 1 GiB/s: 0.0075) are
+/// charged per request. A full bucket grants its whole capacity at once,
+/// tells its refill, and racing acquires and releases of packet- and
+/// chunk-sized requests never grant more than the envelope over the
+/// interval bracketed by the server's own clock.
+#[tokio::test]
+async fn byte_quotas_charged_per_request_stay_within_the_envelope() {
+    let server = start_server!("byte_quotas_charged_per_request_stay_within_the_envelope");
+    let mut admin = admin(&server).await;
+    for (i, rate) in [64u64 << 20, 1 << 30].into_iter().enumerate() {
+        // A bucket of a millisecond and a half at the rate: small enough
+        // that the refill, not the burst, decides most of the run.
+        let quota = Quota::new(rate / 640, rate, Duration::from_secs(1)).unwrap();
+        let prefix = format!("bytes{i}:");
+        let mut stores = Vec::new();
+        for _ in 0..4 {
+            stores.push(store(&server, quota, &prefix).await);
+        }
+        assert!(!stores[0].is_exact());
+        let whole = stores[0].acquire("burst", u64::MAX).await.unwrap();
+        assert_eq!(whole.tokens, quota.capacity());
+        // A byte refills in under a nanosecond: the interval told rounds
+        // up to one.
+        assert_eq!(
+            whole.refill_interval,
+            Duration::from_nanos(15 - 14 * i as u64)
+        );
+
+        let start = server_time(&mut admin).await;
+        let tasks: Vec<_> = stores
+            .into_iter()
+            .enumerate()
+            .map(|(j, store)| {
+                tokio::spawn(async move {
+                    let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (j as u64 + 1));
+                    let (mut plain, mut kept, mut short) = (0, 0, 0);
+                    for _ in 0..300 {
+                        // A packet, a page, or a chunk of up to a 64th of
+                        // a second, whose demand outruns the refill.
+                        let want = match rng.below(3) {
+                            0 => 1 + rng.below(1500),
+                            1 => 4096,
+                            _ => 1 + rng.below(rate / 64),
+                        };
+                        let grant = store.acquire("plain", want).await.unwrap();
+                        plain += grant.tokens;
+                        short += u32::from(grant.tokens < want);
+                        let grant = store.acquire("released", want).await.unwrap();
+                        let mut unused = 0;
+                        if grant.tokens > 0 && rng.below(2) == 0 {
+                            unused = rng.below(grant.tokens + 1);
+                            store
+                                .release("released", grant.lease, unused)
+                                .await
+                                .unwrap();
+                        }
+                        kept += grant.tokens - unused;
+                    }
+                    (plain, kept, short)
+                })
+            })
+            .collect();
+        let (mut plain, mut kept, mut short) = (0, 0, 0);
+        for task in tasks {
+            let (p, k, s) = task.await.unwrap();
+            plain += p;
+            kept += k;
+            short += s;
+        }
+        let elapsed = server_time(&mut admin).await - start;
+        // Every decision read the server's clock within the bracket, and
+        // every charge is at least its exact refill: no slack needed.
+        let envelope = quota.envelope(elapsed);
+        eprintln!(
+            "{rate} B/s over {elapsed:?}: {plain} and {kept} kept, envelope {envelope}, \
+             {short} grants short of their ask"
+        );
+        assert!(plain <= envelope, "{plain} > {envelope} over {elapsed:?}");
+        assert!(kept <= envelope, "{kept} > {envelope} over {elapsed:?}");
+        // Demand exceeded supply: the burst went out, and asks came back
+        // short (a chunk is up to ten bursts).
+        assert!(plain >= quota.capacity() && short > 0);
+    }
+}
+
 /// Finding 4: every grant, empty or not, tells the key's capacity, so a
 /// caller can refuse a cost above it as such instead of waiting for a
 /// grant that can never come.
@@ -687,7 +773,7 @@ async fn malformed_or_old_format_replies_are_bad_replies_never_grants() {
     let quota = Quota::new(5, 1, Duration::from_secs(3600)).unwrap();
     // Each reply, and whether it is bad for a release too (a release's
     // reply keeps the three-value shape the old acquire had).
-    let malformed: [(&[u8], bool); 18] = [
+    let malformed: [(&[u8], bool); 22] = [
         (b"*2\r\n:1\r\n:0\r\n", true),
         (b"*3\r\n:9\r\n:0\r\n:7\r\n", true),
         (b"*3\r\n:0\r\n:0\r\n:7\r\n", true),
@@ -703,13 +789,37 @@ async fn malformed_or_old_format_replies_are_bad_replies_never_grants() {
         (b"*3\r\n:3\r\n:0\r\n:7\r\n", true),
         (b"*4\r\n:0\r\n:5\r\n:7\r\n:2\r\n", true),
         (b"*5\r\n:1\r\n:0\r\n:7\r\n:0\r\n:0\r\n", true),
-        // The four-value grant before grants told their quota; a grant
+        // The four-value grant before grants told their quota; the
+        // seven-value one before they told its ticks per token; a grant
         // from a bucket of capacity 0, or of more than its capacity; more
-        // left than the capacity; arguments the script refused.
+        // left than the capacity; a tick of 0 or 1/9 µs; a token of zero
+        // parts; arguments the script refused.
         (b"*4\r\n:1\r\n:0\r\n:7\r\n:0\r\n", true),
-        (b"*7\r\n:1\r\n:0\r\n:7\r\n:0\r\n:0\r\n:0\r\n:1000\r\n", true),
-        (b"*7\r\n:3\r\n:0\r\n:7\r\n:0\r\n:0\r\n:2\r\n:1000\r\n", true),
-        (b"*7\r\n:1\r\n:0\r\n:7\r\n:5\r\n:0\r\n:5\r\n:1000\r\n", true),
+        (b"*7\r\n:1\r\n:0\r\n:7\r\n:0\r\n:0\r\n:5\r\n:1000\r\n", true),
+        (
+            b"*9\r\n:1\r\n:0\r\n:7\r\n:0\r\n:0\r\n:0\r\n:1\r\n:1\r\n:1\r\n",
+            true,
+        ),
+        (
+            b"*9\r\n:3\r\n:0\r\n:7\r\n:0\r\n:0\r\n:2\r\n:1\r\n:1\r\n:1\r\n",
+            true,
+        ),
+        (
+            b"*9\r\n:1\r\n:0\r\n:7\r\n:5\r\n:0\r\n:5\r\n:1\r\n:1\r\n:1\r\n",
+            true,
+        ),
+        (
+            b"*9\r\n:1\r\n:0\r\n:7\r\n:0\r\n:0\r\n:5\r\n:0\r\n:1\r\n:1\r\n",
+            true,
+        ),
+        (
+            b"*9\r\n:1\r\n:0\r\n:7\r\n:0\r\n:0\r\n:5\r\n:9\r\n:1\r\n:1\r\n",
+            true,
+        ),
+        (
+            b"*9\r\n:1\r\n:0\r\n:7\r\n:0\r\n:0\r\n:5\r\n:1\r\n:1\r\n:0\r\n",
+            true,
+        ),
         (b"*3\r\n:-4\r\n:0\r\n:0\r\n", true),
     ];
     for (reply, bad_release) in malformed {
@@ -737,9 +847,10 @@ async fn malformed_or_old_format_replies_are_bad_replies_never_grants() {
         );
     }
     // The new shape, for contrast: a grant of 1 leaving 0, of a bucket of
-    // 9 refilled every microsecond at generation 2, is accepted.
+    // 9 refilled every microsecond (a tick of 1/8 µs, 8 ticks a token) at
+    // generation 2, is accepted.
     let current = FakeRedis::start(ScriptAnswer::Reply(
-        b"*7\r\n:1\r\n:0\r\n:7\r\n:0\r\n:2\r\n:9\r\n:1000\r\n".to_vec(),
+        b"*9\r\n:1\r\n:0\r\n:7\r\n:0\r\n:2\r\n:9\r\n:8\r\n:8\r\n:1\r\n".to_vec(),
     ));
     let store = RedisStore::connect(&current.url(), quota, "new:", CALL_TIMEOUT)
         .await
