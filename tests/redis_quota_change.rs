@@ -10,12 +10,16 @@
 
 #[path = "support/redis_server.rs"]
 mod redis_server;
+#[macro_use]
+#[path = "support/redis_client.rs"]
+mod redis_client;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use num_rational::Ratio;
 use redis::aio::MultiplexedConnection;
+use redis_client::admin;
 use redis_server::RedisServer;
 use tollgate::Quota;
 use tollgate::shared::{
@@ -26,28 +30,11 @@ use tollgate::shared::{
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const HOUR: Duration = Duration::from_secs(3600);
 
-macro_rules! start_server {
-    ($test:expr) => {
-        match RedisServer::start($test) {
-            Some(server) => server,
-            None => return,
-        }
-    };
-}
-
 /// A node: its own connection and its own configured quota.
 async fn node(server: &RedisServer, quota: Quota, prefix: &str) -> RedisStore {
     RedisStore::connect(&server.url(), quota, prefix, CALL_TIMEOUT)
         .await
         .unwrap_or_else(|e| panic!("connect: {e}\n{}", server.log_tail()))
-}
-
-async fn admin(server: &RedisServer) -> MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
 }
 
 async fn stored(admin: &mut MultiplexedConnection, name: &str) -> Option<String> {

@@ -10,6 +10,9 @@
 
 #[path = "support/redis_server.rs"]
 mod redis_server;
+#[macro_use]
+#[path = "support/redis_client.rs"]
+mod redis_client;
 
 #[path = "support/fake_redis.rs"]
 mod fake_redis;
@@ -20,6 +23,7 @@ use std::time::Duration;
 
 use fake_redis::{FakeRedis, ScriptAnswer};
 use redis::aio::MultiplexedConnection;
+use redis_client::admin;
 use redis_server::RedisServer;
 use tollgate::Quota;
 use tollgate::shared::{Lease, RedisConfig, RedisStore, RedisStoreError, Store};
@@ -28,30 +32,10 @@ use tollgate::shared::{Lease, RedisConfig, RedisStore, RedisStoreError, Store};
 /// loaded CI machine never turns a slow reply into a failure.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Starts this test's server, or returns from the test when one cannot be
-/// started outside CI (the support module prints why; under CI it panics).
-macro_rules! start_server {
-    ($test:expr) => {
-        match RedisServer::start($test) {
-            Some(server) => server,
-            None => return,
-        }
-    };
-}
-
 async fn store(server: &RedisServer, quota: Quota, prefix: &str) -> RedisStore {
     RedisStore::connect(&server.url(), quota, prefix, CALL_TIMEOUT)
         .await
         .unwrap_or_else(|e| panic!("connect: {e}\n{}", server.log_tail()))
-}
-
-/// A plain connection for inspecting and poking the server.
-async fn admin(server: &RedisServer) -> MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
 }
 
 /// The server's clock, as time since the Unix epoch.

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use ::redis::{Script, Value};
 
+use super::redis_client::admin;
 use super::redis_server::RedisServer;
 use super::scale::{EPOCH_UNIX_SECS, EXACT_LIMIT};
 use super::{ACQUIRE, RELEASE, RedisStore, parse_reply};
@@ -41,9 +42,7 @@ const HOUR: u64 = 3_600_000_000;
 
 #[tokio::test]
 async fn forged_quotas_and_generations_are_refused_without_touching_the_key() {
-    let Some(server) = RedisServer::start("forged_quotas_and_generations_are_refused") else {
-        return;
-    };
+    let server = start_server!("forged_quotas_and_generations_are_refused");
     let store = store(&server).await;
     let last = EXACT_LIMIT - 11 * HOUR;
     // epoch, d, T, BT, last, generation, D, B, want
@@ -81,11 +80,7 @@ async fn forged_quotas_and_generations_are_refused_without_touching_the_key() {
     }
     let release = [EPOCH_UNIX_SECS, 1, 0, 0, last, 0, 1, 0, 1, 0, 1];
     assert_eq!(eval(&store, &RELEASE, &release).await[0], -4);
-    let mut admin = ::redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = admin(&server).await;
     let written: Option<String> = ::redis::cmd("GET")
         .arg(store.redis_key(KEY))
         .query_async(&mut admin)
@@ -100,9 +95,7 @@ async fn forged_quotas_and_generations_are_refused_without_touching_the_key() {
 /// the instant it is paid. No tokens appear from the step back.
 #[tokio::test]
 async fn a_quota_change_while_the_clock_stepped_back_carries_the_debt_as_time() {
-    let Some(server) = RedisServer::start("a_quota_change_while_the_clock_stepped_back") else {
-        return;
-    };
+    let server = start_server!("a_quota_change_while_the_clock_stepped_back");
     let store = store(&server).await;
     let last = EXACT_LIMIT - 11 * HOUR;
     let old = [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0, 1, 10];

@@ -6,6 +6,15 @@
 //! own clock. The details, and what a timed-out call means, are in
 //! [`docs/redis.md`](crate::guide::redis).
 
+// The tests' support first: its macro is in scope only after it.
+#[cfg(test)]
+#[path = "../../../tests/support/redis_server.rs"]
+mod redis_server;
+#[cfg(test)]
+#[macro_use]
+#[path = "../../../tests/support/redis_client.rs"]
+mod redis_client;
+
 mod config;
 mod connection;
 #[cfg(test)]
@@ -13,9 +22,6 @@ mod forged;
 mod lua;
 #[cfg(test)]
 mod parity;
-#[cfg(test)]
-#[path = "../../../tests/support/redis_server.rs"]
-mod redis_server;
 mod scale;
 
 use std::fmt;

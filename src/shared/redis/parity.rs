@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use ::redis::aio::MultiplexedConnection;
 
+use super::redis_client::admin;
 use super::redis_server::RedisServer;
 use super::scale::Scale;
 use super::{ACQUIRE, RELEASE, RedisStore};
@@ -52,9 +53,7 @@ async fn redis_available(store: &RedisStore, admin: &mut MultiplexedConnection, 
 
 #[tokio::test]
 async fn the_scripts_give_back_by_the_in_process_rule() {
-    let Some(server) = RedisServer::start("the_scripts_give_back_by_the_in_process_rule") else {
-        return;
-    };
+    let server = start_server!("the_scripts_give_back_by_the_in_process_rule");
     // T = 50 ms: whole microseconds, so one tick is one microsecond in Redis
     // and every server reading is a whole number of the local nanoseconds.
     let quota = Quota::new(10, 1, Duration::from_millis(50)).unwrap();
@@ -62,11 +61,7 @@ async fn the_scripts_give_back_by_the_in_process_rule() {
         .await
         .unwrap();
     assert_eq!(redis.setting().scale.ticks_per_micro, 1);
-    let mut admin = ::redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = admin(&server).await;
     let clock = ManualClock::new();
     let local = LocalStore::from_limiter(KeyedLimiter::builder(quota).clock(clock.clone()).build());
     // The server tick the local clock's zero stands for.
@@ -216,9 +211,7 @@ impl Mirror {
 
 #[tokio::test]
 async fn per_request_scripts_match_their_rust_mirror_across_quota_changes() {
-    let Some(server) = RedisServer::start("per_request_scripts_match_their_rust_mirror") else {
-        return;
-    };
+    let server = start_server!("per_request_scripts_match_their_rust_mirror");
     const SECOND: Duration = Duration::from_secs(1);
     let quotas = [
         Quota::new(64 << 20, 64 << 20, SECOND).unwrap(),
@@ -235,11 +228,7 @@ async fn per_request_scripts_match_their_rust_mirror_across_quota_changes() {
     let store = RedisStore::connect(&server.url(), quotas[0], "mirror:", Duration::from_secs(10))
         .await
         .unwrap();
-    let mut admin = ::redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = admin(&server).await;
     // From generation 1 on, so that the key is kept through every change
     // (a state at generation 0 may expire once full, and is then created
     // afresh instead of converted).
