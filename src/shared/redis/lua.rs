@@ -182,12 +182,14 @@ local function load(key)
   local v = redis.call('GET', key)
   if not v then return false end
   local s = {}
-  local sd, st, born, sg, sT, sBT, sD, sB =
-    string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$')
-  if not sd then
-    sd, st, born, sg, sT, sBT =
-      string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$')
-    sD = '1'
+  -- One match for the six fields every current state starts with; the
+  -- two more of a quota charged per request, if any, from the rest.
+  local sd, st, born, sg, sT, sBT, rest =
+    string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)(.*)$')
+  local sD, sB = '1', nil
+  if rest and rest ~= '' then
+    sD, sB = string.match(rest, '^:(%d+):(%d+)$')
+    if not sD then return nil end
   end
   if sd then
     s.d, s.tat, s.born = tonumber(sd), tonumber(st), tonumber(born)
