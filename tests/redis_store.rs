@@ -306,22 +306,32 @@ async fn a_dead_server_gives_timely_errors_and_a_restarted_one_is_used_again() {
         .restart()
         .unwrap_or_else(|e| panic!("restarting redis-server on the same port: {e}"));
     let mut recovered = None;
+    // Timed-out calls, which may still have reached the new server and
+    // debited their token: on a loaded machine one once landed after its
+    // 500 ms. (A refused connection never reached it.)
+    let mut maybe_applied = 0;
     for _ in 0..120 {
         match store.acquire("k", 1).await {
             Ok(grant) => {
                 recovered = Some(grant);
                 break;
             }
-            Err(RedisStoreError::Redis(_) | RedisStoreError::Timeout(_)) => {
+            Err(error @ (RedisStoreError::Redis(_) | RedisStoreError::Timeout(_))) => {
+                maybe_applied += u64::from(matches!(error, RedisStoreError::Timeout(_)));
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
             Err(other) => panic!("while reconnecting: {other:?}"),
         }
     }
     let grant = recovered.expect("the connection manager never reconnected");
-    // The new server is empty: a full bucket.
+    // The new server is empty: a full bucket, less what failed calls may
+    // have debited in it.
     assert_eq!(grant.tokens, 1);
-    assert_eq!(store.acquire("k", 10).await.unwrap().tokens, 4);
+    let left = store.acquire("k", 10).await.unwrap().tokens;
+    assert!(
+        left <= 4 && left + maybe_applied >= 4,
+        "{left} left after {maybe_applied} timed-out calls"
+    );
 }
 
 /// The Redis Cluster hash tag of a key name: the bytes between the first
