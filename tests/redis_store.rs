@@ -430,6 +430,80 @@ impl Rng {
     }
 }
 
+/// What racing stores got from two keys ([`race`]).
+#[derive(Debug, Default)]
+struct Race {
+    /// Granted on the key that only acquires.
+    plain: u64,
+    /// Granted and not given back on the key that also releases.
+    kept: u64,
+    /// Grants on the first key short of their ask.
+    short: u64,
+}
+
+/// Each store in a task of its own, `rounds` times: an acquire of `ask`
+/// on a key that only acquires, and one on a key of which half the grants
+/// give a random part back. A fixed amount of work per task, not a
+/// wall-clock duration: the envelope is measured on the server's clock.
+async fn race<F>(stores: Vec<RedisStore>, rounds: usize, ask: F) -> Race
+where
+    F: Fn(&mut Rng) -> u64 + Clone + Send + 'static,
+{
+    let tasks: Vec<_> = stores
+        .into_iter()
+        .enumerate()
+        .map(|(i, store)| {
+            let ask = ask.clone();
+            tokio::spawn(async move {
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1));
+                let mut race = Race::default();
+                for _ in 0..rounds {
+                    let want = ask(&mut rng);
+                    let grant = store.acquire("plain", want).await.unwrap();
+                    race.plain += grant.tokens;
+                    race.short += u64::from(grant.tokens < want);
+                    let grant = store.acquire("released", ask(&mut rng)).await.unwrap();
+                    let mut unused = 0;
+                    if grant.tokens > 0 && rng.below(2) == 0 {
+                        unused = rng.below(grant.tokens + 1);
+                        store
+                            .release("released", grant.lease, unused)
+                            .await
+                            .unwrap();
+                    }
+                    race.kept += grant.tokens - unused;
+                }
+                race
+            })
+        })
+        .collect();
+    let mut total = Race::default();
+    for task in tasks {
+        let race = task.await.unwrap();
+        total.plain += race.plain;
+        total.kept += race.kept;
+        total.short += race.short;
+    }
+    total
+}
+
+impl Race {
+    /// Both keys within the envelope over `elapsed`, bracketed by the
+    /// server's clock: every script read it between the two readings, from
+    /// the same clock, and every charge is at least its exact refill, so
+    /// the envelope needs no slack (it would only if the server's clock
+    /// were stepped back during the run). A release gives back at most its
+    /// unused tokens, so the tokens kept obey the envelope too. Demand
+    /// exceeded supply: at least the burst went out.
+    fn within(&self, quota: &Quota, elapsed: Duration) {
+        let envelope = quota.envelope(elapsed);
+        eprintln!("{elapsed:?}: {self:?}, envelope {envelope}");
+        assert!(self.plain <= envelope, "{self:?} over {elapsed:?}");
+        assert!(self.kept <= envelope, "{self:?} over {elapsed:?}");
+        assert!(self.plain >= quota.capacity(), "{self:?}");
+    }
+}
+
 #[tokio::test]
 async fn many_racing_acquires_stay_within_the_envelope_on_the_server_clock() {
     let server = start_server!("many_racing_acquires_stay_within_the_envelope_on_the_server_clock");
@@ -441,64 +515,9 @@ async fn many_racing_acquires_stay_within_the_envelope_on_the_server_clock() {
         stores.push(store(&server, quota, "envelope:").await);
     }
     assert!(stores[0].is_exact());
-
     let start = server_time(&mut admin).await;
-    // A fixed amount of work per task, not a wall-clock duration: the
-    // envelope below is measured on the server's clock.
-    let rounds = 1_000;
-    let tasks: Vec<_> = stores
-        .into_iter()
-        .enumerate()
-        .map(|(i, store)| {
-            tokio::spawn(async move {
-                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1));
-                // Per key: (granted, given back as unused).
-                let (mut plain, mut with_releases) = ((0, 0), (0, 0));
-                for _ in 0..rounds {
-                    let grant = store.acquire("plain", 1 + rng.below(4)).await.unwrap();
-                    plain.0 += grant.tokens;
-                    let grant = store.acquire("released", 1 + rng.below(4)).await.unwrap();
-                    with_releases.0 += grant.tokens;
-                    if grant.tokens > 0 && rng.below(2) == 0 {
-                        let unused = rng.below(grant.tokens + 1);
-                        store
-                            .release("released", grant.lease, unused)
-                            .await
-                            .unwrap();
-                        with_releases.1 += unused;
-                    }
-                }
-                (plain, with_releases)
-            })
-        })
-        .collect();
-    let (mut plain, mut released, mut given_back) = (0, 0, 0);
-    for task in tasks {
-        let ((p, _), (r, u)) = task.await.unwrap();
-        plain += p;
-        released += r;
-        given_back += u;
-    }
-    let elapsed = server_time(&mut admin).await - start;
-
-    // Every script read the server's clock between `start` and the last
-    // reading, from the same clock, and the arithmetic is exact: the
-    // envelope over the measured interval needs no slack (it would only if
-    // the server's clock were stepped back during the test).
-    let envelope = quota.envelope(elapsed);
-    eprintln!(
-        "{elapsed:?}: {plain} granted on one key, {released} granted and {given_back} \
-         given back on another, envelope {envelope}"
-    );
-    assert!(plain <= envelope, "{plain} > {envelope} over {elapsed:?}");
-    // A release gives back at most its unused tokens, so the tokens kept
-    // are at least `released - given_back`; the kept ones obey the envelope.
-    assert!(
-        released - given_back <= envelope,
-        "{released} - {given_back} > {envelope} over {elapsed:?}"
-    );
-    // Demand exceeded supply throughout: at least the initial burst.
-    assert!(plain >= quota.capacity());
+    let race = race(stores, 1_000, |rng| 1 + rng.below(4)).await;
+    race.within(&quota, server_time(&mut admin).await - start);
 }
 
 /// Byte quotas too fast and irregular for a whole number of ticks per
@@ -531,59 +550,17 @@ async fn byte_quotas_charged_per_request_stay_within_the_envelope() {
         );
 
         let start = server_time(&mut admin).await;
-        let tasks: Vec<_> = stores
-            .into_iter()
-            .enumerate()
-            .map(|(j, store)| {
-                tokio::spawn(async move {
-                    let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (j as u64 + 1));
-                    let (mut plain, mut kept, mut short) = (0, 0, 0);
-                    for _ in 0..300 {
-                        // A packet, a page, or a chunk of up to a 64th of
-                        // a second, whose demand outruns the refill.
-                        let want = match rng.below(3) {
-                            0 => 1 + rng.below(1500),
-                            1 => 4096,
-                            _ => 1 + rng.below(rate / 64),
-                        };
-                        let grant = store.acquire("plain", want).await.unwrap();
-                        plain += grant.tokens;
-                        short += u32::from(grant.tokens < want);
-                        let grant = store.acquire("released", want).await.unwrap();
-                        let mut unused = 0;
-                        if grant.tokens > 0 && rng.below(2) == 0 {
-                            unused = rng.below(grant.tokens + 1);
-                            store
-                                .release("released", grant.lease, unused)
-                                .await
-                                .unwrap();
-                        }
-                        kept += grant.tokens - unused;
-                    }
-                    (plain, kept, short)
-                })
-            })
-            .collect();
-        let (mut plain, mut kept, mut short) = (0, 0, 0);
-        for task in tasks {
-            let (p, k, s) = task.await.unwrap();
-            plain += p;
-            kept += k;
-            short += s;
-        }
-        let elapsed = server_time(&mut admin).await - start;
-        // Every decision read the server's clock within the bracket, and
-        // every charge is at least its exact refill: no slack needed.
-        let envelope = quota.envelope(elapsed);
-        eprintln!(
-            "{rate} B/s over {elapsed:?}: {plain} and {kept} kept, envelope {envelope}, \
-             {short} grants short of their ask"
-        );
-        assert!(plain <= envelope, "{plain} > {envelope} over {elapsed:?}");
-        assert!(kept <= envelope, "{kept} > {envelope} over {elapsed:?}");
-        // Demand exceeded supply: the burst went out, and asks came back
-        // short (a chunk is up to ten bursts).
-        assert!(plain >= quota.capacity() && short > 0);
+        // A packet, a page, or a chunk of up to a 64th of a second, whose
+        // demand outruns the refill.
+        let race = race(stores, 300, move |rng| match rng.below(3) {
+            0 => 1 + rng.below(1500),
+            1 => 4096,
+            _ => 1 + rng.below(rate / 64),
+        })
+        .await;
+        race.within(&quota, server_time(&mut admin).await - start);
+        // Asks came back short: a chunk is up to ten bursts.
+        assert!(race.short > 0, "{race:?}");
     }
 }
 
