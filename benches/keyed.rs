@@ -13,7 +13,9 @@
 //!   few keys take most decisions, as real traffic does (default and coarse
 //!   clocks);
 //! - `keyed_churn` (simulated time): every decision is on a key never
-//!   seen before, in bounded memory (see [`keyed_churn`]).
+//!   seen before, in bounded memory (see [`keyed_churn`]);
+//! - `keyed_set_quota`: a quota change over 100 000 and 1 000 000 keys
+//!   (see [`keyed_set_quota`]).
 //!
 //! In the first four the quota never denies during a run (see `bucket.rs`),
 //! so all measure the admission path. Each of them has a `default_2t` row:
@@ -641,9 +643,41 @@ fn churn_threads_report(
     }
 }
 
+/// A quota change ([`KeyedLimiter::set_quota`]) over a table of 100 000
+/// and of 1 000 000 keys (one decision each, on the default clock), from a
+/// quota in whole nanoseconds to one in thirds of a nanosecond and back, so
+/// that every bucket's state is carried across tick units. A change walks
+/// every shard once, write-locking one at a time: the time of a change
+/// divided by the shard count (dashmap's default, four times the available
+/// parallelism rounded up to a power of two) is the pause of one shard,
+/// the longest a decision on one of its keys waits for the change.
+fn keyed_set_quota(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_set_quota");
+    group.sample_size(10);
+    let quotas = [
+        tollgate::Quota::per_second(1000).unwrap(),
+        tollgate::Quota::per_second(3000).unwrap(),
+    ];
+    for keys in [MANY_KEYS, MILLION_KEYS] {
+        let limiter = KeyedLimiter::builder(quotas[0]).build::<u64>();
+        for i in 0..keys {
+            assert!(limiter.try_acquire(&mix(i), 1).is_ok());
+        }
+        let changes = Cell::new(0usize);
+        group.bench_function(BenchmarkId::new("tollgate", keys), |b| {
+            b.iter(|| {
+                changes.set(changes.get() + 1);
+                black_box(&limiter).set_quota(quotas[changes.get() % 2]);
+            })
+        });
+        assert_eq!(limiter.len() as u64, keys, "a change dropped keys");
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = common::config();
-    targets = keyed_hot, keyed_100k, keyed_1m, keyed_zipf, keyed_churn, keyed_threads
+    targets = keyed_hot, keyed_100k, keyed_1m, keyed_zipf, keyed_churn, keyed_threads, keyed_set_quota
 }
 criterion_main!(benches);

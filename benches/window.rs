@@ -12,10 +12,9 @@
 //!   loop spends in a fraction of a window.
 //! - `window_deny`: a refusal on an exhausted limiter (one an hour), with
 //!   its exact retry time.
-//! - `window_take_undo`: a receipt taken and undone at once, for the
-//!   bucket (`Receipt`) and both windows (`WindowReceipt`): the admission
-//!   path of a sliding window, which that pair keeps from filling, beside
-//!   the others'.
+//! - `window_take_undo`: a `Receipt` taken and undone at once, for the
+//!   bucket and both windows: the admission path of a sliding window,
+//!   which that pair keeps from filling, beside the others'.
 //! - `pacer`: `Pacer::reserve` beside `TokenBucket::reserve` on the same
 //!   capacity-1 quota, idle (one start per nanosecond: every call starts
 //!   at once, or within the coarse clock's tick) and queued (one start per
@@ -33,7 +32,7 @@ use criterion::{
 use tollgate::window::{WindowCounter, WindowKind};
 use tollgate::{
     AcquireError, Clock, DefaultClock, FixedWindow, Limit, Pacer, Quota, Receipt, SlidingWindow,
-    TokenBucket, WindowQuota, WindowReceipt,
+    TokenBucket, WindowQuota,
 };
 
 mod common;
@@ -105,11 +104,11 @@ fn take_undo_class<C: Clock + Clone>(
     let quota = WindowQuota::new(60_000, HOUR).unwrap();
     let fixed: FixedWindow<C> = window(quota, clock.clone());
     bench(group, class, "fixed", true, || {
-        WindowReceipt::take(black_box(&fixed), 1).map(WindowReceipt::undo)
+        Receipt::take(black_box(&fixed), 1).map(Receipt::undo)
     });
     let sliding: SlidingWindow<C> = window(quota, clock);
     bench(group, class, "sliding", true, || {
-        WindowReceipt::take(black_box(&sliding), 1).map(WindowReceipt::undo)
+        Receipt::take(black_box(&sliding), 1).map(Receipt::undo)
     });
 }
 

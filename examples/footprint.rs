@@ -67,10 +67,11 @@ fn compare<K: Hash + Eq + Clone, G: Hash + Eq + Clone>(label: &str, ours: &[K], 
 }
 
 /// What the default configuration promises a key kept as a fingerprint
-/// costs at most: a 24-byte entry and its control byte, over the lowest
-/// load a table has just after it grows (7/16), with room to spare for the
+/// costs at most: a 32-byte entry (the 16-byte fingerprint, the state and
+/// its quota generation) and its control byte, over the lowest load a table
+/// has just after it grows (7/16: 75 bytes), with room to spare for the
 /// shards' own allocations.
-const FINGERPRINT_BYTES_PER_KEY: f64 = 64.0;
+const FINGERPRINT_BYTES_PER_KEY: f64 = 80.0;
 
 /// Rewrites `key` in place as the `i`-th hostile key: distinct in its first
 /// 16 bytes, then `padding`.

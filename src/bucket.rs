@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::limit::{Limit, Taken, sealed};
-use crate::state::{Admission, Tat};
+use crate::limit::{Limit, Shape, Taken, sealed};
+use crate::state::{Admission, FIRST, Tat};
 use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, DefaultClock, Quota};
 
@@ -101,7 +101,7 @@ impl<C: Clock> TokenBucket<C> {
     pub(crate) fn undo_admission(&self, admission: &Admission, tokens: u64) -> u64 {
         let gcra = self.quota.gcra();
         let ticks = gcra.returned_ticks(admission.tokens, tokens);
-        self.tat.undo(gcra, admission, ticks, || self.now())
+        self.tat.undo(gcra, admission, ticks, FIRST, || self.now())
     }
 
     /// Gives back `unused` of a lease of `granted` tokens decided at tick
@@ -118,7 +118,7 @@ impl<C: Clock> TokenBucket<C> {
     /// is empty), in one compare-and-swap: the grant and its admission.
     pub(crate) fn grant_up_to(&self, want: u64) -> Option<(u64, Admission)> {
         self.tat
-            .admit_up_to(self.quota.gcra(), self.now(), want)
+            .admit_up_to(self.quota.gcra(), self.now(), want, FIRST)
             .ok()
     }
 
@@ -132,7 +132,8 @@ impl<C: Clock> TokenBucket<C> {
     pub(crate) fn admit(&self, cost: u64, slack: u64) -> Result<Admission, AcquireError> {
         let gcra = self.quota.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
-        self.tat.admit(gcra, self.now(), cost, cost_ticks, slack)
+        self.tat
+            .admit(gcra, self.now(), cost, cost_ticks, slack, FIRST)
     }
 
     /// Returns `cost` tokens unconditionally: a trusted operation, for a
@@ -231,7 +232,17 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
     }
 
     fn undo(&self, taken: &Taken) {
-        self.undo_admission(&taken.admission, taken.tokens);
+        if let Some(admission) = taken.admission() {
+            self.undo_admission(admission, taken.tokens);
+        }
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::of_quota(&self.quota)
+    }
+
+    fn idle_reset(&self) -> Duration {
+        self.quota.refill_interval()
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use crate::AcquireError;
-use crate::limit::{Limit, Taken, sealed};
+use crate::limit::{Limit, Shape, Taken, sealed};
 use crate::sync::{AtomicU64, Ordering};
 #[cfg(feature = "keyed")]
 use crate::{Clock, KeyRef, KeyedLimiter};
@@ -360,6 +360,14 @@ impl<L: Limit> sealed::Sealed for Counting<'_, L> {
         self.limit.undo(taken);
         self.tally.writer().add(|s| &s.abandoned, 1);
     }
+
+    fn shape(&self) -> Shape {
+        self.limit.shape()
+    }
+
+    fn idle_reset(&self) -> Duration {
+        self.limit.idle_reset()
+    }
 }
 
 impl<L: Limit> Limit for Counting<'_, L> {
@@ -399,6 +407,14 @@ impl<L: Limit> sealed::Sealed for Counted<L> {
 
     fn undo(&self, taken: &Taken) {
         self.counting(&self.limiter).undo(taken);
+    }
+
+    fn shape(&self) -> Shape {
+        self.limiter.shape()
+    }
+
+    fn idle_reset(&self) -> Duration {
+        self.limiter.idle_reset()
     }
 }
 

@@ -19,6 +19,12 @@ use std::time::Duration;
 use crate::clock::saturating_nanos;
 use crate::{AcquireError, InitialCredit, QuotaError};
 
+mod carry;
+#[cfg(feature = "keyed")]
+mod words;
+#[cfg(feature = "keyed")]
+pub(crate) use words::WORDS;
+
 /// The finest subdivision of a time unit (a nanosecond in-process, a
 /// microsecond in the Redis store) a bucket uses. `u64::MAX` ticks of
 /// `1/8` ns are 73 years after a bucket's creation, longer than any bucket
@@ -237,7 +243,12 @@ impl Gcra {
         let Some(new_tat) = tat.max(now).checked_add(cost_ticks) else {
             return Err(u64::MAX);
         };
-        let limit = now.saturating_add(self.tolerance).saturating_add(slack);
+        // Capped below `u64::MAX`, the value no state ever holds (see
+        // [`LAST`]).
+        let limit = now
+            .saturating_add(self.tolerance)
+            .saturating_add(slack)
+            .min(LAST);
         if new_tat <= limit {
             Ok(new_tat)
         } else {
@@ -265,7 +276,7 @@ impl Gcra {
     #[inline]
     pub(crate) fn available(&self, tat: u64, now: u64) -> u64 {
         let debt = tat.saturating_sub(now);
-        let room = u64::MAX - tat.max(now);
+        let room = LAST.saturating_sub(tat.max(now));
         // The most ticks one more admission may be charged.
         let span = self.tolerance.saturating_sub(debt).min(room);
         if self.shift == 0 {
@@ -308,6 +319,12 @@ impl Gcra {
 
 /// A TAT at or before every `now`: a full bucket.
 pub(crate) const FULL: u64 = 0;
+
+/// The latest TAT any decision, give-back or quota change writes: one short
+/// of the range, so that `u64::MAX` is left free for the state word to mean
+/// "this state has moved to another quota" (`state::SEALED`), a value no
+/// decision can write over or mistake for credit.
+pub(crate) const LAST: u64 = u64::MAX - 1;
 
 /// An emission interval of `period / tokens` time units as a whole number
 /// of ticks of `1 / ticks_per_unit` unit, `ticks_per_unit <= 8`. One
@@ -499,6 +516,18 @@ mod tests {
         assert_eq!(g.cost_ticks(u64::MAX), Ok(g.tolerance));
         assert_eq!(g.available(FULL, 0), u64::MAX);
         assert_eq!(g.slot_ticks(), 1);
+    }
+
+    #[test]
+    fn no_decision_writes_the_last_value_of_the_range() {
+        // `u64::MAX` is the state word's seal: even a reservation with an
+        // unbounded wait stops one short of it.
+        let g = gcra(3, 2, SECOND);
+        let one = g.cost_ticks(1).unwrap();
+        assert_eq!(g.decide(LAST - one, 0, one, u64::MAX), Ok(LAST));
+        assert!(g.decide(LAST - one + 1, 0, one, u64::MAX).is_err());
+        assert!(g.decide(LAST, u64::MAX, one, u64::MAX).is_err());
+        assert_eq!(g.available(LAST - one, 0), 0);
     }
 
     #[test]

@@ -106,6 +106,10 @@ pub use error::{AcquireError, QuotaError};
 pub use hierarchy::{HierarchyError, MAX_STEPS, Step, try_acquire_all};
 #[cfg(feature = "keyed")]
 pub use keyed::{AtCapacity, KeyLimit, KeyRef, KeyTableStats, KeyedBuilder, KeyedLimiter, Tiered};
+/// The keyed limiter's quota generations, for the loom models only.
+#[cfg(all(tollgate_loom, feature = "keyed"))]
+#[doc(hidden)]
+pub use keyed::{Change, Entry, Generations};
 /// The keyed limiter's key cap, for the loom models only.
 #[cfg(all(tollgate_loom, feature = "keyed"))]
 #[doc(hidden)]
@@ -115,7 +119,7 @@ pub use pacer::Pacer;
 pub use quota::{InitialCredit, Quota};
 pub use receipt::Receipt;
 pub use striped::StripedBucket;
-pub use window::{FixedWindow, SlidingWindow, WindowLimit, WindowQuota, WindowReceipt};
+pub use window::{FixedWindow, SlidingWindow, WindowQuota};
 
 /// Compiles and runs the README's examples as doc tests, so the quickstart
 /// cannot drift from the API.

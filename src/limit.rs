@@ -10,8 +10,9 @@ use crate::hierarchy::Step;
 /// A limiter that spends tokens: a [`TokenBucket`](crate::TokenBucket), one
 /// key of a [`KeyedLimiter`](crate::KeyedLimiter) or of a
 /// [`Tiered`](crate::Tiered) ([`KeyLimit`](crate::KeyLimit)), a
-/// [`StripedBucket`](crate::StripedBucket), or any of them wrapped in
-/// [`Counted`](crate::Counted).
+/// [`StripedBucket`](crate::StripedBucket), a window counter
+/// ([`FixedWindow`](crate::FixedWindow), [`SlidingWindow`](crate::SlidingWindow)),
+/// or any of them wrapped in [`Counted`](crate::Counted).
 ///
 /// Its decisions are synchronous and never block: take now
 /// ([`try_acquire`](Self::try_acquire)), take now and wait before use
@@ -98,6 +99,10 @@ pub trait Limit: sealed::Sealed + Sync {
     /// [`docs/semantics.md`](crate::guide::semantics)). A refusal reports
     /// how much later the same call would succeed. Nothing queues: the wait
     /// is the caller's to honour.
+    ///
+    /// A window counter reserves only within its current window (a sliding
+    /// window while the last window's weight fades; a fixed window never):
+    /// [`docs/semantics.md`](crate::guide::semantics), "Windows".
     ///
     /// ```
     /// use std::time::Duration;
@@ -228,7 +233,7 @@ pub(crate) mod sealed {
     /// never mints credit: the data of a [`Receipt`](crate::Receipt).
     #[derive(Clone, Copy, Debug)]
     pub struct Taken {
-        pub(crate) admission: crate::state::Admission,
+        pub(crate) record: Record,
         /// The tokens admitted.
         pub(crate) tokens: u64,
         /// Whether a keyed limiter served it from its overflow bucket
@@ -237,16 +242,84 @@ pub(crate) mod sealed {
         pub(crate) overflow: bool,
     }
 
+    /// What the limit's own word recorded of an admission: a bucket's
+    /// compare-and-swap, or the window a window counter counted it in.
+    #[derive(Clone, Copy, Debug)]
+    pub(crate) enum Record {
+        Bucket(crate::state::Admission),
+        Window(u64),
+    }
+
+    impl Shape {
+        /// A bucket's: `q` its capacity, `w` the time it takes to refill
+        /// from empty to full.
+        pub(crate) fn of_quota(quota: &crate::Quota) -> Shape {
+            Shape {
+                quota: quota.capacity(),
+                window_seconds: quota.refill_seconds(),
+            }
+        }
+
+        /// A window counter's: `q` its limit, `w` its window.
+        pub(crate) fn of_window_quota(quota: &crate::WindowQuota) -> Shape {
+            Shape {
+                quota: quota.limit(),
+                window_seconds: quota.window_seconds(),
+            }
+        }
+    }
+
     impl Taken {
         /// `tokens` admitted by `admission` from a limit's own bucket.
         #[inline]
         pub(crate) fn own(admission: crate::state::Admission, tokens: u64) -> Taken {
             Taken {
-                admission,
+                record: Record::Bucket(admission),
                 tokens,
                 overflow: false,
             }
         }
+
+        /// `tokens` counted in the window numbered `index`.
+        #[inline]
+        pub(crate) fn window(index: u64, tokens: u64) -> Taken {
+            Taken {
+                record: Record::Window(index),
+                tokens,
+                overflow: false,
+            }
+        }
+
+        /// The bucket admission this records. A record reaches only the
+        /// limit that made it (receipts and steps hold their limit), so a
+        /// bucket never sees a window's record; were it to, `None` makes
+        /// its undo give back nothing, which mints nothing.
+        #[inline]
+        pub(crate) fn admission(&self) -> Option<&crate::state::Admission> {
+            match &self.record {
+                Record::Bucket(admission) => Some(admission),
+                Record::Window(_) => None,
+            }
+        }
+
+        /// The window this records, by the same argument.
+        #[inline]
+        pub(crate) fn window_index(&self) -> Option<u64> {
+            match self.record {
+                Record::Window(index) => Some(index),
+                Record::Bucket(_) => None,
+            }
+        }
+    }
+
+    /// What a limit advertises of itself to clients (the HTTP layer's
+    /// `RateLimit-Policy`): the quota `q`, the most it admits at once, and
+    /// the window `w` in whole seconds, rounded up, at least 1, over which
+    /// that much comes back.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Shape {
+        pub(crate) quota: u64,
+        pub(crate) window_seconds: u64,
     }
 
     /// The operations of a [`Limit`](super::Limit), kept out of reach.
@@ -262,10 +335,17 @@ pub(crate) mod sealed {
         ) -> Result<(Taken, Duration), AcquireError>;
         /// Gives back what `taken` took, by the rule of `Tat::undo`.
         fn undo(&self, taken: &Taken);
+        /// What this limit advertises: see [`Shape`].
+        fn shape(&self) -> Shape;
+        /// While nothing is spent, the wait until the limit's state next
+        /// moves on its own: a bucket's one token of refill, a window
+        /// counter's end of the current window. With the wait for one unit
+        /// more than is available, it is the "reset" an HTTP field reports.
+        fn idle_reset(&self) -> Duration;
     }
 }
 
-pub(crate) use sealed::Taken;
+pub(crate) use sealed::{Shape, Taken};
 
 /// Implements [`Limit`] for a pointer to a limit, so that a receipt can hold
 /// its limit borrowed (`&L`) or shared (`Arc<L>`, for a receipt that
@@ -284,6 +364,12 @@ macro_rules! forward_limit {
             }
             fn undo(&self, taken: &Taken) {
                 (**self).undo(taken);
+            }
+            fn shape(&self) -> Shape {
+                (**self).shape()
+            }
+            fn idle_reset(&self) -> Duration {
+                (**self).idle_reset()
             }
         }
         impl<L: Limit + ?Sized $(+ $bound)?> Limit for $pointer {

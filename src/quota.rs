@@ -196,4 +196,44 @@ impl Quota {
     pub(crate) fn gcra(&self) -> &Gcra {
         &self.gcra
     }
+
+    /// The time one token takes to refill: `period / tokens`, rounded up to
+    /// the nanosecond, since pacing on a slightly slower refill only waits
+    /// a little longer (what a store reports, and what an HTTP field says
+    /// of a full bucket).
+    pub(crate) fn refill_interval(&self) -> Duration {
+        let nanos = self
+            .period
+            .as_nanos()
+            .div_ceil(u128::from(self.tokens.max(1)));
+        u64::try_from(nanos).map_or(Duration::MAX, Duration::from_nanos)
+    }
+
+    /// The time to refill the whole capacity from empty, rounded up to
+    /// whole seconds, at least 1: the window a bucket advertises.
+    pub(crate) fn refill_seconds(&self) -> u64 {
+        // capacity * period / tokens, in nanoseconds, then up to seconds.
+        // Both products fit in u128; `tokens` is never zero in a Quota.
+        let numerator = u128::from(self.capacity()) * self.period.as_nanos();
+        let denominator = u128::from(self.tokens.max(1)) * 1_000_000_000;
+        let seconds = numerator.div_ceil(denominator).max(1);
+        u64::try_from(seconds).unwrap_or(u64::MAX)
+    }
+
+    /// The quota of parts taken from a valid quota ([`Self::gcra`],
+    /// [`Self::refill`], [`Self::initial_credit`]): a limiter whose quota
+    /// changes keeps them in atomics and puts them back together.
+    #[cfg(feature = "keyed")]
+    pub(crate) fn from_parts(
+        gcra: Gcra,
+        (tokens, period): (u64, Duration),
+        initial: InitialCredit,
+    ) -> Quota {
+        Quota {
+            gcra,
+            tokens,
+            period,
+            initial,
+        }
+    }
 }

@@ -17,6 +17,10 @@ use crate::{AcquireError, Limit};
 /// the limit that issued it (it holds that limit). Dropping a receipt keeps
 /// the tokens spent, as [`keep`](Self::keep) says explicitly.
 ///
+/// A window counter's receipt follows the windows' rule instead: all of
+/// the cost back while the window it was counted in lasts, nothing after
+/// ([`docs/semantics.md`](crate::guide::semantics), "Windows").
+///
 /// The limit is held by any pointer to it: `&TokenBucket` for a receipt
 /// within a call, `Arc<TokenBucket>` for one kept across awaits (until a
 /// response arrives, say), or a key of a keyed limiter.

@@ -30,7 +30,17 @@ pub(crate) struct Admission {
     /// The tokens admitted, and the ticks they were charged.
     pub(crate) tokens: u64,
     pub(crate) cost_ticks: u64,
+    /// The quota generation the admission was decided under: [`FIRST`]
+    /// until the state's first quota change, one more at each. An undo
+    /// under another generation gives back nothing: the admission's debit
+    /// was carried over by the continuity rule, and giving it back under
+    /// another quota could mint ([`docs/semantics.md`](crate::guide::semantics),
+    /// "Changing a quota").
+    pub(crate) generation: u64,
 }
+
+/// The generation of a state whose quota never changed.
+pub(crate) const FIRST: u64 = 0;
 
 impl Admission {
     /// The ticks its caller must wait before its tokens exist: zero when
@@ -72,8 +82,9 @@ impl Tat {
 
     /// Admits `cost` tokens, charged `cost_ticks` ([`Gcra::cost_ticks`]),
     /// at `now` with up to `slack` ticks of delay: the core decision in the
-    /// compare-and-swap loop. Linearizes at the successful compare-and-swap,
-    /// or, refused, at the load it decided on.
+    /// compare-and-swap loop, stamped with the state's quota `generation`.
+    /// Linearizes at the successful compare-and-swap, or, refused, at the
+    /// load it decided on.
     #[inline]
     pub(crate) fn admit(
         &self,
@@ -82,6 +93,7 @@ impl Tat {
         cost: u64,
         cost_ticks: u64,
         slack: u64,
+        generation: u64,
     ) -> Result<Admission, AcquireError> {
         let (before, after) = self.update(|tat| {
             gcra.decide(tat, now, cost_ticks, slack)
@@ -95,6 +107,7 @@ impl Tat {
             at: now,
             tokens: cost,
             cost_ticks,
+            generation,
         })
     }
 
@@ -147,14 +160,21 @@ impl Tat {
     /// clock that does not go backwards across threads: a reading behind
     /// another thread's lets this undo return up to that gap too much.
     ///
+    /// An admission decided under another quota `generation` than the
+    /// state's gets nothing back: see [`Admission::generation`].
+    ///
     /// Returns the ticks given back.
     pub(crate) fn undo(
         &self,
         gcra: &Gcra,
         admission: &Admission,
         returned_ticks: u64,
+        generation: u64,
         mut now: impl FnMut() -> u64,
     ) -> u64 {
+        if admission.generation != generation {
+            return 0;
+        }
         let returned_ticks = returned_ticks.min(admission.cost_ticks);
         let reading = now();
         let held_for = reading.saturating_sub(admission.at);
@@ -227,12 +247,13 @@ impl Tat {
 
     /// Admits as many of `want` whole tokens as are available at `now`, in
     /// one compare-and-swap: `(granted, admission)`, or the wait in ticks
-    /// until one token is available.
+    /// until one token is available. Stamped like [`Self::admit`].
     pub(crate) fn admit_up_to(
         &self,
         gcra: &Gcra,
         now: u64,
         want: u64,
+        generation: u64,
     ) -> Result<(u64, Admission), u64> {
         let charged = std::cell::Cell::new((0, 0));
         let (before, after) = self.update(|tat| {
@@ -254,6 +275,7 @@ impl Tat {
                 at: now,
                 tokens: granted,
                 cost_ticks,
+                generation,
             },
         ))
     }
@@ -285,6 +307,14 @@ impl Tat {
         self.0.fetch_max(at, Ordering::AcqRel);
     }
 
+    /// The state, taken out of a bucket no other thread can reach: a keyed
+    /// table's entry under its shard's write lock, while a quota change
+    /// replaces it with its converted state.
+    #[cfg(feature = "keyed")]
+    pub(crate) fn into_inner(self) -> u64 {
+        self.0.into_inner()
+    }
+
     pub(crate) fn reset(&self) {
         // A read-modify-write rather than a plain store: the same cost off the
         // hot path, and loom (which mis-orders a store racing a
@@ -305,18 +335,18 @@ mod tests {
     #[test]
     fn an_undo_at_the_admission_reading_restores_the_state_exactly() {
         let (g, tat) = (gcra(), Tat::new(FULL));
-        let admission = tat.admit(&g, 500, 1, 1000, 0).unwrap();
-        tat.undo(&g, &admission, 1000, || 500);
+        let admission = tat.admit(&g, 500, 1, 1000, 0, FIRST).unwrap();
+        tat.undo(&g, &admission, 1000, FIRST, || 500);
         assert_eq!(tat.0.load(Ordering::Acquire), FULL);
     }
 
     #[test]
     fn an_undo_of_a_reservation_still_ahead_is_exact_however_long_it_was_held() {
         let (g, tat) = (gcra(), Tat::new(FULL));
-        tat.admit(&g, 0, 2, 2000, 0).unwrap();
+        tat.admit(&g, 0, 2, 2000, 0, FIRST).unwrap();
         // Due at 1000, its slot ends at 3000; undone at 900, held 900.
-        let reservation = tat.admit(&g, 0, 1, 1000, 2000).unwrap();
-        assert_eq!(tat.undo(&g, &reservation, 1000, || 900), 1000);
+        let reservation = tat.admit(&g, 0, 1, 1000, 2000, FIRST).unwrap();
+        assert_eq!(tat.undo(&g, &reservation, 1000, FIRST, || 900), 1000);
         assert_eq!(tat.0.load(Ordering::Acquire), 2000);
     }
 
@@ -325,8 +355,8 @@ mod tests {
         let (g, tat) = (gcra(), Tat::new(FULL));
         // Nothing came between, but the undo cannot know that: cost less
         // the time held.
-        let admission = tat.admit(&g, 500, 1, 1000, 0).unwrap();
-        assert_eq!(tat.undo(&g, &admission, 1000, || 900), 600);
+        let admission = tat.admit(&g, 500, 1, 1000, 0, FIRST).unwrap();
+        assert_eq!(tat.undo(&g, &admission, 1000, FIRST, || 900), 600);
         assert_eq!(tat.0.load(Ordering::Acquire), 900);
     }
 
@@ -337,19 +367,29 @@ mod tests {
         // 500 takes one more (2000). Without ours, that admission would have
         // left 1500; returning our whole token would leave 1000 and hand out
         // the 500 ticks of refill the full bucket wasted.
-        let ours = tat.admit(&g, 0, 1, 1000, 0).unwrap();
-        tat.admit(&g, 500, 1, 1000, 0).unwrap();
-        tat.undo(&g, &ours, 1000, || 600);
+        let ours = tat.admit(&g, 0, 1, 1000, 0, FIRST).unwrap();
+        tat.admit(&g, 500, 1, 1000, 0, FIRST).unwrap();
+        tat.undo(&g, &ours, 1000, FIRST, || 600);
         assert_eq!(tat.0.load(Ordering::Acquire), 1600);
         assert!(tat.0.load(Ordering::Acquire) >= 1500);
     }
 
     #[test]
+    fn an_undo_under_another_generation_returns_nothing() {
+        let (g, tat) = (gcra(), Tat::new(FULL));
+        let admission = tat.admit(&g, 500, 1, 1000, 0, FIRST).unwrap();
+        assert_eq!(admission.generation, FIRST);
+        assert_eq!(tat.undo(&g, &admission, 1000, FIRST + 1, || 500), 0);
+        assert_eq!(tat.0.load(Ordering::Acquire), 1500);
+        assert_eq!(tat.undo(&g, &admission, 1000, FIRST, || 500), 1000);
+    }
+
+    #[test]
     fn an_undo_once_the_cost_has_refilled_returns_nothing() {
         let (g, tat) = (gcra(), Tat::new(FULL));
-        let ours = tat.admit(&g, 0, 1, 1000, 0).unwrap();
-        tat.admit(&g, 1500, 1, 1000, 0).unwrap();
-        tat.undo(&g, &ours, 1000, || 1500);
+        let ours = tat.admit(&g, 0, 1, 1000, 0, FIRST).unwrap();
+        tat.admit(&g, 1500, 1, 1000, 0, FIRST).unwrap();
+        tat.undo(&g, &ours, 1000, FIRST, || 1500);
         assert_eq!(tat.0.load(Ordering::Acquire), 2500);
     }
 }

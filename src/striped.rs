@@ -7,7 +7,7 @@ use crossbeam_utils::CachePadded;
 
 use std::time::Duration;
 
-use crate::limit::{Limit, Taken, sealed};
+use crate::limit::{Limit, Shape, Taken, sealed};
 use crate::{AcquireError, Clock, DefaultClock, Quota, TokenBucket};
 use slots::{Slots, Take};
 
@@ -231,6 +231,14 @@ impl<C: Clock> sealed::Sealed for StripedBucket<C> {
 
     fn undo(&self, taken: &Taken) {
         self.bucket.undo(taken);
+    }
+
+    fn shape(&self) -> Shape {
+        self.bucket.shape()
+    }
+
+    fn idle_reset(&self) -> Duration {
+        self.bucket.idle_reset()
     }
 }
 

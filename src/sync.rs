@@ -29,6 +29,13 @@ pub(crate) use std::sync::{
     atomic::{AtomicU64, AtomicUsize, Ordering},
 };
 
+// Only the keyed limiter's overflow bucket takes a read-write lock (while
+// its quota changes), and only its quota slots a fence.
+#[cfg(all(tollgate_loom, feature = "keyed"))]
+pub(crate) use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, atomic::fence};
+#[cfg(all(not(tollgate_loom), feature = "keyed"))]
+pub(crate) use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, atomic::fence};
+
 // Only the local allowance and the keyed allowance's outage flag use a
 // boolean word.
 #[cfg(all(tollgate_loom, feature = "tokio"))]
@@ -45,6 +52,18 @@ pub(crate) use std::sync::atomic::AtomicBool;
 #[cfg(any(feature = "keyed", feature = "tokio"))]
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     unpoisoned(mutex.lock())
+}
+
+/// [`lock`] for reading a read-write lock.
+#[cfg(feature = "keyed")]
+pub(crate) fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    unpoisoned(lock.read())
+}
+
+/// [`lock`] for writing a read-write lock.
+#[cfg(feature = "keyed")]
+pub(crate) fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    unpoisoned(lock.write())
 }
 
 /// The guard of a lock, poisoned or not.

@@ -27,7 +27,14 @@ impl<C: Clock> Timeline<C> {
     /// see less credit.
     #[inline]
     pub(crate) fn now(&self, gcra: &Gcra) -> u64 {
-        gcra.ticks(self.clock.now_nanos().saturating_sub(self.origin))
+        gcra.ticks(self.nanos())
+    }
+
+    /// The current time in nanoseconds since the origin, for a limiter
+    /// whose quotas (and so tick units) differ between its buckets.
+    #[inline]
+    pub(crate) fn nanos(&self) -> u64 {
+        self.clock.now_nanos().saturating_sub(self.origin)
     }
 
     pub(crate) fn clock(&self) -> &C {

@@ -859,3 +859,34 @@ fn acquire_waits_for_a_lease_that_lands_before_it_decides_to_wait() {
         }
     });
 }
+
+#[tokio::test]
+async fn an_allowance_follows_its_local_stores_quota_change() {
+    let clock = ManualClock::new();
+    let store = Arc::new(LocalStore::from_limiter(
+        KeyedLimiter::builder(Quota::per_second(100).unwrap())
+            .clock(clock.clone())
+            .build(),
+    ));
+    let node = LocalAllowance::new(Arc::clone(&store), KEY, config(FailurePolicy::Closed)).unwrap();
+    assert!(node.try_acquire(1).is_err());
+    settle().await;
+    store.set_quota(Quota::per_second(4).unwrap());
+    // The pool leased before the change is spent as it is.
+    let mut spent = 0;
+    while node.try_acquire(1) == Ok(Source::Lease) {
+        spent += 1;
+    }
+    assert!(spent >= 1);
+    settle().await;
+    // The next grant, under the new quota, carries its capacity: the
+    // allowance no longer takes a cost above it.
+    assert!(node.pooled() <= 4);
+    assert_eq!(
+        node.try_acquire(5),
+        Err(AcquireError::ExceedsCapacity {
+            cost: 5,
+            capacity: 4
+        })
+    );
+}

@@ -1,8 +1,8 @@
 //! What the tower layer allocates per request: an admitted request through
-//! in-process rules that keep nothing past `call` (no status to give back,
-//! no fields to advertise) costs no heap allocation beyond the inner
-//! service's own. The rules are bound on the stack, charged from there,
-//! and the inner future is held in place.
+//! in-process rules (a keyed limiter, a bucket, a window) that keep nothing
+//! past `call` (no status to give back, no fields to advertise) costs no
+//! heap allocation beyond the inner service's own. The rules are bound on
+//! the stack, charged from there, and the inner future is held in place.
 //!
 //! One test in its own binary: the allocation counter is process-wide, and
 //! no other test may run beside it.
@@ -22,7 +22,7 @@ use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tollgate::http::PolicyName;
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
 use tollgate::identity::AddrKey;
-use tollgate::{KeyedLimiter, Limit, ManualClock, Quota, TokenBucket};
+use tollgate::{KeyedLimiter, Limit, ManualClock, Quota, SlidingWindow, TokenBucket, WindowQuota};
 use tower::{Layer, Service, ServiceExt};
 
 #[global_allocator]
@@ -79,7 +79,9 @@ fn an_admitted_request_through_in_process_rules_allocates_nothing() {
             .clock(clock.clone())
             .build::<AddrKey>(),
     );
-    let global = Arc::new(TokenBucket::with_clock(quota, clock));
+    let global = Arc::new(TokenBucket::with_clock(quota, clock.clone()));
+    let per_minute = WindowQuota::per_minute(10_000).unwrap();
+    let window = Arc::new(SlidingWindow::with_clock(per_minute, clock).unwrap());
     let layer = RateLimitLayer::builder()
         .rule(Rule::keyed(
             PolicyName::new("per-address").unwrap(),
@@ -89,6 +91,10 @@ fn an_admitted_request_through_in_process_rules_allocates_nothing() {
         .rule(Rule::global(
             PolicyName::new("global").unwrap(),
             Arc::clone(&global),
+        ))
+        .rule(Rule::global(
+            PolicyName::new("per-minute").unwrap(),
+            Arc::clone(&window),
         ))
         .build();
     let mut bare = tower::service_fn(hello);
@@ -107,8 +113,9 @@ fn an_admitted_request_through_in_process_rules_allocates_nothing() {
         }
         assert_eq!(limited_allocations, bare_allocations);
     });
-    // Both rules charged every limited request (the clock stands still).
+    // Every rule charged every limited request (the clock stands still).
     assert_eq!(per_address.len(), 1);
     let charged = (1 + ROUNDS) as u64 * REQUESTS as u64;
     assert_eq!(global.available(), quota.capacity() - charged);
+    assert_eq!(window.available(), per_minute.limit() - charged);
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use tollgate::window::{WindowCounter, WindowKind};
 use tollgate::{
-    AcquireError, FixedWindow, ManualClock, QuotaError, SlidingWindow, WindowQuota, WindowReceipt,
+    AcquireError, FixedWindow, Limit, ManualClock, QuotaError, Receipt, SlidingWindow, WindowQuota,
 };
 
 mod common;
@@ -88,7 +88,7 @@ fn bad_costs_are_typed_errors_and_count_nothing() {
             })
         );
         assert_eq!(limiter.retry_after(0), Err(AcquireError::ZeroCost));
-        assert!(WindowReceipt::take(&limiter, 4).is_err());
+        assert!(Receipt::take(&limiter, 4).is_err());
         assert_eq!(limiter.available(), 3);
         limiter.try_acquire(3).unwrap();
     }
@@ -244,7 +244,7 @@ fn the_index_saturates_at_the_end_of_its_range_and_never_wraps() {
 fn a_receipt_undone_in_its_window_gives_back_exactly() {
     fn check<K: WindowKind>(limiter: WindowCounter<K, ManualClock>) {
         limiter.clock().set(ms(1100));
-        let mine = WindowReceipt::take(&limiter, 3).unwrap();
+        let mine = Receipt::take(&limiter, 3).unwrap();
         limiter.try_acquire(4).unwrap();
         assert_eq!(limiter.available(), 3);
         // Later in the same window, after someone else's admission: the
@@ -262,7 +262,7 @@ fn a_receipt_undone_in_its_window_gives_back_exactly() {
 fn a_receipt_undone_after_its_window_gives_back_nothing() {
     // Fixed: not into the next window.
     let limiter = fixed(10);
-    let mine = WindowReceipt::take(&limiter, 10).unwrap();
+    let mine = Receipt::take(&limiter, 10).unwrap();
     limiter.clock().set(ms(1200));
     limiter.try_acquire(4).unwrap();
     mine.undo();
@@ -273,7 +273,7 @@ fn a_receipt_undone_after_its_window_gives_back_nothing() {
     // decision has rolled the counter into the new window yet.
     for roll_first in [true, false] {
         let limiter = sliding(10);
-        let mine = WindowReceipt::take(&limiter, 6).unwrap();
+        let mine = Receipt::take(&limiter, 6).unwrap();
         limiter.try_acquire(4).unwrap();
         limiter.clock().set(ms(1500));
         if roll_first {
@@ -292,15 +292,15 @@ fn undoing_every_receipt_of_a_window_never_gives_back_more_than_was_taken() {
     let limiter = Arc::new(sliding(10));
     let receipts: Vec<_> = [3, 3, 4]
         .into_iter()
-        .map(|cost| WindowReceipt::take(Arc::clone(&limiter), cost).unwrap())
+        .map(|cost| Receipt::take(Arc::clone(&limiter), cost).unwrap())
         .collect();
-    assert_eq!(receipts.iter().map(WindowReceipt::tokens).sum::<u64>(), 10);
+    assert_eq!(receipts.iter().map(Receipt::tokens).sum::<u64>(), 10);
     for receipt in receipts {
         receipt.undo();
     }
     assert_eq!(limiter.available(), 10);
     // A boxed limiter takes receipts too, and the window is whole again.
     let boxed = Box::new(fixed(2));
-    WindowReceipt::take(&boxed, 2).unwrap().keep();
+    Receipt::take(&boxed, 2).unwrap().keep();
     assert_eq!(boxed.available(), 0);
 }

@@ -7,7 +7,8 @@
 //! counter, and a sliding counter exactly those of the weighted estimate
 //! (`prev · (W - p) / W + cur`), with the same `retry_after` (the model
 //! searches for the first nanosecond at which the request fits) and the
-//! same `available()`.
+//! same `available()`, and the same reservations: counted in the current
+//! window for use later in it, never in a window not yet begun.
 //!
 //! Beside them, an exact sliding log of every admission still kept checks
 //! the approximation bound of `docs/semantics.md` ("Windows") at every
@@ -22,7 +23,7 @@ use std::time::Duration;
 use num_rational::Ratio;
 use proptest::prelude::*;
 use tollgate::window::{Fixed, Sliding, WindowCounter, WindowKind};
-use tollgate::{AcquireError, ManualClock, WindowQuota, WindowReceipt};
+use tollgate::{AcquireError, Limit, ManualClock, Receipt, WindowQuota};
 
 type Q = Ratio<i128>;
 
@@ -113,6 +114,8 @@ enum Op {
     /// Undoes the receipt at this index (modulo those held), if any.
     Undo(usize),
     RetryAfter(Cost),
+    /// A reservation with a longest wait of this many 64ths of a window.
+    Reserve(Cost, u64),
     Available,
 }
 
@@ -122,6 +125,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => cost().prop_map(Op::Take),
         2 => (0usize..8).prop_map(Op::Undo),
         1 => cost().prop_map(Op::RetryAfter),
+        2 => (cost(), 0u64..=96).prop_map(|(cost, slack)| Op::Reserve(cost, slack)),
         1 => Just(Op::Available),
     ]
 }
@@ -239,6 +243,33 @@ impl Model {
         Ok(())
     }
 
+    /// A reservation of `cost` at `at` waiting at most `slack`: admitted
+    /// now if it fits; else counted in the current window, to be used at
+    /// the first instant it fits, if that instant is in this window and at
+    /// most `slack` away; else refused with the wait until the same call
+    /// would succeed: when that instant is at most `slack` ahead and in the
+    /// window then current.
+    fn reserve(&mut self, at: i128, cost: u64, slack: i128) -> Result<Duration, AcquireError> {
+        self.check(cost)?;
+        if self.fits(at, cost) {
+            return self.acquire(at, cost, None).map(|()| Duration::ZERO);
+        }
+        let wait = i128::try_from(self.retry_after(at, cost).as_nanos()).unwrap();
+        let due = at + wait;
+        let (window, _) = self.place(at);
+        let (due_window, due_pos) = self.place(due);
+        if due_window == window && wait <= slack {
+            *self.counts.entry(window).or_insert(0) += cost;
+            // Logged when decided: the log bounds what each window counted.
+            self.log.push((None, Kept { at, cost, window }));
+            return Ok(Duration::from_nanos(u64::try_from(wait).unwrap()));
+        }
+        let from = (due - slack).max(due - due_pos);
+        Err(AcquireError::Insufficient {
+            retry_after: Duration::from_nanos(u64::try_from(from - at).unwrap()),
+        })
+    }
+
     /// A receipt's undo: its cost leaves its window's count while that
     /// window lasts, and nothing happens after.
     fn undo(&mut self, at: i128, receipt: usize) {
@@ -298,7 +329,7 @@ fn run<K: WindowKind>(spec: Spec, sliding: bool, gaps_and_ops: &[(Gap, Op)]) {
     let limiter: WindowCounter<K, ManualClock> =
         WindowCounter::with_clock(spec.quota(), clock.clone()).unwrap();
     let mut model = Model::new(spec, sliding);
-    let mut receipts: Vec<(usize, WindowReceipt<&WindowCounter<K, ManualClock>>)> = Vec::new();
+    let mut receipts: Vec<(usize, Receipt<&WindowCounter<K, ManualClock>>)> = Vec::new();
     let mut last_retry = Duration::ZERO;
     let resolve = |cost: Cost| match cost {
         Cost::Any(k) => k % (spec.limit + 2),
@@ -319,7 +350,7 @@ fn run<K: WindowKind>(spec: Spec, sliding: bool, gaps_and_ops: &[(Gap, Op)]) {
                 let cost = resolve(cost);
                 let keep = matches!(op, Op::Take(_)).then_some(step);
                 let got = match keep {
-                    Some(id) => WindowReceipt::take(&limiter, cost).map(|r| receipts.push((id, r))),
+                    Some(id) => Receipt::take(&limiter, cost).map(|r| receipts.push((id, r))),
                     None => limiter.try_acquire(cost),
                 };
                 let expected = model.acquire(at, cost, keep);
@@ -338,6 +369,15 @@ fn run<K: WindowKind>(spec: Spec, sliding: bool, gaps_and_ops: &[(Gap, Op)]) {
                 let cost = resolve(cost);
                 let expected = model.check(cost).map(|()| model.retry_after(at, cost));
                 assert_eq!(limiter.retry_after(cost), expected, "{context}");
+            }
+            Op::Reserve(cost, slack) => {
+                let cost = resolve(cost);
+                let slack = spec.scaled(slack);
+                let got = limiter.reserve(cost, Duration::from_nanos(slack));
+                assert_eq!(got, model.reserve(at, cost, i128::from(slack)), "{context}");
+                if let Err(AcquireError::Insufficient { retry_after }) = got {
+                    last_retry = retry_after;
+                }
             }
             Op::Available => assert_eq!(limiter.available(), model.available(at), "{context}"),
         }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tollgate::window::{WindowCounter, WindowKind};
 use tollgate::{
-    AcquireError, Clock, FixedWindow, ManualClock, MonotonicClock, SlidingWindow, WindowQuota,
-    WindowReceipt,
+    AcquireError, Clock, FixedWindow, Limit, ManualClock, MonotonicClock, Receipt, SlidingWindow,
+    WindowQuota,
 };
 
 mod common;
@@ -232,7 +232,7 @@ fn racing_receipts_leave_exactly_what_was_kept() {
             let mut kept = 0;
             for i in 0..ATTEMPTS_PER_THREAD {
                 let cost = 1 + (i + t as u64) % 4;
-                if let Ok(receipt) = WindowReceipt::take(&limiter, cost) {
+                if let Ok(receipt) = Receipt::take(&limiter, cost) {
                     if i % 2 == 0 {
                         receipt.undo();
                     } else {
@@ -247,5 +247,46 @@ fn racing_receipts_leave_exactly_what_was_kept() {
         .sum();
         assert!(kept <= LIMIT);
         assert_eq!(limiter.available(), LIMIT - kept, "{threads} threads");
+    }
+}
+
+/// Threads racing reservations on a sliding window frozen at the start of
+/// a window whose previous one counted the limit: nothing fits now, and
+/// the `k`-th unit counted is due when the previous count weighs `N - k`,
+/// at `ceil(k·W/N)`, for `k` below `N` (the `N`-th is due only at the next
+/// window, which a reservation never reaches). However they interleave,
+/// exactly those `N - 1` reservations are granted, each wait once, and
+/// every other call is refused with the wait until that next window.
+#[test]
+fn racing_reservations_on_a_sliding_window_are_granted_each_slot_once() {
+    let window_nanos = u64::try_from(WINDOW.as_nanos()).unwrap();
+    let expected: Vec<Duration> = (1..LIMIT)
+        .map(|k| Duration::from_nanos((k * window_nanos).div_ceil(LIMIT)))
+        .collect();
+    for threads in THREAD_COUNTS {
+        let clock = ManualClock::new();
+        let limiter = SlidingWindow::with_clock(quota(), &clock).unwrap();
+        limiter.try_acquire(LIMIT).unwrap();
+        clock.set(WINDOW);
+        let per_thread = race(threads, |_| {
+            (0..ATTEMPTS_PER_THREAD)
+                .filter_map(|_| match limiter.reserve(1, WINDOW) {
+                    Ok(wait) => Some(wait),
+                    Err(refused) => {
+                        assert_eq!(
+                            refused,
+                            AcquireError::Insufficient {
+                                retry_after: WINDOW
+                            }
+                        );
+                        None
+                    }
+                })
+                .collect::<Vec<_>>()
+        });
+        let mut granted: Vec<Duration> = per_thread.into_iter().flatten().collect();
+        granted.sort();
+        assert_eq!(granted, expected, "{threads} threads");
+        assert_eq!(limiter.available(), 0);
     }
 }

@@ -1,7 +1,8 @@
 //! Loom models of the window counters' compare-and-swap loop: the race for
 //! a window's last slot, the race of the first decisions of a new window
-//! (the roll-over), a decision on a stale reading across a roll-over, and
-//! a receipt's undo racing a roll-over.
+//! (the roll-over), a decision on a stale reading across a roll-over, a
+//! receipt's undo racing a roll-over, and two reservations racing for the
+//! room a sliding window frees within itself.
 //!
 //! Without `--cfg tollgate_loom` the file is empty; the docs stand before
 //! the cfg so that the empty crate still has them.
@@ -9,13 +10,15 @@
 #![cfg(tollgate_loom)]
 
 use std::collections::BTreeSet;
+// The limiter is shared through std's `Arc`, a pointer receipts can hold;
+// the race is on its word, which is loom's through `tollgate::sync`.
+use std::sync::Arc;
 use std::time::Duration;
 
-use loom::sync::Arc;
 use loom::thread;
 use loom_tests::gather;
 use tollgate::window::{Fixed, Sliding, WindowCounter, WindowKind};
-use tollgate::{AcquireError, ManualClock, WindowQuota, WindowReceipt};
+use tollgate::{AcquireError, Limit, ManualClock, Receipt, WindowQuota};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -167,7 +170,7 @@ fn a_stale_reading_never_reopens_a_sliding_window() {
 fn an_undo_racing_a_roll_over_never_frees_the_new_window() {
     let runs = gather(|| {
         let limiter = counter::<Fixed>(1);
-        let receipt = WindowReceipt::take(Arc::clone(&limiter), 1).unwrap();
+        let receipt = Receipt::take(Arc::clone(&limiter), 1).unwrap();
         let undo = thread::spawn(move || receipt.undo());
         limiter.clock().set(SECOND);
         let admitted = decision(limiter.try_acquire(1));
@@ -182,7 +185,7 @@ fn an_undo_racing_a_roll_over_never_frees_the_new_window() {
 fn an_undo_racing_a_roll_over_never_lightens_the_new_window() {
     let runs = gather(|| {
         let limiter = counter::<Sliding>(2);
-        let receipt = WindowReceipt::take(Arc::clone(&limiter), 1).unwrap();
+        let receipt = Receipt::take(Arc::clone(&limiter), 1).unwrap();
         limiter.try_acquire(1).unwrap();
         let undo = thread::spawn(move || receipt.undo());
         limiter.clock().set(SECOND + SECOND / 2);
@@ -194,4 +197,29 @@ fn an_undo_racing_a_roll_over_never_lightens_the_new_window() {
     // undone, 2 · 0.5. With the new 1 either leaves less than one unit.
     // An undo taken out of the new window's count would leave one.
     assert_eq!(runs, BTreeSet::from([(Ok(()), 0)]));
+}
+
+// (e) Reservations racing for the room that frees within a window.
+
+#[test]
+fn two_reservations_race_for_the_room_a_sliding_window_frees_within_it() {
+    let runs = gather(|| {
+        let limiter = counter::<Sliding>(2);
+        limiter.try_acquire(2).unwrap();
+        // At the next window's start the last window's 2 weigh 2: one unit
+        // fits half way in, when they weigh 1.
+        limiter.clock().set(SECOND);
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let limiter = Arc::clone(&limiter);
+                thread::spawn(move || decision(limiter.reserve(1, SECOND).map(drop)))
+            })
+            .collect();
+        let decisions: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        (decisions, limiter.available())
+    });
+    // The loser decided on the winner's count: its unit fits only when the
+    // winner's weighs nothing, at the start of the window after, which is
+    // not this one: refused, with the wait until the same call succeeds.
+    assert_eq!(runs, one_winner(SECOND));
 }

@@ -17,6 +17,8 @@ use smallvec::SmallVec;
 
 use super::seconds::SF_INTEGER_MAX;
 use super::{PartitionKey, PolicyName, QuotaUnit, RateLimitPolicy};
+#[cfg(feature = "tower")]
+use crate::limit::Shape;
 
 /// The field name of the policies: `ratelimit-policy`.
 pub const RATELIMIT_POLICY: &str = "ratelimit-policy";
@@ -209,11 +211,16 @@ pub(crate) struct PolicyText {
     name: Box<[u8]>,
     /// The `RateLimit-Policy` field of this policy alone, untagged.
     alone: Option<HeaderValue>,
+    /// The limit's shape this text says, if the policy follows its limit
+    /// (see `Rule::followed_shape`): the text stands while the limit keeps
+    /// it.
+    pub(crate) shape: Option<Shape>,
 }
 
 #[cfg(feature = "tower")]
 impl PolicyText {
-    pub(crate) fn new(policy: &RateLimitPolicy) -> PolicyText {
+    /// `policy`, serialised; `shape` the limit's shape it follows, if any.
+    pub(crate) fn new(policy: &RateLimitPolicy, shape: Option<Shape>) -> PolicyText {
         let mut member = ListWriter::default();
         member.policy(policy);
         let mut name = ListWriter::default();
@@ -221,6 +228,7 @@ impl PolicyText {
         let mut alone = ListWriter::default();
         alone.policy_text_of(&member.bytes, None);
         PolicyText {
+            shape,
             alone: alone.finish(),
             member: member.bytes.into_vec().into_boxed_slice(),
             name: name.bytes.into_vec().into_boxed_slice(),
@@ -255,21 +263,42 @@ impl ListWriter {
 
     /// A policy's `RateLimit-Policy` member, but for its partition key.
     fn policy(&mut self, policy: &RateLimitPolicy) {
+        self.policy_as(policy, policy.quota(), policy.window_seconds());
+    }
+
+    /// `policy`'s member with `quota` and `window` in place of its own.
+    fn policy_as(&mut self, policy: &RateLimitPolicy, quota: u64, window: Option<u64>) {
         self.string(policy.name().as_str());
-        self.integer("q", policy.quota());
+        self.integer("q", quota);
         if policy.unit() != QuotaUnit::Requests {
             self.key("qu");
             self.string(policy.unit().as_str());
         }
-        if let Some(window) = policy.window_seconds() {
+        if let Some(window) = window {
             self.integer("w", window);
         }
     }
 
-    /// A member of the `RateLimit-Policy` field from its serialised text.
+    /// A member of the `RateLimit-Policy` field for `text`'s policy as its
+    /// limit is shaped now: the text built with the layer while the limit
+    /// keeps the shape it had then, else the policy written anew with the
+    /// limit's quota and window (a keyed limiter's quota changed since).
     #[cfg(feature = "tower")]
-    pub(crate) fn policy_text(&mut self, text: &PolicyText, pk: Option<PartitionKey>) {
-        self.policy_text_of(&text.member, pk);
+    pub(crate) fn policy_now(
+        &mut self,
+        text: &PolicyText,
+        policy: &RateLimitPolicy,
+        now: Option<Shape>,
+        pk: Option<PartitionKey>,
+    ) {
+        match now.filter(|&now| Some(now) != text.shape) {
+            None => self.policy_text_of(&text.member, pk),
+            Some(now) => {
+                self.member();
+                self.policy_as(policy, now.quota, Some(now.window_seconds));
+                self.partition_key(pk);
+            }
+        }
     }
 
     #[cfg(feature = "tower")]
@@ -501,20 +530,30 @@ mod tests {
         }
 
         /// The text serialised once per policy, tagged per request, makes
-        /// the same fields as the policies and limits built per request.
+        /// the same fields as the policies and limits built per request,
+        /// its limit shaped as when the text was built or shaped anew (a
+        /// quota changed since).
         #[cfg(feature = "tower")]
         #[test]
         fn the_serialised_text_makes_the_same_fields(
-            members in proptest::collection::vec((policy(), pk(), number(), proptest::option::of(number())), 1..5),
+            members in proptest::collection::vec(
+                (policy(), pk(), number(), proptest::option::of(number()), proptest::option::of((number(), 1..=u64::MAX))),
+                1..5,
+            ),
         ) {
             let mut policies = ListWriter::default();
             let mut limits = ListWriter::default();
             let mut built_policies = Vec::new();
             let mut built_limits = Vec::new();
-            for (policy, pk, remaining, reset) in &members {
-                let text = PolicyText::new(policy);
-                policies.policy_text(&text, *pk);
+            for (policy, pk, remaining, reset, now) in &members {
+                let text = PolicyText::new(policy, policy.shape());
+                let now = now.map(|(quota, window_seconds)| Shape { quota, window_seconds });
+                policies.policy_now(&text, policy, now, *pk);
                 limits.limit_text(&text, *remaining, *reset, *pk);
+                let policy = match now {
+                    Some(now) => policy.clone().with_shape(now),
+                    None => policy.clone(),
+                };
                 let untagged = RateLimitPolicy::new(policy.name().clone(), policy.quota())
                     .with_unit(policy.unit());
                 let mut untagged = match policy.window_seconds().and_then(NonZeroU64::new) {
@@ -543,7 +582,7 @@ mod tests {
     fn a_policy_alone_is_its_field() {
         let policy = RateLimitPolicy::new(PolicyName::new(r#"say "hi" \ bye"#).unwrap(), 10)
             .with_unit(QuotaUnit::ContentBytes);
-        let text = PolicyText::new(&policy);
+        let text = PolicyText::new(&policy, None);
         assert_eq!(text.alone(), rate_limit_policy_value(&[policy]).as_ref());
         assert_eq!(
             text.alone().unwrap(),

@@ -4,7 +4,8 @@ use std::num::NonZeroU64;
 use std::str::FromStr;
 
 use super::{HttpError, PartitionKey};
-use crate::Quota;
+use crate::limit::Shape;
+use crate::{Quota, WindowQuota};
 
 /// The name of a quota policy, as sent in the RateLimit fields and the
 /// problem body's `violated-policies`.
@@ -180,20 +181,53 @@ impl RateLimitPolicy {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn from_quota(name: PolicyName, quota: &Quota) -> RateLimitPolicy {
-        let (tokens, period) = quota.refill();
-        // capacity * period / tokens, in nanoseconds, then up to seconds.
-        // Both products fit in u128; `tokens` is never zero in a Quota.
-        let numerator = u128::from(quota.capacity()) * period.as_nanos();
-        let denominator = u128::from(tokens.max(1)) * 1_000_000_000;
-        let seconds = numerator.div_ceil(denominator).max(1);
-        let window = NonZeroU64::new(u64::try_from(seconds).unwrap_or(u64::MAX));
-        RateLimitPolicy {
-            name,
-            quota: quota.capacity(),
-            window,
-            unit: QuotaUnit::Requests,
-            partition_key: None,
-        }
+        RateLimitPolicy::from_shape(name, Shape::of_quota(quota))
+    }
+
+    /// The policy of a window counter with `quota`: `q` = the limit, `w` =
+    /// the window, rounded up to whole seconds (at least 1). A fixed
+    /// window's contract is exactly this; a sliding window's is "`q` in any
+    /// window of `w`", which it keeps within the bound of
+    /// [`docs/semantics.md`](crate::guide::semantics) ("Windows").
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::WindowQuota;
+    /// use tollgate::http::{PolicyName, RateLimitPolicy};
+    ///
+    /// let hourly = WindowQuota::new(600, Duration::from_secs(3600))?;
+    /// let policy = RateLimitPolicy::from_window_quota(PolicyName::new("hourly")?, &hourly);
+    /// assert_eq!((policy.quota(), policy.window_seconds()), (600, Some(3600)));
+    /// // A window shorter than a second is advertised as one.
+    /// let burst = WindowQuota::new(5, Duration::from_millis(100))?;
+    /// let policy = RateLimitPolicy::from_window_quota(PolicyName::new("burst")?, &burst);
+    /// assert_eq!(policy.window_seconds(), Some(1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_window_quota(name: PolicyName, quota: &WindowQuota) -> RateLimitPolicy {
+        RateLimitPolicy::from_shape(name, Shape::of_window_quota(quota))
+    }
+
+    /// The policy a limit advertises of itself ([`Shape`]).
+    pub(crate) fn from_shape(name: PolicyName, shape: Shape) -> RateLimitPolicy {
+        RateLimitPolicy::new(name, 0).with_shape(shape)
+    }
+
+    /// The same policy with the quota and window of `shape`.
+    pub(crate) fn with_shape(mut self, shape: Shape) -> RateLimitPolicy {
+        self.quota = shape.quota;
+        self.window = NonZeroU64::new(shape.window_seconds);
+        self
+    }
+
+    /// The quota and window, if the policy has a window: what the tower
+    /// layer compares with its limit's shape.
+    #[cfg(feature = "tower")]
+    pub(crate) fn shape(&self) -> Option<Shape> {
+        self.window_seconds().map(|window_seconds| Shape {
+            quota: self.quota,
+            window_seconds,
+        })
     }
 
     /// The same policy with a window of `seconds`.

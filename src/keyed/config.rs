@@ -57,7 +57,7 @@ pub(crate) struct KeyBound {
     pub(crate) max_exact_key_bytes: usize,
 }
 
-/// The default key cap: about a million keys, some 24 MiB of table for
+/// The default key cap: about a million keys, some 32 MiB of table for
 /// 16-byte keys ([`docs/benchmarks.md`](crate::guide::benchmarks) has the measured bytes per key).
 const DEFAULT_MAX_KEYS: usize = 1 << 20;
 
@@ -68,7 +68,7 @@ const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// ids, tenant and account names and most routes are shorter and stay
 /// exact (and as fast as ever to look up); a copied key then holds at most
 /// about 64 bytes of heap, so the default cap bounds the table to some
-/// 160 MiB whatever clients send ([`docs/benchmarks.md`](crate::guide::benchmarks)).
+/// 180 MiB whatever clients send ([`docs/benchmarks.md`](crate::guide::benchmarks)).
 const DEFAULT_MAX_EXACT_KEY_BYTES: usize = 64;
 
 /// Configures a [`KeyedLimiter`]: clock, hasher and memory bound.

@@ -4,7 +4,7 @@ use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 use super::KeyRef;
-use crate::limit::{Limit, Taken, sealed};
+use crate::limit::{Limit, Shape, Taken, sealed};
 use crate::{AcquireError, Clock, KeyedLimiter};
 
 /// One key of a [`KeyedLimiter`] (or of a [`Tiered`](crate::Tiered)): a
@@ -35,12 +35,10 @@ where
     S: BuildHasher + Clone,
 {
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        let (admission, overflow) = self.limiter.acquire_within(self.key, cost, 0)?;
-        Ok(Taken {
-            admission,
-            tokens: cost,
-            overflow,
-        })
+        let decided = self
+            .limiter
+            .acquire_within(self.key, cost, Duration::ZERO)?;
+        Ok(decided.taken(cost))
     }
 
     fn take_within(
@@ -48,21 +46,20 @@ where
         cost: u64,
         max_wait: Duration,
     ) -> Result<(Taken, Duration), AcquireError> {
-        let gcra = self.limiter.quota().gcra();
-        let (admission, overflow) =
-            self.limiter
-                .acquire_within(self.key, cost, gcra.ticks_of(max_wait))?;
-        let wait = gcra.duration(admission.wait(gcra));
-        let taken = Taken {
-            admission,
-            tokens: cost,
-            overflow,
-        };
-        Ok((taken, wait))
+        let decided = self.limiter.acquire_within(self.key, cost, max_wait)?;
+        Ok((decided.taken(cost), decided.wait()))
     }
 
     fn undo(&self, taken: &Taken) {
         self.limiter.undo(self.key, taken, taken.tokens);
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::of_quota(&self.limiter.quota())
+    }
+
+    fn idle_reset(&self) -> Duration {
+        self.limiter.quota().refill_interval()
     }
 }
 

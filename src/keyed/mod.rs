@@ -4,6 +4,7 @@
 mod cap;
 mod config;
 mod fingerprint;
+mod generations;
 mod key_limit;
 mod key_ref;
 mod stats;
@@ -25,17 +26,23 @@ pub use tiers::Tiered;
 // The loom models run the cap's real code against a stand-in table.
 #[cfg(tollgate_loom)]
 pub use cap::{KeyCap, Place};
+#[cfg(tollgate_loom)]
+pub use generations::{Change, Entry, Generations};
 
+use crate::clock::saturating_nanos;
+use crate::gcra::Gcra;
 use crate::limit::Taken;
-use crate::limit::sealed::Sealed;
 use crate::state::{Admission, Tat};
-use crate::sync::AtomicU64;
+use crate::sync::{AtomicU64, Ordering, RwLock, read, write};
 use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, DefaultClock, Quota};
 #[cfg(not(tollgate_loom))]
 use cap::KeyCap;
 use config::KeyBound;
 use fingerprint::{Fingerprint, Fingerprinter, PassThrough, hashed_len};
+#[cfg(not(tollgate_loom))]
+use generations::Generations;
+use generations::Held;
 use key_ref::Find;
 use table::Table;
 
@@ -69,7 +76,9 @@ macro_rules! in_table {
 /// [`TokenBucket`](crate::TokenBucket), in a sharded map ([`dashmap`]).
 ///
 /// A key's bucket is created on its first decision, with the quota's initial
-/// credit, and is eight bytes of state beside the key. Keys are typed values:
+/// credit, and is sixteen bytes beside the key (its state, and the quota
+/// generation it is kept in: the quota may change at run time,
+/// [`set_quota`](Self::set_quota)). Keys are typed values:
 /// a composite key is a tuple or a struct, so `("a:b", "c")` and
 /// `("a", "b:c")` are different keys.
 ///
@@ -117,37 +126,68 @@ pub struct KeyedLimiter<K, C = DefaultClock, S = ahash::RandomState> {
     /// table nothing.
     fingerprints: Table<Fingerprint, PassThrough>,
     fingerprinter: Fingerprinter,
-    quota: Quota,
+    /// The quota every key gets, by generation (see `generations.rs`).
+    generations: Generations,
     timeline: Timeline<C>,
     bound: KeyBound,
     /// Keys in the table and the sweeps at the cap. Counted here because
     /// `DashMap::len` locks every shard; reserved before an insertion so the
     /// cap is never overshot.
     cap: KeyCap,
-    /// The latest instant (in ticks) at which a sweep dropped full buckets.
-    /// A new bucket starts no fuller than a bucket full at that instant.
+    /// The latest clock reading (nanoseconds, which every quota generation
+    /// shares) at which a sweep dropped full buckets. A new bucket starts
+    /// no fuller than a bucket full at that instant.
     swept_at: AtomicU64,
-    /// The shared bucket of [`AtCapacity::SharedOverflow`].
-    overflow: CachePadded<Tat>,
-    /// Under [`AtCapacity::SharedOverflow`], per slot of key hashes, the
-    /// overflow state after the latest overflow decision for a key of that
-    /// slot: a key's own bucket starts no fuller than that, and keys that
-    /// never spent from the overflow bucket (but for a 1-in-slots hash
-    /// collision) do not inherit its debt. Empty under [`AtCapacity::Deny`].
-    overflow_floors: Box<[AtomicU64]>,
+    /// The shared bucket of [`AtCapacity::SharedOverflow`] and its floors,
+    /// always in the current quota generation: decisions on it hold the
+    /// lock for reading, a quota change converts it holding it for writing.
+    overflow: CachePadded<RwLock<Overflow>>,
     /// Creations, sweeps, evictions and overflow admissions, for
     /// [`Self::table_stats`].
     counters: CachePadded<stats::TableCounters>,
 }
 
-/// Slots of [`KeyedLimiter::overflow_floors`]: 32 KiB per limiter with the
-/// overflow policy.
+/// The shared bucket of [`AtCapacity::SharedOverflow`].
+#[derive(Debug)]
+struct Overflow {
+    tat: Tat,
+    /// Under [`AtCapacity::SharedOverflow`], per slot of key hashes, the
+    /// overflow state after the latest overflow decision for a key of that
+    /// slot: a key's own bucket starts no fuller than that, and keys that
+    /// never spent from the overflow bucket (but for a 1-in-slots hash
+    /// collision) do not inherit its debt. Empty under [`AtCapacity::Deny`].
+    floors: Box<[AtomicU64]>,
+}
+
+/// Slots of [`Overflow::floors`]: 32 KiB per limiter with the overflow
+/// policy.
 const OVERFLOW_FLOOR_SLOTS: usize = 4096;
+
+/// One decision as it was made: the admission, the quota it was decided
+/// under, the clock reading, and whether the overflow bucket served it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Decided {
+    pub(crate) admission: Admission,
+    pub(crate) gcra: Gcra,
+    pub(crate) nanos: u64,
+    overflow: bool,
+}
+
+impl Decided {
+    fn new(admission: Admission, gcra: Gcra, nanos: u64, overflow: bool) -> Self {
+        Decided {
+            admission,
+            gcra,
+            nanos,
+            overflow,
+        }
+    }
+}
 
 impl<K, C, S> std::fmt::Debug for KeyedLimiter<K, C, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedLimiter")
-            .field("quota", &self.quota)
+            .field("quota", &self.generations.quota())
             .field("keys", &self.cap.counted())
             .field("bound", &self.bound)
             .finish_non_exhaustive()
@@ -192,28 +232,20 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             fingerprinter: Fingerprinter::new(),
             timeline: Timeline::new(clock),
             bound,
-            cap: KeyCap::new(
-                bound.max_keys,
-                bound
-                    .sweep_interval
-                    .map(|interval| quota.gcra().ticks_of(interval)),
-            ),
+            cap: KeyCap::new(bound.max_keys, bound.sweep_interval.map(saturating_nanos)),
             swept_at: AtomicU64::new(0),
-            overflow: CachePadded::new(Tat::new(quota.gcra().initial_tat(quota.initial_credit()))),
-            overflow_floors: match bound.at_capacity {
-                AtCapacity::Deny => Box::default(),
-                AtCapacity::SharedOverflow => (0..OVERFLOW_FLOOR_SLOTS)
-                    .map(|_| AtomicU64::new(0))
-                    .collect(),
-            },
+            overflow: CachePadded::new(RwLock::new(Overflow {
+                tat: Tat::new(quota.gcra().initial_tat(quota.initial_credit())),
+                floors: match bound.at_capacity {
+                    AtCapacity::Deny => Box::default(),
+                    AtCapacity::SharedOverflow => (0..OVERFLOW_FLOOR_SLOTS)
+                        .map(|_| AtomicU64::new(0))
+                        .collect(),
+                },
+            })),
             counters: CachePadded::default(),
-            quota,
+            generations: Generations::new(&quota),
         }
-    }
-
-    #[inline]
-    fn now(&self) -> u64 {
-        self.timeline.now(self.quota.gcra())
     }
 
     /// Where `key` is kept. `K: Borrow<Q>` promises that `Q` hashes as `K`
@@ -248,7 +280,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     where
         Q: KeyRef<K> + ?Sized,
     {
-        self.acquire_within(key, cost, 0).map(drop)
+        self.acquire_within(key, cost, Duration::ZERO).map(drop)
     }
 
     /// Takes `cost` tokens from `key`'s bucket now and returns how long to
@@ -275,9 +307,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     where
         Q: KeyRef<K> + ?Sized,
     {
-        self.key(key)
-            .take_within(cost, max_wait)
-            .map(|(_, wait)| wait)
+        let decided = self.acquire_within(key, cost, max_wait)?;
+        Ok(decided.wait())
     }
 
     /// Takes `cost` tokens from `key`'s bucket and waits until they may be
@@ -312,95 +343,106 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         crate::waiting::acquire(&self.key(key), cost, max_wait).await
     }
 
-    /// The one admission path: returns the admission and whether the
-    /// overflow bucket served it.
+    /// The one admission path: `cost` tokens with up to `max_wait` of
+    /// delay.
     #[inline]
     fn acquire_within<Q>(
         &self,
         key: &Q,
         cost: u64,
-        slack: u64,
-    ) -> Result<(Admission, bool), AcquireError>
+        max_wait: Duration,
+    ) -> Result<Decided, AcquireError>
     where
         Q: KeyRef<K> + ?Sized,
     {
-        let gcra = self.quota.gcra();
-        let cost_ticks = gcra.cost_ticks(cost)?;
-        self.decide(key, |tat, now| {
-            tat.admit(gcra, now, cost, cost_ticks, slack)
+        self.decide(key, cost, |held, now| {
+            held.admit(now, cost, held.gcra.ticks_of(max_wait))
         })
     }
 
-    /// Grants as many of `want` tokens to `key` as its bucket holds now: the
-    /// grant and its admission, or the wait for one token.
-    pub(crate) fn grant_up_to<Q>(
-        &self,
-        key: &Q,
-        want: u64,
-    ) -> Result<(u64, Admission, bool), AcquireError>
+    /// Grants as many of `want` tokens to `key` as its bucket holds now:
+    /// the grant and its decision (the lease's clock reading, the quota it
+    /// was granted under), or the wait for one token.
+    pub(crate) fn grant_up_to<Q>(&self, key: &Q, want: u64) -> Result<(u64, Decided), AcquireError>
     where
         Q: KeyRef<K> + ?Sized,
     {
-        let gcra = self.quota.gcra();
         let mut granted = 0;
-        let (admission, overflow) = self.decide(key, |tat, now| {
-            let (n, admission) =
-                tat.admit_up_to(gcra, now, want)
-                    .map_err(|wait| AcquireError::Insufficient {
-                        retry_after: gcra.duration(wait),
-                    })?;
+        let decided = self.decide(key, 1, |held, now| {
+            let (n, admission) = held
+                .tat
+                .admit_up_to(&held.gcra, now, want, held.generation)
+                .map_err(|wait| AcquireError::Insufficient {
+                    retry_after: held.gcra.duration(wait),
+                })?;
             granted = n;
             Ok(admission)
         })?;
-        Ok((granted, admission, overflow))
+        Ok((granted, decided))
     }
 
-    /// Makes one admission on `key`'s bucket (created if new, or the
-    /// overflow bucket at the cap) with `admit(bucket, now)`.
+    /// Makes one admission on `key`'s bucket (created if new and `cost` is
+    /// within its quota's capacity, or the overflow bucket at the cap) with
+    /// `admit(bucket, now)`.
     #[inline]
     fn decide<Q>(
         &self,
         key: &Q,
-        admit: impl FnOnce(&Tat, u64) -> Result<Admission, AcquireError>,
-    ) -> Result<(Admission, bool), AcquireError>
+        cost: u64,
+        admit: impl FnOnce(Held<'_>, u64) -> Result<Admission, AcquireError>,
+    ) -> Result<Decided, AcquireError>
     where
         Q: KeyRef<K> + ?Sized,
     {
-        in_table!(self, key, |table| self.decide_in(table, key, admit))
+        in_table!(self, key, |table| self.decide_in(table, key, cost, admit))
     }
 
     /// Gives back `tokens` of what `taken` took from `key`'s bucket (or the
     /// overflow bucket) by the one rule that never mints credit
-    /// (`Tat::undo`). A key no longer tracked was full when dropped: nothing
-    /// is owed. Drops the key's bucket if the undo left it full.
+    /// (`Tat::undo`): nothing if the quota changed since. A key no longer
+    /// tracked was full when dropped: nothing is owed. Drops the key's
+    /// bucket if the undo left it full.
     pub(crate) fn undo<Q: Find<K> + ?Sized>(&self, key: &Q, taken: &Taken, tokens: u64) {
-        let gcra = self.quota.gcra();
-        let ticks = gcra.returned_ticks(taken.admission.tokens, tokens);
+        let Some(admission) = taken.admission() else {
+            return;
+        };
         if taken.overflow {
-            self.overflow
-                .undo(gcra, &taken.admission, ticks, || self.now());
+            let overflow = read(&self.overflow);
+            let held = self.overflow_held(&overflow);
+            let ticks = held.gcra.returned_ticks(admission.tokens, tokens);
+            held.tat
+                .undo(&held.gcra, admission, ticks, held.generation, || {
+                    held.gcra.ticks(self.timeline.nanos())
+                });
             return;
         }
-        let admission = &taken.admission;
         in_table!(self, key, |table| {
-            self.undo_in(table, key, admission, ticks);
+            self.undo_in(table, key, admission, tokens);
         });
     }
 
     /// Gives back `unused` of a store lease of `granted` tokens admitted at
-    /// tick `at` to `key`'s bucket, by the inexact half of the same rule (a
-    /// lease does not record the state its admission wrote).
-    pub(crate) fn undo_lease(&self, key: &str, granted: u64, at: u64, unused: u64)
+    /// the clock reading `at_nanos` to `key`'s bucket, by the inexact half
+    /// of the same rule (a lease does not record the state its admission
+    /// wrote); nothing if it may have been granted under an earlier quota.
+    pub(crate) fn undo_lease(&self, key: &str, granted: u64, at_nanos: u64, unused: u64)
     where
         K: Borrow<str>,
     {
-        let gcra = self.quota.gcra();
-        let (cost, returned) = (
-            gcra.returned_ticks(granted, granted),
-            gcra.returned_ticks(granted, unused),
-        );
-        in_table!(self, key, |table| if let Some(tat) = table.get(key) {
-            tat.undo_inexact(gcra, at, cost, returned, || self.now());
+        in_table!(self, key, |table| if let Some(entry) = table.get(key) {
+            // Read under the shard lock, after any conversion of the bucket.
+            if !self.generations.lease_is_current(at_nanos) {
+                return;
+            }
+            let Held { tat, gcra, .. } = entry.held(&self.generations);
+            let granted = granted.min(gcra.capacity());
+            let (cost, returned) = (
+                gcra.returned_ticks(granted, granted),
+                gcra.returned_ticks(granted, unused.min(granted)),
+            );
+            tat.undo_inexact(&gcra, gcra.ticks(at_nanos), cost, returned, || {
+                gcra.ticks(self.timeline.nanos())
+            });
         });
     }
 
@@ -429,8 +471,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        in_table!(self, key, |table| if let Some(tat) = table.get(key) {
-            tat.refund(self.quota.gcra(), cost);
+        in_table!(self, key, |table| if let Some(entry) = table.get(key) {
+            let held = entry.held(&self.generations);
+            held.tat.refund(&held.gcra, cost);
         });
     }
 
@@ -455,11 +498,16 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
 
     /// [`Self::available`] for any lookup form, the key's limit's included.
     pub(crate) fn available_of<Q: Find<K> + ?Sized>(&self, key: &Q) -> u64 {
-        let gcra = self.quota.gcra();
-        let now = self.now();
         in_table!(self, key, |table| match key.find_in(table) {
-            Some(tat) => tat.available(gcra, now),
-            None => gcra.available(self.fresh_tat(self.overflow_floor_in(table, key), now), now),
+            Some(entry) => {
+                let held = entry.held(&self.generations);
+                held.tat
+                    .available(&held.gcra, held.gcra.ticks(self.timeline.nanos()))
+            }
+            None => {
+                let (gcra, tat, now) = self.unknown_in(table, key, self.timeline.nanos());
+                gcra.available(tat, now)
+            }
         })
     }
 
@@ -492,22 +540,18 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         key: &Q,
         cost: u64,
     ) -> Result<Duration, AcquireError> {
-        let gcra = self.quota.gcra();
-        let cost_ticks = gcra.cost_ticks(cost)?;
-        let now = self.now();
-        let wait = in_table!(self, key, |table| match key.find_in(table) {
-            Some(tat) => tat.wait_for(gcra, now, cost_ticks),
-            None => gcra
-                .decide(
-                    self.fresh_tat(self.overflow_floor_in(table, key), now),
-                    now,
-                    cost_ticks,
-                    0
-                )
-                .err()
-                .unwrap_or(0),
-        });
-        Ok(gcra.duration(wait))
+        in_table!(self, key, |table| match key.find_in(table) {
+            Some(entry) => {
+                let Held { tat, gcra, .. } = entry.held(&self.generations);
+                let now = gcra.ticks(self.timeline.nanos());
+                Ok(gcra.duration(tat.wait_for(&gcra, now, gcra.cost_ticks(cost)?)))
+            }
+            None => {
+                let (gcra, tat, now) = self.unknown_in(table, key, self.timeline.nanos());
+                let wait = gcra.decide(tat, now, gcra.cost_ticks(cost)?, 0);
+                Ok(gcra.duration(wait.err().unwrap_or(0)))
+            }
+        })
     }
 
     /// Drops every bucket that has refilled to full, and returns how many.
@@ -531,7 +575,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sweep(&self) -> usize {
-        self.cap.sweep(|| self.drop_full_at(self.now()))
+        self.cap.sweep(|| self.drop_full_at(self.timeline.nanos()))
     }
 
     /// What the key table holds and has dropped so far. Always kept: its
@@ -626,7 +670,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         self.exact.hasher()
     }
 
-    /// The quota every key gets.
+    /// The quota every key gets: the last one given to
+    /// [`set_quota`](Self::set_quota), or the one the limiter was built
+    /// with.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, Quota};
@@ -635,8 +681,79 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// assert_eq!(limiter.quota().capacity(), 7);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+    pub fn quota(&self) -> Quota {
+        self.generations.quota()
+    }
+
+    /// Gives every key `quota` from now on, keeping what each key has
+    /// spent: every bucket (and the overflow bucket) is converted by the
+    /// continuity rule of [`docs/semantics.md`](crate::guide::semantics)
+    /// ("Changing a quota"): its whole tokens carry over, clipped to the new
+    /// capacity, and a debt keeps the instant it is paid. Keys created from
+    /// now on get the new quota's initial credit. A receipt taken before the
+    /// change gives nothing back after it, nor does a store lease.
+    ///
+    /// Decisions go on while it runs: it converts one shard of the table at
+    /// a time, holding that shard for writing (a pause for the keys of that
+    /// shard alone, measured in [`docs/benchmarks.md`](crate::guide::benchmarks)),
+    /// and a decision on a bucket not converted yet is made under the old
+    /// quota. Changes are serialised; each returns once every bucket is
+    /// converted.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(10)?).clock(clock.clone()).build::<u32>();
+    /// limiter.try_acquire(&1, 6)?;
+    /// limiter.set_quota(Quota::per_second(2)?);
+    /// // 4 tokens were left: 2 carry over, the new capacity.
+    /// assert_eq!(limiter.available(&1), 2);
+    /// assert_eq!(limiter.available(&9), 2);
+    /// clock.advance(Duration::from_millis(500));
+    /// limiter.set_quota(Quota::per_second(100)?);
+    /// assert_eq!(limiter.available(&1), 2); // refills at the new rate from here
+    /// assert_eq!(limiter.available(&9), 100);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_quota(&self, quota: Quota) {
+        let change = self.generations.begin(&quota);
+        {
+            // The overflow bucket and its floors are converted, and the new
+            // generation published, under the overflow bucket's write lock:
+            // a decision on it, or a new bucket reading a floor, sees both
+            // before or both after.
+            let mut overflow = write(&self.overflow);
+            let nanos = self.timeline.nanos();
+            let overflow = &mut *overflow;
+            let tat = std::mem::replace(&mut overflow.tat, Tat::new(0)).into_inner();
+            overflow.tat = Tat::new(change.carry(tat, nanos));
+            let (old, _) = change.gcras();
+            for floor in overflow.floors.iter() {
+                // A floor a full bucket has reached constrains nothing: a
+                // key of its slot starts as a new key would.
+                let at = floor.load(Ordering::Relaxed);
+                let carried = if at > old.ticks(nanos) {
+                    change.carry(at, nanos)
+                } else {
+                    0
+                };
+                floor.store(carried, Ordering::Relaxed);
+            }
+            change.publish();
+        }
+        // `iter_mut` write-locks one shard at a time; no guard of ours is
+        // alive. Each bucket is converted at a reading taken under its
+        // shard's lock, so no later than any decision made on it under the
+        // old quota.
+        for mut entry in self.exact.iter_mut() {
+            change.convert(entry.value_mut(), self.timeline.nanos());
+        }
+        for mut entry in self.fingerprints.iter_mut() {
+            change.convert(entry.value_mut(), self.timeline.nanos());
+        }
+        change.finish(self.timeline.nanos());
     }
 
     /// The clock every bucket reads.
@@ -670,5 +787,20 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         Q: KeyRef<K> + ?Sized,
     {
         KeyLimit { limiter: self, key }
+    }
+}
+
+impl Decided {
+    /// How long the caller must wait before its tokens exist.
+    fn wait(&self) -> Duration {
+        self.gcra.duration(self.admission.wait(&self.gcra))
+    }
+
+    /// What [`Limit`](crate::Limit)'s layers keep of it to undo it.
+    fn taken(&self, tokens: u64) -> Taken {
+        Taken {
+            overflow: self.overflow,
+            ..Taken::own(self.admission, tokens)
+        }
     }
 }

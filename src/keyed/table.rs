@@ -6,41 +6,45 @@
 use std::hash::{BuildHasher, Hash};
 
 use dashmap::DashMap;
-use dashmap::mapref::entry::{Entry, VacantEntry};
+use dashmap::mapref::entry::{Entry as Slot, VacantEntry};
 use dashmap::mapref::one::Ref;
 
 use super::cap::Place;
+use super::generations::{Entry, Held};
 use super::key_ref::{Find, KeyRef};
-use super::{AtCapacity, KeyedLimiter};
-use crate::state::{Admission, Tat};
-use crate::sync::{AtomicU64, Ordering};
+use super::{AtCapacity, Decided, KeyedLimiter, Overflow};
+use crate::gcra::Gcra;
+use crate::state::Admission;
+use crate::sync::{Ordering, read};
 use crate::{AcquireError, Clock};
 
-/// A key table: one bucket state per stored key.
-pub(super) type Table<M, H> = DashMap<M, Tat, H>;
+/// A key table: one bucket per stored key.
+pub(super) type Table<M, H> = DashMap<M, Entry, H>;
 
 /// Which bucket serves a key's decision.
 enum Bucket<'a, M> {
-    Own(Ref<'a, M, Tat>),
+    Own(Ref<'a, M, Entry>),
     /// The shared overflow bucket, decided on while the key's absence is
     /// held (its shard write-locked), and the key's overflow floor.
     Overflow {
-        absent: VacantEntry<'a, M, Tat>,
-        floor: Option<&'a AtomicU64>,
+        absent: VacantEntry<'a, M, Entry>,
+        floor: Option<usize>,
     },
 }
 
 impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// Makes one admission on `key`'s bucket in `table` (created if new, or
-    /// the overflow bucket at the cap) with `admit(bucket, now)`; whether
-    /// the overflow bucket served it.
+    /// the overflow bucket at the cap) with `admit(bucket, now)`, `now` in
+    /// the ticks of the bucket's quota generation. A new key's bucket is
+    /// created only if `cost` is within its quota's capacity.
     #[inline]
     pub(super) fn decide_in<M, Q, H>(
         &self,
         table: &Table<M, H>,
         key: &Q,
-        admit: impl FnOnce(&Tat, u64) -> Result<Admission, AcquireError>,
-    ) -> Result<(Admission, bool), AcquireError>
+        cost: u64,
+        admit: impl FnOnce(Held<'_>, u64) -> Result<Admission, AcquireError>,
+    ) -> Result<Decided, AcquireError>
     where
         M: Hash + Eq,
         Q: KeyRef<M> + ?Sized,
@@ -52,26 +56,49 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         // so the read does not stall behind the lock's read-modify-write
         // (`docs/benchmarks.md`, "Measured design choices"), and for a
         // tracked key no sweep can fall between the reading and the decision
-        // (a new key's reading is older; `fresh_tat` covers that).
+        // (a new key's reading is older; `fresh_tat` covers that), nor a
+        // quota change's conversion of the bucket.
         let found = key.find_in(table);
-        let now = self.now();
+        let nanos = self.timeline.nanos();
         let bucket = match found {
-            Some(tat) => Bucket::Own(tat),
-            None => self.insert_in(table, key, now)?,
+            Some(entry) => Bucket::Own(entry),
+            None => self.insert_in(table, key, cost, nanos)?,
         };
         match bucket {
-            Bucket::Own(tat) => admit(&tat, now).map(|admission| (admission, false)),
+            Bucket::Own(entry) => {
+                let held = entry.held(&self.generations);
+                let now = held.gcra.ticks(nanos);
+                let admission = admit(held, now)?;
+                Ok(Decided::new(admission, held.gcra, nanos, false))
+            }
             Bucket::Overflow { absent, floor } => {
-                let admission = admit(&self.overflow, now)?;
+                let overflow = read(&self.overflow);
+                let held = self.overflow_held(&overflow);
+                let admission = admit(held, held.gcra.ticks(nanos))?;
                 // Recorded before the key's absence is released, so a bucket
-                // of its own created next starts from here or later.
+                // of its own created next starts from here or later; and
+                // before the overflow bucket is released, so in the same
+                // generation as its state.
                 if let Some(floor) = floor {
-                    floor.fetch_max(admission.after, Ordering::AcqRel);
+                    overflow.floors[floor].fetch_max(admission.after, Ordering::AcqRel);
                 }
+                let gcra = held.gcra;
+                drop(overflow);
                 drop(absent);
                 self.counters.overflowed();
-                Ok((admission, true))
+                Ok(Decided::new(admission, gcra, nanos, true))
             }
+        }
+    }
+
+    /// The overflow bucket and its quota generation: the current one,
+    /// which cannot change while its lock is held.
+    pub(super) fn overflow_held<'o>(&self, overflow: &'o Overflow) -> Held<'o> {
+        let generation = self.generations.current();
+        Held {
+            tat: &overflow.tat,
+            gcra: self.generations.gcra(generation),
+            generation,
         }
     }
 
@@ -80,7 +107,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         &'t self,
         table: &'t Table<M, H>,
         key: &Q,
-        now: u64,
+        cost: u64,
+        nanos: u64,
     ) -> Result<Bucket<'t, M>, AcquireError>
     where
         M: Hash + Eq,
@@ -97,100 +125,147 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         // Counted (and perhaps swept) before `entry`: a sweep write-locks
         // shards, and the failed `get` has already dropped its guard, so no
         // guard of ours is alive here.
-        let place = self.take_place(now);
+        let place = self.take_place(nanos);
         if place.is_none() && self.bound.at_capacity == AtCapacity::Deny {
             // Refusing needs no write lock and no owned key; only a bucket
-            // created for this key meanwhile is worth a second look.
+            // created for this key meanwhile is worth a second look. A cost
+            // no bucket could take is refused as such.
             return match key.find_in(table) {
                 Some(raced) => Ok(Bucket::Own(raced)),
-                None => Err(AcquireError::TooManyKeys {
-                    max_keys: self.bound.max_keys,
-                }),
+                None => {
+                    AcquireError::check_cost(cost, self.quota().capacity())?;
+                    Err(AcquireError::TooManyKeys {
+                        max_keys: self.bound.max_keys,
+                    })
+                }
             };
         }
         match (table.entry(key.to_owned()), place) {
             // Another thread created it between our `get` and `entry`; our
             // place, if any, goes back as it drops.
-            (Entry::Occupied(raced), _) => Ok(Bucket::Own(raced.into_ref().downgrade())),
-            (Entry::Vacant(vacant), Some(place)) => {
-                let tat = vacant.insert(Tat::new(self.fresh_tat(floor, now)));
+            (Slot::Occupied(raced), _) => Ok(Bucket::Own(raced.into_ref().downgrade())),
+            (Slot::Vacant(vacant), Some(place)) => {
+                // The generation is read under the shard's write lock, so
+                // the bucket is born before a change's walk of this shard
+                // (and converted by it) or after it (and born in the new
+                // generation); and under the overflow lock if there are
+                // floors, so in the generation of the floor it reads.
+                let overflow = floor.map(|_| read(&self.overflow));
+                let generation = self.generations.current();
+                let gcra = self.generations.gcra(generation);
+                // A cost no bucket could take creates nothing.
+                AcquireError::check_cost(cost, gcra.capacity())?;
+                let floor = overflow.as_ref().zip(floor).map_or(0, |(overflow, slot)| {
+                    overflow.floors[slot].load(Ordering::Acquire)
+                });
+                let tat = self.fresh_tat(&gcra, generation, floor, nanos);
+                drop(overflow);
+                let entry = vacant.insert(Entry::new(generation, tat));
                 place.keep();
                 self.counters.created();
-                Ok(Bucket::Own(tat.downgrade()))
+                Ok(Bucket::Own(entry.downgrade()))
             }
             // Only the overflow policy gets here without a place. The vacant
             // entry keeps the key's shard write-locked until the overflow
             // decision is made and recorded: a bucket of its own created for
             // this key meanwhile would start from a floor that misses it.
-            (Entry::Vacant(absent), None) => Ok(Bucket::Overflow { absent, floor }),
+            (Slot::Vacant(absent), None) => Ok(Bucket::Overflow { absent, floor }),
         }
     }
 
     /// Counts a new key in; at the cap, waits for a sweep in progress or
-    /// runs one that is due (see `cap.rs`).
+    /// runs one that is due (see `cap.rs`), at clock readings in
+    /// nanoseconds, which every generation shares.
     // This and the two helpers below are marked `#[inline]`: `insert_in`
     // has an instantiation per table, and the compiler then stops inlining
     // them into it, which slows a new key's decision (`docs/benchmarks.md`,
     // "Measured design choices").
     #[inline]
-    fn take_place(&self, now: u64) -> Option<Place<'_>> {
+    fn take_place(&self, nanos: u64) -> Option<Place<'_>> {
         self.cap
-            .take_place(now, || self.now(), |at| self.drop_full_at(at))
+            .take_place(nanos, || self.timeline.nanos(), |at| self.drop_full_at(at))
     }
 
-    /// The state a new bucket starts from at `now`: the quota's initial
-    /// credit, but never fuller than a bucket dropped by a sweep, nor (under
+    /// The state a new bucket of `generation` (quota `gcra`) starts from at
+    /// the clock reading `nanos`: the quota's initial credit, but never
+    /// fuller than a bucket dropped by a sweep, nor (under
     /// [`AtCapacity::SharedOverflow`]) than the overflow bucket after the
-    /// key's latest overflow decision, recorded in its `floor`. A caller
-    /// whose `now` is older than the last sweep thus sees a debt, as the
-    /// dropped twin would have shown it.
+    /// key's latest overflow decision, recorded in its `floor` (in the
+    /// generation's ticks). A caller whose reading is older than the last
+    /// sweep thus sees a debt, as the dropped twin would have shown it.
     #[inline]
-    pub(super) fn fresh_tat(&self, floor: Option<&AtomicU64>, now: u64) -> u64 {
-        let gcra = self.quota.gcra();
-        let initial = now.saturating_add(gcra.initial_tat(self.quota.initial_credit()));
-        let overflowed = floor.map_or(0, |floor| floor.load(Ordering::Acquire));
+    pub(super) fn fresh_tat(&self, gcra: &Gcra, generation: u64, floor: u64, nanos: u64) -> u64 {
+        let initial = gcra
+            .ticks(nanos)
+            .saturating_add(gcra.initial_tat(self.generations.initial(generation)));
         initial
-            .max(self.swept_at.load(Ordering::Acquire))
-            .max(overflowed)
+            .max(gcra.ticks(self.swept_at.load(Ordering::Acquire)))
+            .max(floor)
     }
 
-    /// The overflow floor of `key`'s slot of table hashes, under the
-    /// overflow policy.
+    /// The slot of `key`'s overflow floor among the slots of table hashes,
+    /// under the overflow policy.
     #[inline]
-    pub(super) fn overflow_floor_in<M, Q, H>(
-        &self,
-        table: &Table<M, H>,
-        key: &Q,
-    ) -> Option<&AtomicU64>
+    pub(super) fn overflow_floor_in<M, Q, H>(&self, table: &Table<M, H>, key: &Q) -> Option<usize>
     where
         M: Hash + Eq,
         Q: Hash + ?Sized,
         H: BuildHasher + Clone,
     {
-        let slots = self.overflow_floors.len();
-        (slots > 0).then(|| {
+        (self.bound.at_capacity == AtCapacity::SharedOverflow).then(|| {
             let hash = table.hasher().hash_one(key);
-            &self.overflow_floors[(hash % slots as u64) as usize]
+            (hash % super::OVERFLOW_FLOOR_SLOTS as u64) as usize
         })
     }
 
-    /// Gives back `ticks` of `admission` to `key`'s bucket in `table` by the
-    /// one rule that never mints credit (`Tat::undo`). A key no longer
-    /// tracked was full when dropped: nothing is owed. Drops the key's
-    /// bucket if the undo left it full.
+    /// What a bucket not in `table` would hold for `key` at the clock
+    /// reading `nanos`: its quota, state and `now` in its ticks.
+    pub(super) fn unknown_in<M, Q, H>(
+        &self,
+        table: &Table<M, H>,
+        key: &Q,
+        nanos: u64,
+    ) -> (Gcra, u64, u64)
+    where
+        M: Hash + Eq,
+        Q: Hash + ?Sized,
+        H: BuildHasher + Clone,
+    {
+        // The overflow lock keeps the current generation, and so its slot
+        // and the floors, from changing while they are read.
+        let overflow = read(&self.overflow);
+        let generation = self.generations.current();
+        let gcra = self.generations.gcra(generation);
+        let floor = self
+            .overflow_floor_in(table, key)
+            .map_or(0, |slot| overflow.floors[slot].load(Ordering::Acquire));
+        let tat = self.fresh_tat(&gcra, generation, floor, nanos);
+        (gcra, tat, gcra.ticks(nanos))
+    }
+
+    /// Gives back `tokens` of `admission` to `key`'s bucket in `table` by
+    /// the one rule that never mints credit (`Tat::undo`): nothing if the
+    /// bucket's quota changed since. A key no longer tracked was full when
+    /// dropped: nothing is owed. Drops the key's bucket if the undo left it
+    /// full.
     pub(super) fn undo_in<M, Q, H>(
         &self,
         table: &Table<M, H>,
         key: &Q,
         admission: &Admission,
-        ticks: u64,
+        tokens: u64,
     ) where
         M: Hash + Eq,
         Q: Find<M> + ?Sized,
         H: BuildHasher + Clone,
     {
-        if let Some(tat) = key.find_in(table) {
-            tat.undo(self.quota.gcra(), admission, ticks, || self.now());
+        if let Some(entry) = key.find_in(table) {
+            let held = entry.held(&self.generations);
+            let ticks = held.gcra.returned_ticks(admission.tokens, tokens);
+            held.tat
+                .undo(&held.gcra, admission, ticks, held.generation, || {
+                    held.gcra.ticks(self.timeline.nanos())
+                });
         }
         // The guard above is dropped: the map may be written now.
         self.forget_if_full_in(table, key);
@@ -206,40 +281,53 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         Q: Find<M> + ?Sized,
         H: BuildHasher + Clone,
     {
-        let now = self.now();
-        self.swept_at.fetch_max(now, Ordering::AcqRel);
-        self.overflow.raise_to(now);
-        if key.remove_in_if(table, |_, tat| tat.is_full(now)) {
+        let nanos = self.timeline.nanos();
+        self.raise_watermarks(nanos);
+        if key.remove_in_if(table, |_, entry| entry.is_full(&self.generations, nanos)) {
             self.cap.forget(1);
             self.counters.evicted_one();
         }
     }
 
-    /// Drops every bucket full at `now` from both tables; how many. Run
-    /// only as a sweep of the cap, which uncounts them.
-    pub(super) fn drop_full_at(&self, now: u64) -> usize {
-        // Published before any bucket goes: whoever recreates a dropped key
-        // reads it under the same shard lock (see `fresh_tat`).
-        self.swept_at.fetch_max(now, Ordering::AcqRel);
+    /// Makes every bucket created from now on, the overflow bucket
+    /// included, no fuller than one full at the clock reading `nanos`:
+    /// published before a bucket full at `nanos` is dropped, since whoever
+    /// recreates it reads them under the same shard lock (see `fresh_tat`).
+    fn raise_watermarks(&self, nanos: u64) {
+        self.swept_at.fetch_max(nanos, Ordering::AcqRel);
         // A dropped key may come back through the overflow bucket, so that
-        // bucket, too, must be no fuller than one full at `now`: otherwise a
-        // decision on an older reading would credit it the refill the
+        // bucket, too, must be no fuller than one full at `nanos`: otherwise
+        // a decision on an older reading would credit it the refill the
         // dropped bucket wasted while full.
-        self.overflow.raise_to(now);
-        let dropped = drop_full(&self.exact, now) + drop_full(&self.fingerprints, now);
+        let overflow = read(&self.overflow);
+        let held = self.overflow_held(&overflow);
+        held.tat.raise_to(held.gcra.ticks(nanos));
+    }
+
+    /// Drops every bucket full at the clock reading `nanos` from both
+    /// tables; how many. Run only as a sweep of the cap, which uncounts
+    /// them.
+    pub(super) fn drop_full_at(&self, nanos: u64) -> usize {
+        self.raise_watermarks(nanos);
+        let dropped =
+            self.drop_full(&self.exact, nanos) + self.drop_full(&self.fingerprints, nanos);
         self.counters.swept(dropped);
         dropped
     }
-}
 
-/// Drops every bucket of `table` full at `now`; how many.
-fn drop_full<M: Hash + Eq, H: BuildHasher + Clone>(table: &Table<M, H>, now: u64) -> usize {
-    let mut dropped = 0;
-    // `retain` write-locks one shard at a time; no guard of ours is alive.
-    table.retain(|_, tat| {
-        let full = tat.is_full(now);
-        dropped += usize::from(full);
-        !full
-    });
-    dropped
+    /// Drops every bucket of `table` full at `nanos`; how many.
+    fn drop_full<M: Hash + Eq, H: BuildHasher + Clone>(
+        &self,
+        table: &Table<M, H>,
+        nanos: u64,
+    ) -> usize {
+        let mut dropped = 0;
+        // `retain` write-locks one shard at a time; no guard of ours is alive.
+        table.retain(|_, entry| {
+            let full = entry.is_full(&self.generations, nanos);
+            dropped += usize::from(full);
+            !full
+        });
+        dropped
+    }
 }

@@ -7,8 +7,9 @@ use crate::{AcquireError, Clock, DefaultClock, KeyLimit, KeyedLimiter};
 /// Keyed limiters with different quotas, and a resolver that decides which
 /// one a key belongs to (a plan, a tier, an operation class).
 ///
-/// Each tier is its own [`KeyedLimiter`], so a key's quota is fixed while its
-/// bucket lives. A key whose resolver answer changes (an upgrade) starts a
+/// Each tier is its own [`KeyedLimiter`], so a key's quota is its tier's
+/// while its bucket lives; a tier's quota may change at run time
+/// ([`tier_at`](Self::tier_at)). A key whose resolver answer changes (an upgrade) starts a
 /// bucket in its new tier, with that tier's initial credit; its old bucket
 /// is swept once full. Resolve from verified data (the authenticated
 /// principal's plan), never from a field the client sends.
@@ -91,6 +92,35 @@ where
     pub fn tier(&self, key: &K) -> &KeyedLimiter<K, C, S> {
         let index = (self.resolve)(key).min(N - 1);
         &self.tiers[index]
+    }
+
+    /// The tier at `index`, if there is one: to read its quota, or to
+    /// change it at run time ([`KeyedLimiter::set_quota`]: each of its
+    /// keys keeps what it has spent, by the continuity rule of
+    /// [`docs/semantics.md`](crate::guide::semantics), "Changing a quota").
+    /// A change reaches one tier; the others keep theirs.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota, Tiered};
+    ///
+    /// let tiers = Tiered::new(
+    ///     [
+    ///         KeyedLimiter::builder(Quota::per_second(100)?).build::<u32>(),
+    ///         KeyedLimiter::builder(Quota::per_second(10)?).build::<u32>(),
+    ///     ],
+    ///     |id: &u32| if *id < 100 { 0 } else { 1 },
+    /// );
+    /// // The free tier gets twice as much from now on.
+    /// if let Some(free) = tiers.tier_at(1) {
+    ///     free.set_quota(Quota::per_second(20)?);
+    /// }
+    /// assert_eq!(tiers.tier(&500).quota().capacity(), 20);
+    /// assert_eq!(tiers.tier(&1).quota().capacity(), 100);
+    /// assert!(tiers.tier_at(2).is_none());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn tier_at(&self, index: usize) -> Option<&KeyedLimiter<K, C, S>> {
+        self.tiers.get(index)
     }
 
     /// Takes `cost` tokens from `key`'s bucket in its tier; see

@@ -4,7 +4,6 @@
 use std::hash::BuildHasher;
 use std::time::Duration;
 
-use crate::shared::store::refill_interval;
 use crate::shared::{Grant, Lease, Store};
 use crate::{AcquireError, Clock, DefaultClock, KeyedLimiter, Quota};
 
@@ -78,13 +77,44 @@ impl<C: Clock, S: BuildHasher + Clone> LocalStore<C, S> {
         &self.buckets
     }
 
+    /// Gives every key `quota` from now on, each keeping what it has spent
+    /// ([`KeyedLimiter::set_quota`]: the continuity rule of
+    /// [`docs/semantics.md`](crate::guide::semantics), "Changing a quota").
+    /// Every grant from then on carries the new capacity and refill
+    /// interval, which the allowances over this store follow; a lease
+    /// granted before the change gives nothing back after it. Unlike
+    /// `RedisStore::set_quota`, no generation is needed: the store is this
+    /// process, and the change reaches every key before it returns.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
+    /// use tollgate::shared::{LocalStore, Store};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(10)?).clock(ManualClock::new()).build();
+    /// let store = LocalStore::from_limiter(limiter);
+    /// let before = store.acquire("customer-7", 4).await?;
+    /// store.set_quota(Quota::per_second(50)?);
+    /// store.release("customer-7", before.lease, 4).await?; // nothing comes back
+    /// let after = store.acquire("customer-7", 50).await?;
+    /// assert_eq!((after.capacity, after.tokens), (50, 6));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_quota(&self, quota: Quota) {
+        self.buckets.set_quota(quota);
+    }
+
     /// The grant of [`Store::acquire`], without the future.
     fn grant(&self, key: &str, want: u64) -> Result<Grant, AcquireError> {
-        // Every key of the limiter has its quota's capacity and refill.
-        let capacity = self.buckets.quota().capacity();
+        // Every key of the limiter has its quota's capacity and refill (a
+        // key not yet converted by a change in progress still has the old
+        // quota's capacity, which its grant reports).
+        let quota = self.buckets.quota();
         // Nothing granted: the bucket holds less than one token.
-        let nothing = |retry_after| Grant {
-            refill_interval: refill_interval(self.buckets.quota()),
+        let nothing = |retry_after, capacity| Grant {
+            refill_interval: quota.refill_interval(),
             remaining: Some(0),
             ..Grant::nothing(retry_after, capacity)
         };
@@ -92,27 +122,30 @@ impl<C: Clock, S: BuildHasher + Clone> LocalStore<C, S> {
             // Answered without looking at the bucket.
             return Ok(Grant {
                 remaining: None,
-                ..nothing(Duration::ZERO)
+                ..nothing(Duration::ZERO, quota.capacity())
             });
         }
         match self.buckets.grant_up_to(key, want) {
-            Ok((tokens, admission, _overflow)) => Ok(Grant {
+            Ok((tokens, decided)) => Ok(Grant {
                 tokens,
                 retry_after: Duration::ZERO,
+                // The clock reading in nanoseconds, which every quota
+                // shares: a lease from before a change is told apart by it.
                 lease: Lease {
                     granted: tokens,
-                    at: admission.at,
+                    at: decided.nanos,
                 },
                 // Exact: the state this grant wrote, read at its own tick.
                 remaining: Some(
-                    self.buckets
-                        .quota()
-                        .gcra()
-                        .available(admission.after, admission.at),
+                    decided
+                        .gcra
+                        .available(decided.admission.after, decided.admission.at),
                 ),
-                ..nothing(Duration::ZERO)
+                ..nothing(Duration::ZERO, decided.gcra.capacity())
             }),
-            Err(AcquireError::Insufficient { retry_after }) => Ok(nothing(retry_after)),
+            Err(AcquireError::Insufficient { retry_after }) => {
+                Ok(nothing(retry_after, quota.capacity()))
+            }
             Err(other) => Err(other),
         }
     }
@@ -140,10 +173,11 @@ where
     /// arithmetic as `RedisStore`'s script): at most `unused`, at most
     /// `lease.granted` (itself at most the capacity, as every lease of this
     /// store), and at most the grant's cost less the time held since.
+    /// A lease granted before a quota change ([`LocalStore::set_quota`])
+    /// gives nothing back, as with `RedisStore`.
     async fn release(&self, key: &str, lease: Lease, unused: u64) -> Result<(), AcquireError> {
-        let granted = lease.granted.min(self.buckets.quota().capacity());
         self.buckets
-            .undo_lease(key, granted, lease.at, unused.min(granted));
+            .undo_lease(key, lease.granted, lease.at, unused);
         Ok(())
     }
 }

@@ -30,6 +30,4 @@ pub use local::LocalStore;
 pub use pool::{LeasePool, Take};
 #[cfg(feature = "redis")]
 pub use redis::*;
-#[cfg(feature = "tower")]
-pub(crate) use store::refill_interval;
 pub use store::{Grant, Lease, Store};

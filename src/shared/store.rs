@@ -3,8 +3,6 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::Quota;
-
 /// What a [`Store`] granted for one lease request.
 ///
 /// ```
@@ -92,15 +90,6 @@ impl Grant {
     pub fn is_empty(&self) -> bool {
         self.tokens == 0
     }
-}
-
-/// The refill interval a store reports for `quota` ([`Grant::refill_interval`]):
-/// `period / tokens`, rounded up to the nanosecond, since pacing on a
-/// slightly slower refill only waits a little longer.
-pub(crate) fn refill_interval(quota: &Quota) -> Duration {
-    let (tokens, period) = quota.refill();
-    let nanos = period.as_nanos().div_ceil(u128::from(tokens.max(1)));
-    u64::try_from(nanos).map_or(Duration::MAX, Duration::from_nanos)
 }
 
 /// A store's receipt for a grant: how many tokens it debited and when, in

@@ -7,6 +7,7 @@ use crossbeam_utils::CachePadded;
 use super::frame::Frame;
 use super::state::WindowState;
 use super::{WindowKind, WindowQuota};
+use crate::limit::{Limit, Shape, Taken, sealed};
 use crate::{AcquireError, Clock, DefaultClock, QuotaError};
 
 /// A window limit in one cache-padded `AtomicU64`: a [`FixedWindow`](super::FixedWindow)
@@ -18,19 +19,25 @@ use crate::{AcquireError, Clock, DefaultClock, QuotaError};
 /// writes once. The rules, the bounds and the packing are in
 /// [`docs/semantics.md`](crate::guide::semantics) ("Windows").
 ///
+/// Its decisions are the methods of [`Limit`]: a window counter can be
+/// [`Counted`](crate::Counted), a step of a hierarchy, and issue
+/// [`Receipt`](crate::Receipt)s, whose undo gives back only within the
+/// window the cost was counted in.
+///
 /// Linearization points:
-/// - an admission ([`try_acquire`](Self::try_acquire), a receipt's take)
-///   at its successful compare-and-swap, which also rolls the window;
-/// - a refusal, [`available`](Self::available) and
-///   [`retry_after`](Self::retry_after) at the load (or failed
+/// - an admission ([`try_acquire`](Limit::try_acquire),
+///   [`reserve`](Limit::reserve), a receipt's take) at its successful
+///   compare-and-swap, which also rolls the window;
+/// - a refusal, [`available`](Limit::available) and
+///   [`retry_after`](Limit::retry_after) at the load (or failed
 ///   compare-and-swap) whose word they decided on;
-/// - a [`WindowReceipt`](super::WindowReceipt)'s undo at its successful
+/// - a [`Receipt`](crate::Receipt)'s undo at its successful
 ///   compare-and-swap, or at the load that (with its clock reading) showed
 ///   the window had ended.
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{FixedWindow, ManualClock, SlidingWindow, WindowQuota};
+/// use tollgate::{FixedWindow, Limit, ManualClock, SlidingWindow, WindowQuota};
 ///
 /// let clock = ManualClock::new();
 /// let quota = WindowQuota::per_second(2)?;
@@ -42,6 +49,29 @@ use crate::{AcquireError, Clock, DefaultClock, QuotaError};
 /// // A new window: the fixed counter is empty, the sliding one still
 /// // counts half of the last window's 2.
 /// assert_eq!((fixed.available(), sliding.available()), (2, 1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Receipts, counting and reservations, as for any limit:
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Counted, FixedWindow, Limit, ManualClock, Receipt, SlidingWindow, WindowQuota};
+///
+/// let clock = ManualClock::new();
+/// let fixed = Counted::new(FixedWindow::with_clock(WindowQuota::per_second(2)?, &clock)?);
+/// Receipt::take(&fixed, 2)?.undo(); // within its window: all of it back
+/// assert_eq!((fixed.available(), fixed.stats().abandoned), (2, 1));
+///
+/// let sliding = SlidingWindow::with_clock(WindowQuota::per_second(4)?, &clock)?;
+/// sliding.try_acquire(4)?;
+/// clock.advance(Duration::from_secs(1));
+/// // The last window's 4 weigh 3 a quarter into this one: a reservation,
+/// // counted in this window, used then.
+/// assert_eq!(sliding.reserve(1, Duration::from_secs(1))?, Duration::from_millis(250));
+/// // A fixed window's room lies in the next window: it never reserves.
+/// fixed.try_acquire(2)?;
+/// assert!(fixed.reserve(1, Duration::from_secs(5)).is_err());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
@@ -60,7 +90,7 @@ impl<K: WindowKind> WindowCounter<K, DefaultClock> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{FixedWindow, QuotaError, SlidingWindow, WindowQuota};
+    /// use tollgate::{FixedWindow, Limit, QuotaError, SlidingWindow, WindowQuota};
     ///
     /// let limiter = SlidingWindow::new(WindowQuota::per_minute(600)?)?;
     /// assert!(limiter.try_acquire(1).is_ok());
@@ -82,7 +112,7 @@ impl<K: WindowKind, C: Clock> WindowCounter<K, C> {
     /// offset, or the calendar) around the clock's reading now.
     ///
     /// ```
-    /// use tollgate::{FixedWindow, ManualClock, WindowQuota};
+    /// use tollgate::{FixedWindow, Limit, ManualClock, WindowQuota};
     ///
     /// let limiter = FixedWindow::with_clock(WindowQuota::per_second(5)?, ManualClock::new())?;
     /// assert_eq!(limiter.available(), 5);
@@ -103,92 +133,12 @@ impl<K: WindowKind, C: Clock> WindowCounter<K, C> {
         self.frame.elapsed(self.clock.now_nanos())
     }
 
-    /// Counts `cost` now, or refuses without counting anything.
-    ///
-    /// A refusal carries the exact wait until the same cost would fit if
-    /// nothing else were admitted: for a fixed window the start of the next
-    /// window; for a sliding one the first nanosecond at which the previous
-    /// window's weight has faded enough. A cost above the limit never fits
-    /// ([`AcquireError::ExceedsCapacity`]); a cost of zero is
-    /// [`AcquireError::ZeroCost`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{AcquireError, FixedWindow, ManualClock, WindowQuota};
-    ///
-    /// let clock = ManualClock::new();
-    /// let limiter = FixedWindow::with_clock(WindowQuota::per_second(3)?, &clock)?;
-    /// clock.advance(Duration::from_millis(400));
-    /// limiter.try_acquire(3)?;
-    /// assert_eq!(
-    ///     limiter.try_acquire(1),
-    ///     Err(AcquireError::Insufficient { retry_after: Duration::from_millis(600) }),
-    /// );
-    /// assert_eq!(
-    ///     limiter.try_acquire(4),
-    ///     Err(AcquireError::ExceedsCapacity { cost: 4, capacity: 3 }),
-    /// );
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
+    /// Counts `cost` at the clock's reading now, with up to `slack`
+    /// nanoseconds of delay: the window it was counted in, and the wait.
     #[inline]
-    pub fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
-        self.take(cost).map(drop)
-    }
-
-    /// Admits `cost`, returning the index of the window it was counted in.
-    #[inline]
-    pub(crate) fn take(&self, cost: u64) -> Result<u64, AcquireError> {
+    fn admit(&self, cost: u64, slack: u64) -> Result<(u64, u64), AcquireError> {
         self.frame.check_cost(cost)?;
-        self.state.acquire(&self.frame, self.now(), cost)
-    }
-
-    /// Gives back `cost` counted in window `index`, by the rule of
-    /// `WindowState::give_back`.
-    pub(crate) fn give_back(&self, index: u64, cost: u64) {
-        self.state.give_back(&self.frame, index, cost, self.now());
-    }
-
-    /// How long until `cost` would be admitted, zero if it would be now.
-    /// Counts nothing: another caller may take the room first.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, SlidingWindow, WindowQuota};
-    ///
-    /// let clock = ManualClock::new();
-    /// let limiter = SlidingWindow::with_clock(WindowQuota::per_second(4)?, &clock)?;
-    /// limiter.try_acquire(4)?;
-    /// clock.advance(Duration::from_secs(1));
-    /// // The last window's 4 weigh 4 · (1 - 0.25) = 3 a quarter into this one.
-    /// assert_eq!(limiter.retry_after(1)?, Duration::from_millis(250));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
-        self.frame.check_cost(cost)?;
-        let at = self.now();
-        let view = self.state.view(&self.frame, at);
-        Ok(if self.frame.fits(&view, cost) {
-            Duration::ZERO
-        } else {
-            self.frame.wait(&view, at, cost)
-        })
-    }
-
-    /// Whole units that would be admitted now: the limit less the current
-    /// window's count (and, for a sliding window, less the previous
-    /// window's weighted count, rounded up).
-    ///
-    /// ```
-    /// use tollgate::{FixedWindow, ManualClock, WindowQuota};
-    ///
-    /// let limiter = FixedWindow::with_clock(WindowQuota::per_second(5)?, ManualClock::new())?;
-    /// limiter.try_acquire(2)?;
-    /// assert_eq!(limiter.available(), 3);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn available(&self) -> u64 {
-        self.frame
-            .available(&self.state.view(&self.frame, self.now()))
+        self.state.acquire(&self.frame, self.now(), cost, slack)
     }
 
     /// The limit this counter enforces.
@@ -216,5 +166,70 @@ impl<K: WindowKind, C: Clock> WindowCounter<K, C> {
     /// ```
     pub fn clock(&self) -> &C {
         &self.clock
+    }
+}
+
+/// A window counter's decisions are those of every [`Limit`]; what differs
+/// is what a delay can buy. A reservation is counted in the window the word
+/// holds and used later in it, so only a sliding window reserves, while the
+/// previous window's weight fades; a fixed window admits now or refuses
+/// with the wait until the next window
+/// ([`docs/semantics.md`](crate::guide::semantics), "Windows").
+impl<K: WindowKind, C: Clock> sealed::Sealed for WindowCounter<K, C> {
+    #[inline]
+    fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
+        let (index, _) = self.admit(cost, 0)?;
+        Ok(Taken::window(index, cost))
+    }
+
+    #[inline]
+    fn take_within(
+        &self,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<(Taken, Duration), AcquireError> {
+        let (index, wait) = self.admit(cost, crate::clock::saturating_nanos(max_wait))?;
+        Ok((Taken::window(index, cost), Duration::from_nanos(wait)))
+    }
+
+    /// Gives back by the rule of `WindowState::give_back`: exactly, while
+    /// the window the cost was counted in lasts; nothing once it has ended.
+    fn undo(&self, taken: &Taken) {
+        if let Some(index) = taken.window_index() {
+            self.state
+                .give_back(&self.frame, index, taken.tokens, self.now());
+        }
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::of_window_quota(&self.quota)
+    }
+
+    /// The end of the window the word decides in: where a fixed window
+    /// empties and a sliding one's counts move on.
+    fn idle_reset(&self) -> Duration {
+        let at = self.now();
+        self.frame.until_end(&self.state.view(&self.frame, at), at)
+    }
+}
+
+impl<K: WindowKind, C: Clock> Limit for WindowCounter<K, C> {
+    fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
+        self.frame.check_cost(cost)?;
+        let at = self.now();
+        let view = self.state.view(&self.frame, at);
+        Ok(if self.frame.fits(&view, cost) {
+            Duration::ZERO
+        } else {
+            self.frame.wait(&view, at, cost)
+        })
+    }
+
+    /// Whole units that would be admitted now: the limit less the current
+    /// window's count (and, for a sliding window, less the previous
+    /// window's weighted count, rounded up).
+    fn available(&self) -> u64 {
+        self.frame
+            .available(&self.state.view(&self.frame, self.now()))
     }
 }

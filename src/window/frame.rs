@@ -204,13 +204,64 @@ impl<K: WindowKind> Frame<K> {
     }
 
     /// How long after `at` a refused `cost` would fit in `view` if nothing
-    /// else were admitted: the first instant at which the previous count's
-    /// weight has shrunk enough, in this window or the next (a sliding
-    /// window; a fixed one resets at the next), two windows on at the
-    /// latest. Exact, in whole nanoseconds (the instant is the first whole
-    /// nanosecond at which the cost fits). Beyond the end of the range, a
-    /// wait that never ends.
+    /// else were admitted (see [`Self::due`]); beyond the end of the range,
+    /// a wait that never ends.
     pub(crate) fn wait(&self, view: &View, at: u64, cost: u64) -> Duration {
+        self.due(view, cost)
+            .map_or(NEVER, |due| Duration::from_nanos(due.saturating_sub(at)))
+    }
+
+    /// The wait from `at` until the end of `view`'s window.
+    pub(crate) fn until_end(&self, view: &View, at: u64) -> Duration {
+        let end = u128::from(view.index + 1) * u128::from(self.window);
+        u64::try_from(end - u128::from(at)).map_or(NEVER, Duration::from_nanos)
+    }
+
+    /// Decides a `cost` that does not fit in `view` now, with up to `slack`
+    /// nanoseconds of delay: the wait, if the cost fits within the slack
+    /// *and within the view's window*. A count can only go into the window
+    /// the word holds, so a reservation is counted there and used later in
+    /// it: only a sliding window, whose previous count fades as its window
+    /// goes on, ever reserves; a fixed window's refused cost fits only in
+    /// the next one. Otherwise the refusal's wait: until the same call
+    /// would succeed, when the instant the cost fits is at most `slack`
+    /// ahead and in the window then current.
+    #[inline]
+    pub(crate) fn reserve(
+        &self,
+        view: &View,
+        at: u64,
+        cost: u64,
+        slack: u64,
+    ) -> Result<u64, Duration> {
+        let Some(due) = self.due(view, cost) else {
+            return Err(NEVER);
+        };
+        // The due instant lies in the view's window, the next, or exactly
+        // at the start of the one after (a previous count that fades out
+        // only at the end of the next window). The view's start is at most
+        // `last`: no overflow.
+        let start = view.index * self.window;
+        let wait = due.saturating_sub(at);
+        if due - start < self.window && wait <= slack {
+            return Ok(wait);
+        }
+        let mut due_window_start = start;
+        while due - due_window_start >= self.window {
+            due_window_start += self.window;
+        }
+        let from = due.saturating_sub(slack).max(due_window_start);
+        Err(Duration::from_nanos(from.saturating_sub(at)))
+    }
+
+    /// The first instant (nanoseconds since window 0) at which `cost` fits
+    /// in `view` if nothing else were admitted: the first at which the
+    /// previous count's weight has shrunk enough, in this window or the
+    /// next (a sliding window; a fixed one resets at the next), two windows
+    /// on at the latest. Exact, in whole nanoseconds (the first whole
+    /// nanosecond at which the cost fits). `None` beyond the end of the
+    /// range.
+    pub(crate) fn due(&self, view: &View, cost: u64) -> Option<u64> {
         let window = u128::from(self.window);
         let start = u128::from(view.index) * window;
         let due = match self.limit.checked_sub(view.cur + cost) {
@@ -222,11 +273,7 @@ impl<K: WindowKind> Frame<K> {
                 start + window + self.settled(carried, self.limit - cost)
             }
         };
-        match u64::try_from(due) {
-            // `due` lies after `at` whenever the cost does not fit now.
-            Ok(due) if due <= self.last => Duration::from_nanos(due.saturating_sub(at)),
-            _ => NEVER,
-        }
+        u64::try_from(due).ok().filter(|&due| due <= self.last)
     }
 
     /// The first position in a window at which `weight` from the window

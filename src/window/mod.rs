@@ -14,15 +14,17 @@
 //!   with no boundary cliff and a stated bound.
 //!
 //! Both are [`WindowCounter`]s, told apart by their kind ([`Fixed`],
-//! [`Sliding`]), with the same typed errors as the token bucket and
-//! receipts ([`WindowReceipt`]) that give back only within the window they
-//! counted in. The rules, the approximation bound, the packing and what
-//! happens at the end of the index's range are in
+//! [`Sliding`]), and both are [`Limit`](crate::Limit)s: the same typed
+//! errors as the token bucket, [`Counted`](crate::Counted), steps of a
+//! hierarchy, and [`Receipt`](crate::Receipt)s, whose undo gives back only
+//! within the window the cost was counted in. The rules, the approximation
+//! bound, what a reservation can buy, the packing and what happens at the
+//! end of the index's range are in
 //! [`docs/semantics.md`](crate::guide::semantics) ("Windows").
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::{AcquireError, ManualClock, SlidingWindow, WindowQuota};
+//! use tollgate::{Limit, ManualClock, SlidingWindow, WindowQuota};
 //!
 //! let clock = ManualClock::new();
 //! let limiter = SlidingWindow::with_clock(WindowQuota::per_minute(60)?, &clock)?;
@@ -36,12 +38,10 @@
 mod counter;
 mod frame;
 mod quota;
-mod receipt;
 mod state;
 
 pub use counter::WindowCounter;
 pub use quota::WindowQuota;
-pub use receipt::{WindowLimit, WindowReceipt};
 
 use crate::DefaultClock;
 
@@ -50,7 +50,7 @@ use crate::DefaultClock;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{FixedWindow, ManualClock, WindowQuota};
+/// use tollgate::{FixedWindow, Limit, ManualClock, WindowQuota};
 ///
 /// let clock = ManualClock::new();
 /// let limiter = FixedWindow::with_clock(WindowQuota::per_second(2)?, &clock)?;
@@ -68,7 +68,7 @@ pub type FixedWindow<C = DefaultClock> = WindowCounter<Fixed, C>;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{ManualClock, SlidingWindow, WindowQuota};
+/// use tollgate::{Limit, ManualClock, SlidingWindow, WindowQuota};
 ///
 /// let clock = ManualClock::new();
 /// let limiter = SlidingWindow::with_clock(WindowQuota::per_second(10)?, &clock)?;
@@ -84,7 +84,7 @@ pub type SlidingWindow<C = DefaultClock> = WindowCounter<Sliding, C>;
 ///
 /// ```
 /// use tollgate::window::{WindowCounter, WindowKind};
-/// use tollgate::{FixedWindow, ManualClock, SlidingWindow, WindowQuota};
+/// use tollgate::{FixedWindow, Limit, ManualClock, SlidingWindow, WindowQuota};
 ///
 /// fn spend_one<K: WindowKind>(limiter: &WindowCounter<K, ManualClock>) -> bool {
 ///     limiter.try_acquire(1).is_ok()

@@ -104,7 +104,7 @@ impl WindowQuota {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{AcquireError, FixedWindow, ManualClock, WindowQuota};
+    /// use tollgate::{AcquireError, FixedWindow, Limit, ManualClock, WindowQuota};
     ///
     /// // Windows of 10 s starting at 3 s, 13 s, 23 s… on the clock.
     /// let quota = WindowQuota::new(1, Duration::from_secs(10))?.with_offset(Duration::from_secs(3));
@@ -140,7 +140,7 @@ impl WindowQuota {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{FixedWindow, WindowQuota};
+    /// use tollgate::{FixedWindow, Limit, WindowQuota};
     ///
     /// let per_calendar_minute = WindowQuota::per_minute(100)?.calendar();
     /// let limiter = FixedWindow::new(per_calendar_minute)?;
@@ -179,6 +179,12 @@ impl WindowQuota {
 
     pub(crate) fn window_nanos(&self) -> u64 {
         self.window
+    }
+
+    /// The window in whole seconds, rounded up, at least 1: what the HTTP
+    /// fields' `w` can say.
+    pub(crate) fn window_seconds(&self) -> u64 {
+        self.window.div_ceil(1_000_000_000).max(1)
     }
 
     /// How far into its window the clock reading `reading` lies, in

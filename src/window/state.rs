@@ -13,32 +13,36 @@ pub(crate) struct WindowState(AtomicU64);
 
 impl WindowState {
     /// Admits `cost` (already checked against the limit) at `at`
-    /// nanoseconds since window 0, rolling the word forward to the
-    /// reading's window in the same compare-and-swap: one successful
-    /// compare-and-swap per admission, none per refusal. Returns the index
-    /// of the window the cost was counted in.
+    /// nanoseconds since window 0, with up to `slack` nanoseconds of delay
+    /// ([`Frame::reserve`]), rolling the word forward to the reading's
+    /// window in the same compare-and-swap: one successful compare-and-swap
+    /// per admission, none per refusal. Returns the index of the window the
+    /// cost was counted in, and the wait before it may be used.
     #[inline]
     pub(crate) fn acquire<K: WindowKind>(
         &self,
         frame: &Frame<K>,
         at: u64,
         cost: u64,
-    ) -> Result<u64, AcquireError> {
+        slack: u64,
+    ) -> Result<(u64, u64), AcquireError> {
         let backoff = Backoff::new();
         let mut word = self.0.load(Ordering::Acquire);
         loop {
             let view = frame.view(word, at);
-            if !frame.fits(&view, cost) {
-                return Err(AcquireError::Insufficient {
-                    retry_after: frame.wait(&view, at, cost),
-                });
-            }
+            let wait = if frame.fits(&view, cost) {
+                0
+            } else {
+                frame
+                    .reserve(&view, at, cost, slack)
+                    .map_err(|retry_after| AcquireError::Insufficient { retry_after })?
+            };
             let next = frame.admitted(&view, cost);
             match self
                 .0
                 .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Ok(view.index),
+                Ok(_) => return Ok((view.index, wait)),
                 Err(actual) => {
                     word = actual;
                     backoff.spin();

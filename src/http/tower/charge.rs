@@ -12,8 +12,8 @@ use super::rule::Bound;
 use super::shared::{Outcome, Receipt, SharedBound};
 use crate::hierarchy::{Taken, take_all};
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
-use crate::shared::refill_interval;
-use crate::{AcquireError, HierarchyError, Limit, Quota, Step, try_acquire_all};
+use crate::limit::Shape;
+use crate::{AcquireError, HierarchyError, Limit, Step, try_acquire_all};
 
 /// The charges of one request, on the stack for a layer of up to four
 /// rules (a heap allocation per request beyond that).
@@ -145,10 +145,7 @@ impl<'a> Charge<'a> {
             Charged::Local { bound, .. } => {
                 let bound = bound.get();
                 let available = bound.available();
-                Some((
-                    available,
-                    next_token(bound.quota(), available, |cost| bound.retry_after(cost)),
-                ))
+                Some((available, next_unit(bound, available)))
             }
             Charged::Shared { bound, outcome, .. } => match outcome {
                 Outcome::Refused(AcquireError::Insufficient { retry_after }) => {
@@ -156,9 +153,18 @@ impl<'a> Charge<'a> {
                 }
                 _ => {
                     let pooled = bound.pooled();
-                    (pooled > 0).then(|| (pooled, refill_interval(bound.quota())))
+                    (pooled > 0).then(|| (pooled, bound.quota().refill_interval()))
                 }
             },
+        }
+    }
+
+    /// The quota and window this charge's limit advertises now, if it is
+    /// in this process (a shared limit's is the caller's word).
+    pub(super) fn shape(&self) -> Option<Shape> {
+        match &self.limit {
+            Charged::Local { bound, .. } => Some(bound.get().shape()),
+            Charged::Shared { .. } => None,
         }
     }
 
@@ -429,17 +435,15 @@ fn give_all_back(charges: &mut [Charge<'_>], index: usize, error: AcquireError) 
     }
 }
 
-/// The wait until a limit holds one more whole token: the draft's
-/// effective window, within which no more than what is available can be
-/// spent. A full bucket gains nothing until it is spent from, and then its
-/// next token takes one emission interval.
-fn next_token(
-    quota: &Quota,
-    available: u64,
-    wait: impl Fn(u64) -> Result<Duration, AcquireError>,
-) -> Duration {
-    if available < quota.capacity() {
-        return wait(available + 1).unwrap_or(Duration::ZERO);
+/// The wait until a limit holds one more whole unit than it does: the
+/// draft's effective window, within which no more than what is available
+/// can be spent. A limit with all of its quota available gains nothing
+/// until it moves on its own: a full bucket's next token takes one
+/// emission interval once spent from, a window counter's counts move at
+/// the window's end.
+fn next_unit(limit: &dyn Bound, available: u64) -> Duration {
+    if available < limit.shape().quota {
+        return limit.retry_after(available + 1).unwrap_or(Duration::ZERO);
     }
-    refill_interval(quota)
+    limit.idle_reset()
 }

@@ -29,6 +29,7 @@ use crate::http::problem::client_error;
 use crate::http::{
     Jitter, PartitionKey, PartitionKeys, RateLimitPolicy, Refusal, ServiceLimit, delay_seconds,
 };
+use crate::limit::Shape;
 use crate::sync::unmodelled::Arc;
 
 /// A tower [`Layer`] that rate-limits requests with a list of [`Rule`]s.
@@ -222,7 +223,7 @@ impl RateLimitLayerBuilder {
                 texts: self
                     .rules
                     .iter()
-                    .map(|rule| PolicyText::new(rule.policy()))
+                    .map(|rule| PolicyText::new(rule.policy(), rule.followed_shape()))
                     .collect(),
                 rules: self.rules,
                 keys: self.keys.unwrap_or_default(),
@@ -548,10 +549,14 @@ impl Config {
         let live = charge
             .live()
             .map(|(remaining, next)| (remaining, self.jitter.apply(delay_seconds(next))));
+        // Read only for a policy that follows its limit: one whose quota
+        // the caller set says what the caller said.
+        let shape = self.texts[charge.rule].shape.and_then(|_| charge.shape());
         Advert {
             rule: charge.rule,
             pk,
             live,
+            shape,
         }
     }
 
@@ -562,8 +567,12 @@ impl Config {
         let mut policies = Vec::with_capacity(charges.len());
         let mut limits = Vec::with_capacity(charges.len());
         for charge in charges {
-            let Advert { rule, pk, live } = self.advert(charge);
-            let mut policy = self.rules[rule].policy().clone();
+            let advert = self.advert(charge);
+            let (pk, live) = (advert.pk, advert.live);
+            let mut policy = self.rules[advert.rule].policy().clone();
+            if let Some(shape) = advert.shape {
+                policy = policy.with_shape(shape);
+            }
             if let Some((remaining, reset)) = live {
                 let limit =
                     ServiceLimit::new(policy.name().clone(), remaining).with_reset_seconds(reset);
@@ -589,18 +598,24 @@ impl Config {
     fn fields(&self, charges: &[Charge<'_>]) -> (Option<HeaderValue>, Option<HeaderValue>) {
         let mut policies = ListWriter::default();
         let mut limits = ListWriter::default();
-        let mut untagged = None;
+        let mut as_built = None;
         for charge in charges {
-            let Advert { rule, pk, live } = self.advert(charge);
+            let Advert {
+                rule,
+                pk,
+                live,
+                shape,
+            } = self.advert(charge);
             let text = &self.texts[rule];
-            policies.policy_text(text, pk);
+            policies.policy_now(text, self.rules[rule].policy(), shape, pk);
             if let Some((remaining, reset)) = live {
                 limits.limit_text(text, remaining, Some(reset), pk);
             }
-            untagged = pk.is_none().then_some(rule);
+            as_built = (pk.is_none() && shape == text.shape).then_some(rule);
         }
-        let policies = match (charges.len(), untagged) {
-            // One policy and no key to tag: the value built with the layer.
+        let policies = match (charges.len(), as_built) {
+            // One policy, no key to tag, the limit shaped as when the layer
+            // was built: the value built with the layer.
             (1, Some(rule)) => self.texts[rule].alone().cloned(),
             _ => policies.finish(),
         };
@@ -638,6 +653,8 @@ struct Advert {
     pk: Option<PartitionKey>,
     /// The tokens left and the effective window in seconds.
     live: Option<(u64, u64)>,
+    /// The limit's shape now, if the rule's policy follows it.
+    shape: Option<Shape>,
 }
 
 /// Why a rule cannot charge a request as it stands: it names the rule's

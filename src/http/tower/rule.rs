@@ -12,11 +12,11 @@ use super::CostError;
 use super::layer::Decision;
 use super::shared::SharedSource;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName, RateLimitPolicy};
-use crate::limit::Taken;
 use crate::limit::sealed::Sealed;
+use crate::limit::{Shape, Taken};
 use crate::shared::{KeyedAllowance, Store};
 use crate::sync::unmodelled::Arc;
-use crate::{AcquireError, Clock, KeyedLimiter, Limit, Quota, TokenBucket};
+use crate::{AcquireError, Clock, KeyedLimiter, Limit, Quota};
 
 /// What the layer does with a request from which a rule cannot extract a
 /// key.
@@ -47,7 +47,8 @@ type CostFn = dyn Fn(&Parts) -> Result<u64, CostError> + Send + Sync;
 type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 
 /// One limit of a [`RateLimitLayer`](super::RateLimitLayer): a global
-/// [`TokenBucket`] or a [`KeyedLimiter`] with a key extractor, advertised
+/// [`Limit`] (a [`TokenBucket`](crate::TokenBucket), a window counter …)
+/// or a [`KeyedLimiter`] with a key extractor, advertised
 /// as a [`RateLimitPolicy`], with a cost per request (1 unless set), an
 /// optional predicate choosing the requests it applies to, a
 /// [`MissingKey`] policy, and the response statuses whose cost it gives
@@ -76,6 +77,10 @@ type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 #[derive(Clone)]
 pub struct Rule {
     policy: RateLimitPolicy,
+    /// The shape the limiter had when the rule was made, which its policy
+    /// was built from (none for a shared rule, whose quota is the caller's
+    /// word).
+    built: Option<Shape>,
     source: Limiter,
     cost: Option<Arc<CostFn>>,
     when: Option<Arc<Predicate>>,
@@ -84,22 +89,37 @@ pub struct Rule {
 }
 
 impl Rule {
-    /// One bucket shared by every request, advertised as the bucket's quota
-    /// under `name` ([`RateLimitPolicy::from_quota`]).
+    /// One limit shared by every request: any [`Limit`] (a
+    /// [`TokenBucket`](crate::TokenBucket), a [`FixedWindow`](crate::FixedWindow) or
+    /// [`SlidingWindow`](crate::SlidingWindow), a
+    /// [`StripedBucket`](crate::StripedBucket), any of them
+    /// [`Counted`](crate::Counted)), advertised under `name` as the limit
+    /// describes itself: a bucket as [`RateLimitPolicy::from_quota`], a
+    /// window counter as [`RateLimitPolicy::from_window_quota`] (`q` its
+    /// limit, `w` its window). Each response's `RateLimit` field carries
+    /// what is left and, in `t`, the wait until one unit more is: for a
+    /// fixed window the end of the window; for a sliding one the instant
+    /// the previous window's weight has faded by one unit (the window's
+    /// end while nothing is counted); for a bucket the next token
+    /// ([`docs/http.md`](crate::guide::http)).
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use tollgate::{Quota, TokenBucket};
+    /// use tollgate::{FixedWindow, Quota, TokenBucket, WindowQuota};
     /// use tollgate::http::PolicyName;
     /// use tollgate::http::tower::Rule;
     ///
     /// let global = Rule::global(PolicyName::new("global")?, Arc::new(TokenBucket::new(Quota::per_second(1000)?)));
     /// assert_eq!(global.policy().quota(), 1000);
+    /// let hourly = Arc::new(FixedWindow::new(WindowQuota::new(600, std::time::Duration::from_secs(3600))?)?);
+    /// let hourly = Rule::global(PolicyName::new("hourly")?, hourly);
+    /// assert_eq!((hourly.policy().quota(), hourly.policy().window_seconds()), (600, Some(3600)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn global<C: Clock + 'static>(name: PolicyName, bucket: Arc<TokenBucket<C>>) -> Rule {
-        let policy = RateLimitPolicy::from_quota(name, bucket.quota());
-        Rule::new(policy, Limiter::Local(Arc::new(bucket)))
+    pub fn global<L: Limit + Send + 'static>(name: PolicyName, limit: Arc<L>) -> Rule {
+        let shape = limit.shape();
+        let policy = RateLimitPolicy::from_shape(name, shape);
+        Rule::new(policy, Some(shape), Limiter::Local(Arc::new(limit)))
     }
 
     /// A bucket per key, the key taken from each request by `key`
@@ -125,9 +145,11 @@ impl Rule {
         S: BuildHasher + Clone + Send + Sync + 'static,
         F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
     {
-        let policy = RateLimitPolicy::from_quota(name, limiter.quota());
+        let shape = Shape::of_quota(&limiter.quota());
+        let policy = RateLimitPolicy::from_shape(name, shape);
         Rule::new(
             policy,
+            Some(shape),
             Limiter::Local(Arc::new(KeyedSource {
                 limiter,
                 key: Box::new(key) as Box<KeyFn<K>>,
@@ -196,12 +218,13 @@ impl Rule {
     {
         let source = SharedSource::new(&name, allowance, *quota, key);
         let policy = RateLimitPolicy::from_quota(name, quota);
-        Rule::new(policy, Limiter::Shared(source))
+        Rule::new(policy, None, Limiter::Shared(source))
     }
 
-    fn new(policy: RateLimitPolicy, source: Limiter) -> Rule {
+    fn new(policy: RateLimitPolicy, built: Option<Shape>, source: Limiter) -> Rule {
         Rule {
             policy,
+            built,
             source,
             cost: None,
             when: None,
@@ -211,7 +234,11 @@ impl Rule {
     }
 
     /// Replaces the advertised policy (to set its unit, say); its name is
-    /// what the fields and `violated-policies` carry.
+    /// what the fields and `violated-policies` carry. A policy with the
+    /// limiter's own quota and window keeps following the limiter (a keyed
+    /// limiter's [`set_quota`](crate::KeyedLimiter::set_quota) reaches the
+    /// fields on the next response); one with another quota or window says
+    /// what it says.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -386,6 +413,17 @@ impl Rule {
         self.missing
     }
 
+    /// The limiter's shape this rule's policy follows: the one it was built
+    /// from, unless [`with_policy`](Self::with_policy) gave it another
+    /// quota or window. A policy that follows its limiter advertises the
+    /// limiter's quota as it is at each response (a keyed limiter's
+    /// [`set_quota`](crate::KeyedLimiter::set_quota)); one the caller
+    /// set says what the caller said.
+    pub(super) fn followed_shape(&self) -> Option<Shape> {
+        self.built
+            .filter(|&built| self.policy.shape() == Some(built))
+    }
+
     pub(super) fn applies_to(&self, parts: &Parts) -> bool {
         self.when.as_ref().is_none_or(|when| when(parts))
     }
@@ -459,28 +497,23 @@ pub(super) trait Source: Send + Sync {
 }
 
 /// A limit bound to one request: the limiter and, if keyed, the key. Its
-/// take, undo, wait and availability are those of a [`Limit`].
+/// take, undo, wait, availability and what it advertises are those of a
+/// [`Limit`].
 pub(super) trait Bound: Limit + Send {
-    fn quota(&self) -> &Quota;
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey>;
     /// This binding, owning its key: for a charge kept until its response
     /// (to give back, or to advertise), or one that waits for a store.
     fn to_owned(&self) -> Box<dyn Bound>;
 }
 
-/// A global rule binds its bucket as it is: there is no key.
-impl<C: Clock + 'static> Source for Arc<TokenBucket<C>> {
+/// A global rule binds its limit as it is: there is no key.
+impl<L: Limit + Send + 'static> Source for Arc<L> {
     fn bind(&self, _: &Parts, then: &mut dyn FnMut(Option<&dyn Bound>) -> Decision) -> Decision {
         then(Some(self))
     }
 }
 
-// The bucket's method is named through `TokenBucket`: called on the
-// `Arc`, `quota` would resolve to this very method.
-impl<C: Clock + 'static> Bound for Arc<TokenBucket<C>> {
-    fn quota(&self) -> &Quota {
-        TokenBucket::quota(self)
-    }
+impl<L: Limit + Send + 'static> Bound for Arc<L> {
     fn partition(&self, _: &PartitionKeys, _: &PolicyName) -> Option<PartitionKey> {
         // One partition for everyone: there is nothing to tell apart.
         None
@@ -558,6 +591,12 @@ where
     fn undo(&self, taken: &Taken) {
         self.limiter.key(self.key).undo(taken);
     }
+    fn shape(&self) -> Shape {
+        self.limiter.key(self.key).shape()
+    }
+    fn idle_reset(&self) -> Duration {
+        self.limiter.key(self.key).idle_reset()
+    }
 }
 
 impl<K, C, S> Limit for KeyedRef<'_, K, C, S>
@@ -580,9 +619,6 @@ where
     C: Clock + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
-    fn quota(&self) -> &Quota {
-        self.limiter.quota()
-    }
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
         Some(keys.key(name, self.key))
     }
@@ -613,6 +649,12 @@ where
     fn undo(&self, taken: &Taken) {
         self.view().undo(taken);
     }
+    fn shape(&self) -> Shape {
+        self.view().shape()
+    }
+    fn idle_reset(&self) -> Duration {
+        self.view().idle_reset()
+    }
 }
 
 impl<K, C, S> Limit for KeyedOwned<K, C, S>
@@ -635,9 +677,6 @@ where
     C: Clock + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
-    fn quota(&self) -> &Quota {
-        self.limiter.quota()
-    }
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
         self.view().partition(keys, name)
     }

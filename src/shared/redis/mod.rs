@@ -33,7 +33,7 @@ use ::redis::{Cmd, RedisError, Script, Value};
 pub use self::config::RedisConfig;
 pub use self::connection::RedisConnection;
 use self::scale::{EPOCH_UNIX_SECS, Scale};
-use super::store::{Grant, Lease, Store, refill_interval};
+use super::store::{Grant, Lease, Store};
 use crate::sync::unmodelled::{Arc, LazyLock, Mutex, lock};
 use crate::{InitialCredit, Quota};
 
@@ -749,7 +749,7 @@ fn token_interval(d: u64, ticks: u64, parts: u64) -> Duration {
 /// this node's own quota, the only one it knows without asking.
 fn unasked(setting: &Setting) -> Grant {
     Grant {
-        refill_interval: refill_interval(&setting.quota),
+        refill_interval: setting.quota.refill_interval(),
         ..Grant::nothing(Duration::ZERO, setting.scale.capacity)
     }
 }
