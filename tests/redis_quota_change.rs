@@ -10,12 +10,16 @@
 
 #[path = "support/redis_server.rs"]
 mod redis_server;
+#[macro_use]
+#[path = "support/redis_client.rs"]
+mod redis_client;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use num_rational::Ratio;
 use redis::aio::MultiplexedConnection;
+use redis_client::admin;
 use redis_server::RedisServer;
 use tollgate::Quota;
 use tollgate::shared::{
@@ -26,28 +30,11 @@ use tollgate::shared::{
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const HOUR: Duration = Duration::from_secs(3600);
 
-macro_rules! start_server {
-    ($test:expr) => {
-        match RedisServer::start($test) {
-            Some(server) => server,
-            None => return,
-        }
-    };
-}
-
 /// A node: its own connection and its own configured quota.
 async fn node(server: &RedisServer, quota: Quota, prefix: &str) -> RedisStore {
     RedisStore::connect(&server.url(), quota, prefix, CALL_TIMEOUT)
         .await
         .unwrap_or_else(|e| panic!("connect: {e}\n{}", server.log_tail()))
-}
-
-async fn admin(server: &RedisServer) -> MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
 }
 
 async fn stored(admin: &mut MultiplexedConnection, name: &str) -> Option<String> {
@@ -157,6 +144,43 @@ async fn same_generation_conflicts_are_refused_and_older_generations_lose() {
     assert_eq!(fields.split(':').nth(3), Some("3"), "{fields}");
 }
 
+/// Byte rates too fast and irregular for whole ticks per byte (charged per
+/// request) change by the same rule: a full bucket stays full under the
+/// new quota, an emptied one carries only the bytes refilled since, never
+/// the new burst, and a change back clips to the smaller capacity.
+#[tokio::test]
+async fn byte_rates_charged_per_request_change_by_the_same_rule() {
+    let server = start_server!("byte_rates_charged_per_request_change_by_the_same_rule");
+    let second = Duration::from_secs(1);
+    let small = Quota::new(1 << 20, 64 << 20, second).unwrap();
+    let big = Quota::new(16 << 20, 1 << 30, second).unwrap();
+    let store = node(&server, small, "bytes:").await;
+    assert!(!store.is_exact());
+    let emptied = store.acquire("emptied", u64::MAX).await.unwrap();
+    assert_eq!(emptied.tokens, 1 << 20);
+    store.set_quota(big, 1).unwrap();
+    let full = store.acquire("full", u64::MAX).await.unwrap();
+    assert_eq!((full.tokens, full.capacity), (16 << 20, 16 << 20));
+    // The emptied key carries what 64 MiB/s refilled between the two
+    // grants (each at its script's reading of the server clock), at most.
+    let carried = store.acquire("emptied", u64::MAX).await.unwrap();
+    let micros = carried.lease.at - emptied.lease.at;
+    let refilled = (micros * (64 << 20)) / 1_000_000;
+    assert!(
+        carried.tokens <= refilled && carried.capacity == 16 << 20,
+        "{} carried after {micros} µs",
+        carried.tokens
+    );
+    // Back to the small quota: a key holding nearly 16 MiB keeps 1 MiB.
+    // (A byte is charged a whole tick, 1/8 µs, worth 134.2 bytes at 1 GiB/s:
+    // the bytes left are those whose charge still fits, 135 fewer.)
+    let refill = store.acquire("refilled", 1).await.unwrap();
+    assert_eq!(refill.remaining, Some((16 << 20) - 135));
+    store.set_quota(small, 2).unwrap();
+    let clipped = store.acquire("refilled", u64::MAX).await.unwrap();
+    assert_eq!((clipped.tokens, clipped.capacity), (1 << 20, 1 << 20));
+}
+
 /// A node sending a quota the scripts cannot hold is refused before any
 /// call, its setting unchanged; a stored value with a broken quota is a
 /// foreign value, left alone.
@@ -171,10 +195,12 @@ async fn bad_quotas_and_malformed_stored_quotas_are_typed_errors() {
         store.set_quota(huge, 1),
         Err(RedisStoreError::RefillTooLong { .. })
     ));
-    let too_fine = Quota::per_second(1_000_000_000).unwrap();
+    // Charged per request (a byte a nanosecond), but 2^51 bytes: more
+    // than the scripts count exactly per request.
+    let vast = Quota::new(1 << 51, 1 << 30, Duration::from_secs(1)).unwrap();
     assert!(matches!(
-        store.set_quota(too_fine, 1),
-        Err(RedisStoreError::RateTooFine)
+        store.set_quota(vast, 1),
+        Err(RedisStoreError::RefillTooLong { capacity }) if capacity == 1 << 51
     ));
     assert!(matches!(
         store.set_quota(quota, 1 << 53),
@@ -191,6 +217,13 @@ async fn bad_quotas_and_malformed_stored_quotas_are_typed_errors() {
         "1:5:0:1:1",                   // five fields
         "1:5:0:1:1:10:3",              // seven fields
         "1:-5:0:1:1:10",               // a negative instant
+        // Charged per request, "<d>:<tat>:<born>:<gen>:<T>:<L>:<D>:<B>":
+        "8:5:0:1:1000:8:0:8",                // D = 0
+        "8:5:0:1:1000:10:1024:8",            // L past ceil(B * T / D) + 1
+        "8:5:0:1:1000:7:1024:8",             // L below ceil(B * T / D)
+        "8:5:0:1:1000:8:4503599627370496:8", // D past 2^51
+        "8:5:0:1:1:1:1024:2251799813685248", // B of 2^51
+        "8:5:0:1:1000:0:1024:0",             // B = 0
     ] {
         let () = redis::cmd("SET")
             .arg(&name)

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::Quota;
 
-use super::server::API_KEY;
+use super::server::{API_KEY, PER_KEY_POLICY};
 
 /// What one API key got from the fleet.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -17,7 +17,11 @@ pub struct KeyTally {
     pub admitted: u64,
     /// 429 answers.
     pub refused: u64,
-    /// Any other answer (a 503 for a store that is down, say).
+    /// The failure policy's answers: a 503 refusing under the per-key
+    /// rule while the shared store does not answer (the nodes fail
+    /// closed), as a `temporary-reduced-capacity` problem.
+    pub unavailable: u64,
+    /// Any other answer.
     pub other: u64,
 }
 
@@ -49,15 +53,13 @@ pub async fn drive(nodes: &[String], keys: usize, per_key: usize) -> Result<Tall
                 };
                 for request in 0..per_key {
                     let node = &nodes[(index + request) % nodes.len()];
-                    let status = client
-                        .get(node)
-                        .header(API_KEY, &tally.key)
-                        .send()
-                        .await?
-                        .status();
-                    match status.as_u16() {
+                    let response = client.get(node).header(API_KEY, &tally.key).send().await?;
+                    match response.status().as_u16() {
                         200 => tally.admitted += 1,
                         429 => tally.refused += 1,
+                        503 if is_store_outage(&response.text().await?) => {
+                            tally.unavailable += 1;
+                        }
                         _ => tally.other += 1,
                     }
                 }
@@ -73,6 +75,13 @@ pub async fn drive(nodes: &[String], keys: usize, per_key: usize) -> Result<Tall
         keys: tallies,
         elapsed: started.elapsed(),
     })
+}
+
+/// Whether a 503's body is the per-key rule's failure policy refusing:
+/// reduced capacity, naming the rule. (Any other 503 is not the policy's.)
+pub fn is_store_outage(problem: &str) -> bool {
+    problem.contains("#temporary-reduced-capacity")
+        && problem.contains(&format!("\"{PER_KEY_POLICY}\""))
 }
 
 impl Tally {
@@ -99,8 +108,8 @@ impl Tally {
     pub fn print(&self, quota: &Quota) {
         let bound = self.bound(quota);
         println!(
-            "{:<10} {:>8} {:>8} {:>6}  bound",
-            "key", "admitted", "refused", "other"
+            "{:<10} {:>8} {:>8} {:>11} {:>6}  bound",
+            "key", "admitted", "refused", "unavailable", "other"
         );
         for key in &self.keys {
             let verdict = if key.admitted > bound {
@@ -109,8 +118,8 @@ impl Tally {
                 "holds"
             };
             println!(
-                "{:<10} {:>8} {:>8} {:>6}  <= {bound}: {verdict}",
-                key.key, key.admitted, key.refused, key.other
+                "{:<10} {:>8} {:>8} {:>11} {:>6}  <= {bound}: {verdict}",
+                key.key, key.admitted, key.refused, key.unavailable, key.other
             );
         }
         let admitted: u64 = self.keys.iter().map(|key| key.admitted).sum();

@@ -114,13 +114,11 @@ fn processes(url: &str) -> Result<Vec<Running>, Box<dyn std::error::Error>> {
 /// This process as one server on the Redis at `url`.
 #[cfg(feature = "redis")]
 async fn serve(url: &str, prefix: &str) -> Result<(), Box<dyn std::error::Error>> {
-    use std::time::Duration;
-
     let store = tollgate::shared::RedisStore::connect(
         url,
         server::per_key_quota(),
         prefix,
-        Duration::from_millis(250),
+        server::STORE_WAIT,
     )
     .await?;
     nodes::run(Arc::new(store)).await

@@ -17,6 +17,9 @@ use tollgate::identity::{ForwardedResolver, HeaderSource, TrustedProxies};
 use tollgate::shared::{FailurePolicy, KeyedAllowance, KeyedAllowanceConfig, Store};
 use tollgate::{KeyedLimiter, Quota};
 
+/// The name of the fleet-wide per-key rule, as refusals name it.
+pub const PER_KEY_POLICY: &str = "per-api-key";
+
 /// The header that carries a client's API key.
 pub const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
@@ -25,6 +28,14 @@ pub const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 pub fn per_key_quota() -> Quota {
     Quota::new(10, 10, Duration::from_secs(3600)).expect("a valid quota")
 }
+
+/// How long a node waits for the shared store before its failure policy
+/// answers instead (`Closed`: a 503): the store's own timeout and the
+/// allowance's. The demo and its test run every node, the store and the
+/// client on one machine, often a busy 2-core one, where a Redis round
+/// trip can stall for a scheduling quantum or several: an answer that
+/// slow is slow, not down, and should not be a 503.
+pub const STORE_WAIT: Duration = Duration::from_secs(10);
 
 /// Serves one node on `listener` until the process ends: every request
 /// spends one token of its API key's fleet-wide budget in `store`, after
@@ -36,10 +47,7 @@ pub async fn serve<S: Store>(
     // The few lines a fleet-wide per-key limit takes: a keyed allowance
     // over the shared store, and a rule keyed by the API key header.
     let mut config = KeyedAllowanceConfig::new(FailurePolicy::Closed);
-    // A demo (and a test) on one busy machine: a store answer that takes
-    // longer than the default 50 ms is slow, not down, and should not be
-    // a 503.
-    config.allowance.timeout = Duration::from_secs(2);
+    config.allowance.timeout = STORE_WAIT;
     let per_key = KeyedAllowance::new(store, config)?;
     // Each node also limits each client address on its own; in-process
     // rules are charged first, and given back if the shared one refuses.
@@ -55,7 +63,7 @@ pub async fn serve<S: Store>(
             client,
         ))
         .rule(Rule::shared(
-            PolicyName::new("per-api-key")?,
+            PolicyName::new(PER_KEY_POLICY)?,
             &per_key_quota(),
             per_key,
             extract::header(API_KEY),

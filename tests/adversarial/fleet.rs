@@ -60,15 +60,15 @@ async fn a_hanging_store_ends_every_call_at_the_timeout() {
     let node = keyed(&store, FailurePolicy::Closed);
     assert_eq!(node.try_acquire("k", 1), Err(AcquireError::NotLocal));
     assert_eq!(store.calls(), 0);
-    let start = tokio::time::Instant::now();
+    // Instants of tokio's paused clock, which only the awaited timers move:
+    // the call ended exactly when the store timeout fired.
+    let timed_out_at =
+        tokio::time::Instant::now() + AllowanceConfig::new(FailurePolicy::Closed).timeout;
     assert_eq!(
         node.acquire("k", 1, Duration::MAX).await,
         Err(AcquireError::StoreUnavailable)
     );
-    assert_eq!(
-        start.elapsed(),
-        AllowanceConfig::new(FailurePolicy::Closed).timeout
-    );
+    assert_eq!(tokio::time::Instant::now(), timed_out_at);
     assert_eq!(node.stats().store_errors, 1);
 }
 
@@ -115,14 +115,14 @@ async fn refusals_with_zero_or_endless_waits_neither_spin_nor_hang() {
     assert!(store.calls() <= 11, "{} calls", store.calls());
     store.behave(Conduct::Refuses(Duration::MAX));
     let calls = store.calls();
-    // Simulated time: tokio's clock is paused, so this reads how far the
-    // waits advanced it, never the wall clock.
-    let simulated = tokio::time::Instant::now();
+    // The caller's deadline, as an instant of tokio's paused clock (which
+    // only the waits move, never the wall clock): no wait runs past it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     assert!(matches!(
         node.acquire("k", 1, Duration::from_secs(3)).await,
         Err(AcquireError::Insufficient { .. })
     ));
-    assert!(simulated.elapsed() <= Duration::from_secs(3));
+    assert!(tokio::time::Instant::now() <= deadline);
     // Pauses of 0.5 to 1 s (1 s spread by jitter, at most 1 s).
     let asked = store.calls() - calls;
     assert!((3..=7).contains(&asked), "{asked} calls");
@@ -333,11 +333,12 @@ async fn an_undo_whose_return_fails_or_hangs_strands_the_tokens_and_ends() {
     store.behave(Conduct::Fails);
     assert_eq!(failing.undo().await, 0);
     store.behave(Conduct::Hangs);
-    // Simulated time (tokio's paused clock): the store timeout ends the
-    // hanging return, not a real wait.
-    let simulated = tokio::time::Instant::now();
+    // The store timeout ends the hanging return: compared as instants of
+    // tokio's paused clock, which only that timer moves.
+    let timed_out_by =
+        tokio::time::Instant::now() + AllowanceConfig::new(FailurePolicy::Closed).timeout;
     assert_eq!(hanging.undo().await, 0);
-    assert!(simulated.elapsed() <= AllowanceConfig::new(FailurePolicy::Closed).timeout);
+    assert!(tokio::time::Instant::now() <= timed_out_by);
     let stats = node.stats();
     assert_eq!((stats.stranded, stats.returned), (5, 0));
     store.behave(Conduct::Honest);

@@ -370,7 +370,6 @@ impl RedisStoreError {
             E::BadReply(reply) => E::BadReply(reply.clone()),
             E::AuthenticationFailed(why) => E::AuthenticationFailed(why.clone()),
             E::Tls(why) => E::Tls(why.clone()),
-            E::RateTooFine => E::RateTooFine,
             E::RefillTooLong { capacity } => E::RefillTooLong {
                 capacity: *capacity,
             },

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use ::redis::{Script, Value};
 
+use super::redis_client::admin;
 use super::redis_server::RedisServer;
 use super::scale::{EPOCH_UNIX_SECS, EXACT_LIMIT};
 use super::{ACQUIRE, RELEASE, RedisStore, parse_reply};
@@ -41,32 +42,45 @@ const HOUR: u64 = 3_600_000_000;
 
 #[tokio::test]
 async fn forged_quotas_and_generations_are_refused_without_touching_the_key() {
-    let Some(server) = RedisServer::start("forged_quotas_and_generations_are_refused") else {
-        return;
-    };
+    let server = start_server!("forged_quotas_and_generations_are_refused");
     let store = store(&server).await;
     let last = EXACT_LIMIT - 11 * HOUR;
-    // epoch, d, T, BT, last, generation, want
-    let forged: [[u64; 7]; 8] = [
-        [EPOCH_UNIX_SECS, 1, 0, 0, last, 0, 1], // zero quota
-        [EPOCH_UNIX_SECS, 0, HOUR, 10 * HOUR, last, 0, 1], // zero tick
-        [EPOCH_UNIX_SECS, 9, HOUR, 10 * HOUR, last, 0, 1], // tick finer than 1/8 µs
-        [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR + 1, last, 0, 1], // B*T not a whole B
-        [EPOCH_UNIX_SECS, 1, HOUR, EXACT_LIMIT, last, 0, 1], // refill past 2^53
-        [EPOCH_UNIX_SECS, 1, 7, 3, last, 0, 1], // B < 1
-        [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, EXACT_LIMIT, 1], // generation past 2^53
-        [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0, 0], // want of nothing
+    // epoch, d, T, BT, last, generation, D, B, want
+    let forged: [[u64; 9]; 16] = [
+        [EPOCH_UNIX_SECS, 1, 0, 0, last, 0, 1, 0, 1], // zero quota
+        [EPOCH_UNIX_SECS, 0, HOUR, 10 * HOUR, last, 0, 1, 10, 1], // zero tick
+        [EPOCH_UNIX_SECS, 9, HOUR, 10 * HOUR, last, 0, 1, 10, 1], // tick finer than 1/8 µs
+        [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR + 1, last, 0, 1, 10, 1], // B*T not a whole B
+        [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0, 1, 9, 1], // B*T not this B
+        [EPOCH_UNIX_SECS, 1, HOUR, EXACT_LIMIT, last, 0, 1, 2, 1], // refill past 2^53
+        [EPOCH_UNIX_SECS, 1, 7, 3, last, 0, 1, 0, 1], // B < 1
+        [
+            EPOCH_UNIX_SECS,
+            1,
+            HOUR,
+            10 * HOUR,
+            last,
+            EXACT_LIMIT,
+            1,
+            10,
+            1,
+        ], // generation past 2^53
+        [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0, 1, 10, 0], // want of nothing
+        [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0, 0, 10, 1], // D = 0
+        // Charged per request: 10 tokens of 1000/1024 ticks, L = 10 or 11.
+        [EPOCH_UNIX_SECS, 8, 1000, 12, last, 0, 1024, 10, 1], // L too large
+        [EPOCH_UNIX_SECS, 8, 1000, 9, last, 0, 1024, 10, 1],  // L too small
+        [EPOCH_UNIX_SECS, 8, 1000, 0, last, 0, 1024, 10, 1],  // L = 0
+        [EPOCH_UNIX_SECS, 8, 1000, 1, last, 0, 1 << 52, 10, 1], // D past 2^51
+        [EPOCH_UNIX_SECS, 8, 1 << 52, 20, last, 0, 1 << 51, 10, 1], // T past 2^52
+        [EPOCH_UNIX_SECS, 8, 1, 2, last, 0, 1 << 51, 1 << 51, 1], // B of 2^51
     ];
     for argv in forged {
         assert_eq!(eval(&store, &ACQUIRE, &argv).await[0], -4, "{argv:?}");
     }
-    let release = [EPOCH_UNIX_SECS, 1, 0, 0, last, 0, 1, 0, 1];
+    let release = [EPOCH_UNIX_SECS, 1, 0, 0, last, 0, 1, 0, 1, 0, 1];
     assert_eq!(eval(&store, &RELEASE, &release).await[0], -4);
-    let mut admin = ::redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin = admin(&server).await;
     let written: Option<String> = ::redis::cmd("GET")
         .arg(store.redis_key(KEY))
         .query_async(&mut admin)
@@ -81,12 +95,10 @@ async fn forged_quotas_and_generations_are_refused_without_touching_the_key() {
 /// the instant it is paid. No tokens appear from the step back.
 #[tokio::test]
 async fn a_quota_change_while_the_clock_stepped_back_carries_the_debt_as_time() {
-    let Some(server) = RedisServer::start("a_quota_change_while_the_clock_stepped_back") else {
-        return;
-    };
+    let server = start_server!("a_quota_change_while_the_clock_stepped_back");
     let store = store(&server).await;
     let last = EXACT_LIMIT - 11 * HOUR;
-    let old = [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0];
+    let old = [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0, 1, 10];
     // Empty the bucket of 10: tat = now + 10 h.
     let grant = eval(&store, &ACQUIRE, &[&old[..], &[10]].concat()).await;
     assert_eq!((grant[0], grant[3]), (10, 0), "{grant:?}");
@@ -95,7 +107,7 @@ async fn a_quota_change_while_the_clock_stepped_back_carries_the_debt_as_time() 
     // capacity 4) at generation 1: the old state owes 1 s beyond empty, so
     // the new one is empty until then, and its first token comes 30 min
     // after that.
-    let new = [EPOCH_UNIX_SECS + 1, 1, HOUR / 2, 2 * HOUR, last, 1, 1];
+    let new = [EPOCH_UNIX_SECS + 1, 1, HOUR / 2, 2 * HOUR, last, 1, 1, 4, 1];
     let refused = eval(&store, &ACQUIRE, &new).await;
     let now = u64::try_from(refused[2]).unwrap();
     assert!(now < emptied_at, "the clock did not step back");
@@ -104,7 +116,7 @@ async fn a_quota_change_while_the_clock_stepped_back_carries_the_debt_as_time() 
     let paid = emptied_at;
     let wait = u64::try_from(refused[1]).unwrap();
     assert_eq!(now + wait, paid + HOUR / 2, "{refused:?}");
-    assert_eq!(&refused[4..], [1, 4, HOUR as i64 / 2 * 1000]);
+    assert_eq!(&refused[4..], [1, 4, 1, HOUR as i64 / 2, 1]);
     // Back at the present, at the old generation: decided under the stored
     // quota of generation 1, still nothing.
     let stale = eval(&store, &ACQUIRE, &[&old[..], &[10]].concat()).await;
@@ -118,6 +130,8 @@ async fn a_quota_change_while_the_clock_stepped_back_carries_the_debt_as_time() 
         10 * HOUR,
         last,
         0,
+        1,
+        10,
         10,
         emptied_at,
         10,

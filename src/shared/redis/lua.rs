@@ -21,16 +21,21 @@
 //! |---|---|
 //! | 1 | the epoch, Unix seconds |
 //! | 2 | `d`, ticks per microsecond |
-//! | 3 | `T`, ticks per token |
-//! | 4 | `B*T`, a full refill in ticks |
+//! | 3 | `T`, ticks per `D` tokens |
+//! | 4 | `BT`, a full bucket's ticks (`L`; `B*T` when `D = 1`) |
 //! | 5 | `last`, the latest `now` (ticks since the epoch) allowed |
 //! | 6 | the quota's generation |
-//! | 7.. | per script |
+//! | 7 | `D`: 1 for a quota charged per token, else per request |
+//! | 8 | `B`, the capacity |
+//! | 9.. | per script |
 //!
-//! A key holds `"<d>:<tat>:<born>:<gen>:<T>:<BT>"`: the state and the quota
-//! it is kept under, so the store, not its callers, is the authority on a
-//! key's quota ([`docs/distributed.md`](crate::guide::distributed),
-//! "Changing a quota").
+//! A key holds `"<d>:<tat>:<born>:<gen>:<T>:<BT>"` (a quota charged per
+//! token) or `"<d>:<tat>:<born>:<gen>:<T>:<BT>:<D>:<B>"` (per request): the
+//! state and the quota it is kept under, so the store, not its callers, is
+//! the authority on a key's quota
+//! ([`docs/distributed.md`](crate::guide::distributed), "Changing a
+//! quota"). A quota charged per token keeps the six-field form that stores
+//! from before per-request quotas read too.
 
 /// The shared head of both scripts: arguments, the clock, helpers. A macro
 /// so that `concat!` can join it to each body into one `&'static str`.
@@ -38,12 +43,14 @@ macro_rules! prelude {
     () => {
         r#"
 local epoch = tonumber(ARGV[1])
-local d = tonumber(ARGV[2])
-local T = tonumber(ARGV[3])
-local BT = tonumber(ARGV[4])
-local last = tonumber(ARGV[5])
 local gen = tonumber(ARGV[6])
+local caller = {d = tonumber(ARGV[2]), T = tonumber(ARGV[3]), BT = tonumber(ARGV[4]),
+  D = tonumber(ARGV[7]), B = tonumber(ARGV[8])}
+local d = caller.d
+local last = tonumber(ARGV[5])
 local EXACT = 9007199254740992 -- 2^53
+local DIVISOR = 4503599627370496 -- 2^52: muldiv divides by less
+local MAX_PARTS = 2251799813685248 -- 2^51: the largest D, and B stays below
 
 -- Only Redis 3.2 to 4 need this to write after TIME; later versions
 -- replicate effects anyway (and keep the function as a no-op, or drop it).
@@ -53,46 +60,146 @@ if redis.replicate_commands then redis.replicate_commands() end
 -- and dividing the multiple a - fmod(a, b) by b is exact.
 local function idiv(a, b) return (a - math.fmod(a, b)) / b end
 
--- Whether d, T, BT make a quota the scripts can apply exactly: a tick of
--- 1/1 to 1/8 us, a whole number of tokens, and a full refill plus a token
--- within the exact range. Checked for what a caller sends and for what a
--- key holds: neither is trusted.
-local function sane(qd, qT, qBT)
-  return qd and qT and qBT and qd >= 1 and qd <= 8 and qd == math.floor(qd)
-    and qT >= 1 and qT == math.floor(qT) and qBT >= qT and qBT + qT < EXACT
-    and math.fmod(qBT, qT) == 0
+-- floor(a * b / c) and its remainder, for integers 0 <= a, b < 2^53 and
+-- 1 <= c < 2^52 whose quotient is below 2^53, exactly, where a * b itself
+-- may be past 2^53: long multiplication by the bits of b, from the top,
+-- keeping q * c + r = a * (the bits read so far) with r < c. Doubling r
+-- and adding a's remainder both stay below 2c < 2^53, and q only grows
+-- towards the final quotient. (A quotient past 2^53 comes out past 2^53
+-- still, rounding being monotone: only sane() can meet one, and refuses.)
+local function muldiv(a, b, c)
+  local aq = idiv(a, c)
+  local ar = a - aq * c
+  local bit = 1
+  while bit * 2 <= b do bit = bit * 2 end
+  local q, r = 0, 0
+  while bit >= 1 do
+    q, r = q * 2, r * 2
+    if r >= c then q, r = q + 1, r - c end
+    if b >= bit then
+      b = b - bit
+      q, r = q + aq, r + ar
+      if r >= c then q, r = q + 1, r - c end
+    end
+    bit = bit / 2
+  end
+  return q, r
 end
-if not (sane(d, T, BT) and gen and gen >= 0 and gen < EXACT and gen == math.floor(gen)) then
+
+-- A quota q: ticks of 1/q.d us, a token refilling in q.T / q.D ticks,
+-- capacity q.B, q.BT the ticks of a full bucket. The ticks charged for
+-- k <= B tokens: k * T when D = 1 (charged per token); otherwise, charged
+-- per request, BT - floor((B - k) * T / D), what a full bucket holds less
+-- what the tokens left behind are worth, rounded down (docs/design.md,
+-- "Rounding per request"): at least k tokens' exact refill, and BT for B.
+local function charge(q, k)
+  if q.D == 1 then return k * q.T end
+  return q.BT - muldiv(q.B - k, q.T, q.D)
+end
+
+-- The most tokens, at most B, whose charge is at most room (0 <= room <=
+-- BT): floor(room / T), or, per request, B - ceil((BT - room) * D / T).
+local function fit(q, room)
+  if q.D == 1 then return idiv(room, q.T) end
+  if q.T == 0 then
+    if room >= q.BT then return q.B end
+    return 0
+  end
+  local kept, rest = muldiv(q.BT - room, q.D, q.T)
+  if rest > 0 then kept = kept + 1 end
+  return math.max(q.B - kept, 0)
+end
+
+local function whole(x) return x and x >= 0 and x < EXACT and x == math.floor(x) end
+
+-- Whether q makes a quota the scripts can apply exactly: a tick of 1/1 to
+-- 1/8 us, a capacity of at least one token, and either whole ticks per
+-- token with BT = B * T and BT + T within the exact range, or, per
+-- request, T and D within muldiv's bounds, B below 2^51 and BT the ticks
+-- of B tokens at T / D rounded up, or one more (the exact interval may
+-- exceed T / D by less than a tick over B tokens). Checked for what a
+-- caller sends and for what a key holds: neither is trusted.
+local function sane(q)
+  if not (whole(q.d) and whole(q.T) and whole(q.BT) and whole(q.D) and whole(q.B)) then
+    return false
+  end
+  if not (q.d >= 1 and q.d <= 8 and q.B >= 1 and q.D >= 1) then return false end
+  if q.D == 1 then
+    return q.T >= 1 and math.fmod(q.BT, q.T) == 0 and idiv(q.BT, q.T) == q.B
+      and q.BT + q.T < EXACT
+  end
+  if not (q.T < DIVISOR and q.D <= MAX_PARTS and q.B < MAX_PARTS and q.BT < DIVISOR) then
+    return false
+  end
+  local least, rest = muldiv(q.B, q.T, q.D)
+  if rest > 0 then least = least + 1 end
+  return q.BT >= 1 and q.BT >= least and q.BT <= least + 1
+end
+if not (sane(caller) and whole(gen)) then
   return {-4, 0, 0}
+end
+
+-- Whether q is the caller's quota: then it is sane, and its charge for one
+-- token is known (per request, each charge is a muldiv, the scripts'
+-- costliest step).
+local function same(q)
+  return q.d == caller.d and q.T == caller.T and q.BT == caller.BT and q.D == caller.D
+    and q.B == caller.B
+end
+local caller_one = charge(caller, 1)
+local function charge_one(q)
+  if same(q) then return caller_one end
+  return charge(q, 1)
 end
 
 -- Now, in whole microseconds since the epoch, and in this caller's ticks.
 local clock = redis.call('TIME')
 local now_us = (tonumber(clock[1]) - epoch) * 1000000 + tonumber(clock[2])
 local now = now_us * d
-if not (now >= 0 and now <= last and now + BT + T <= EXACT) then return {-1, 0, 0} end
+if not (now >= 0 and now <= last and now + caller.BT + caller_one <= EXACT) then
+  return {-1, 0, 0}
+end
 -- Replies tell the time in whole microseconds, which mean the same to
 -- every quota: a lease granted under one tick size may be given back by a
 -- node that has changed to another.
 
--- The state of a key: tat in ticks of 1/qd us, born (the microsecond the
+-- The quota fields of s, copied from q.
+local function keep(s, q)
+  s.d, s.T, s.BT, s.D, s.B = q.d, q.T, q.BT, q.D, q.B
+  return s
+end
+
+-- The state of a key: tat in ticks of 1/s.d us, born (the microsecond the
 -- state began: leases from before it were debited from another state),
--- and the quota (gen, qd, qT, qBT) it is kept under. Returns false when
+-- and the quota (gen, d, T, BT, D, B) it is kept under. Returns false when
 -- the key is absent (a full bucket); nil when it holds something else.
--- A state written before quotas were stored ("<d>:<tat>:<born>", or
--- "<d>:<tat>" before born) is read as kept under the caller's quota at
--- generation 0, its tat converted to the caller's tick rounded up to the
--- microsecond: more debt, never less.
+-- Six fields are a quota charged per token (D = 1, B = BT / T). A state
+-- written before quotas were stored ("<d>:<tat>:<born>", or "<d>:<tat>"
+-- before born) is read as kept under the caller's quota at generation 0,
+-- its tat converted to the caller's tick rounded up to the microsecond:
+-- more debt, never less.
 local function load(key)
   local v = redis.call('GET', key)
   if not v then return false end
   local s = {}
-  local sd, st, born, sg, sT, sBT =
-    string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  -- One match for the six fields every current state starts with; the
+  -- two more of a quota charged per request, if any, from the rest.
+  local sd, st, born, sg, sT, sBT, rest =
+    string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)(.*)$')
+  local sD, sB = '1', nil
+  if rest and rest ~= '' then
+    sD, sB = string.match(rest, '^:(%d+):(%d+)$')
+    if not sD then return nil end
+  end
   if sd then
     s.d, s.tat, s.born = tonumber(sd), tonumber(st), tonumber(born)
-    s.gen, s.T, s.BT = tonumber(sg), tonumber(sT), tonumber(sBT)
-    if not sane(s.d, s.T, s.BT) or s.gen >= EXACT then return nil end
+    s.gen, s.T, s.BT, s.D = tonumber(sg), tonumber(sT), tonumber(sBT), tonumber(sD)
+    if sB then
+      s.B = tonumber(sB)
+    elseif s.T >= 1 then
+      s.B = idiv(s.BT, s.T)
+    end
+    if not ((same(s) or sane(s)) and whole(s.gen)) then return nil end
   else
     sd, st, born = string.match(v, '^(%d+):(%d+):(%d+)$')
     if not sd then
@@ -108,7 +215,8 @@ local function load(key)
       if math.fmod(st, sd) > 0 then us = us + 1 end
       st = us * d
     end
-    s.d, s.tat, s.born, s.gen, s.T, s.BT = d, st, tonumber(born), 0, T, BT
+    s.tat, s.born, s.gen = st, tonumber(born), 0
+    keep(s, caller)
   end
   -- Only a foreign writer gets here; beyond 2^53 is "empty for decades".
   if s.tat > EXACT then s.tat = EXACT end
@@ -118,21 +226,26 @@ end
 -- The continuity rule of docs/semantics.md ("Changing a quota"), at now_us:
 -- whole tokens available under the old quota carry over, clipped to the
 -- new capacity (the fraction of the next token is dropped: never more); a
--- debt (tat past now + B*T, the next token further than one interval)
+-- debt (tat past now + BT, the next token further than one interval)
 -- carries over as the instant it is paid, rounded up to the microsecond.
--- Returns the tat in the new quota's ticks.
-local function convert(s, nd, nT, nBT)
+-- Returns the tat in the new quota n's ticks: full if every token carries
+-- over, else a bucket that was full and has just been charged for the
+-- tokens not carried (the in-process initial credit's rule), which per
+-- request holds a little less than the carried tokens' charge: never more
+-- credit than they are worth.
+local function convert(s, n)
   local snow = now_us * s.d
   local paid = s.tat - s.BT
-  local nnow = now_us * nd
+  local nnow = now_us * n.d
   if paid > snow then
     local us = idiv(paid, s.d)
     if math.fmod(paid, s.d) > 0 then us = us + 1 end
-    return us * nd + nBT
+    return us * n.d + n.BT
   end
   local tat = math.max(s.tat, snow)
-  local tokens = math.min(idiv(snow + s.BT - tat, s.T), idiv(nBT, nT))
-  return nnow + nBT - tokens * nT
+  local tokens = math.min(fit(s, snow + s.BT - tat), n.B)
+  if tokens == n.B then return nnow end
+  return nnow + charge(n, n.B - tokens)
 end
 
 -- Writes the state, to expire when the bucket is full again (an absent key
@@ -147,13 +260,14 @@ local function save(key, s)
   if s.gen > 0 then ms = math.max(ms, 86400000) end
   local state = string.format('%.0f:%.0f:%.0f:%.0f:%.0f:%.0f',
     s.d, s.tat, s.born, s.gen, s.T, s.BT)
+  if s.D ~= 1 then state = state .. string.format(':%.0f:%.0f', s.D, s.B) end
   redis.call('SET', key, state, 'PX', string.format('%.0f', ms))
 end
 "#
     };
 }
 
-/// `acquire`: `ARGV[7]` is `want`, `1 <= want <= B`.
+/// `acquire`: `ARGV[9]` is `want`, `1 <= want <= B`.
 ///
 /// Decides under the key's stored quota, after converting the state to
 /// the caller's quota if the caller's generation is newer (the state's
@@ -161,64 +275,68 @@ end
 /// back). A caller on an older generation is decided under the stored,
 /// newer one.
 ///
-/// Returns `{granted, 0, now, left, gen, B, refill}` with `granted >= 1`,
+/// Returns `{granted, 0, now, left, gen, B, d, T, D}` with `granted >= 1`,
 /// `left` the whole tokens the bucket still holds after the grant, and the
-/// quota decided under (its generation, capacity and nanoseconds per
-/// token, rounded up); or `{0, wait, now, 0, gen, B, refill}` where `wait`
-/// is the microseconds until one token exists, rounded up. `now` is in
-/// whole microseconds since the epoch. `{-1, 0, 0}` when the server clock is outside the
-/// range; `{-2, 0, now}` when the key holds a value this store did not
-/// write; `{-3, gen, now}` when the key is kept under another quota of the
-/// caller's generation; `{-4, 0, 0}` for arguments no store sends.
+/// quota decided under (its generation, capacity, and ticks of `1/d` µs
+/// per token, `T / D`); or `{0, wait, now, 0, gen, B, d, T, D}` where
+/// `wait` is the microseconds until one token exists, rounded up. `now` is
+/// in whole microseconds since the epoch. `{-1, 0, 0}` when the server
+/// clock is outside the range; `{-2, 0, now}` when the key holds a value
+/// this store did not write; `{-3, gen, now}` when the key is kept under
+/// another quota of the caller's generation; `{-4, 0, 0}` for arguments no
+/// store sends.
 pub(super) const ACQUIRE: &str = concat!(
     prelude!(),
     r#"
-local want = tonumber(ARGV[7])
+local want = tonumber(ARGV[9])
 if not (want and want >= 1 and want == math.floor(want)) then return {-4, 0, 0} end
 local s = load(KEYS[1])
 local converted = false
 if s == nil then return {-2, 0, now_us} end
 if not s then
   -- An absent key is a full bucket, born now, under the caller's quota.
-  s = {d = d, tat = now, born = now_us, gen = gen, T = T, BT = BT}
+  s = keep({tat = now, born = now_us, gen = gen}, caller)
 elseif s.gen < gen then
-  s.tat = convert(s, d, T, BT)
+  s.tat = convert(s, caller)
   converted = true
   -- Born now: a lease granted before this microsecond was debited under
   -- the old quota and is not given back under this one (one granted in
   -- this microsecond was debited from the state converted here, which
   -- held no refill of the old quota since: returning it never mints).
-  s.d, s.T, s.BT, s.gen, s.born = d, T, BT, gen, now_us
-elseif s.gen == gen and (s.d ~= d or s.T ~= T or s.BT ~= BT) then
+  keep(s, caller)
+  s.gen, s.born = gen, now_us
+elseif s.gen == gen and not same(s) then
   return {-3, s.gen, now_us}
 end
 local snow = now_us * s.d
-if snow + s.BT + s.T > EXACT then return {-1, 0, 0} end
-local B = idiv(s.BT, s.T)
-local refill = idiv(s.T * 1000 + s.d - 1, s.d)
+local one = charge_one(s)
+if snow + s.BT + one > EXACT then return {-1, 0, 0} end
 -- A state at or before now is a full bucket.
 if s.tat < snow then s.tat = snow end
--- Refilled credit, in ticks: at most B*T since tat >= now.
+-- Refilled credit, in ticks: at most BT since tat >= now.
 local room = snow + s.BT - s.tat
-if room < s.T then
-  local wait_us = idiv(s.T - room + s.d - 1, s.d)
+if room < one then
+  local wait_us = idiv(one - room + s.d - 1, s.d)
   if converted then save(KEYS[1], s) end
-  return {0, wait_us, now_us, 0, s.gen, B, refill}
+  return {0, wait_us, now_us, 0, s.gen, s.B, s.d, s.T, s.D}
 end
-local granted = math.min(want, idiv(room, s.T))
-s.tat = s.tat + granted * s.T
+local granted = math.min(want, fit(s, room))
+local cost = charge(s, granted)
+s.tat = s.tat + cost
 save(KEYS[1], s)
-return {granted, 0, now_us, idiv(room - granted * s.T, s.T), s.gen, B, refill}
+return {granted, 0, now_us, fit(s, room - cost), s.gen, s.B, s.d, s.T, s.D}
 "#
 );
 
-/// `release`: `ARGV[7]` is the grant's `granted` (`<= B`), `ARGV[8]` its
-/// time `at` (the microsecond its acquire replied), `ARGV[9]` the `unused` tokens
-/// (`1 <= unused <= granted`).
+/// `release`: `ARGV[9]` is the grant's `granted` (`<= B`), `ARGV[10]` its
+/// time `at` (the microsecond its acquire replied), `ARGV[11]` the `unused`
+/// tokens (`1 <= unused <= granted`).
 ///
 /// Decided under the key's stored quota whatever the caller's: a lease of
 /// the current state was granted under it. Moves the state back by
-/// `min(unused*T, granted*T - (now - at))`, the one rule of
+/// `min(c(granted) - c(granted - unused), c(granted) - (now - at))`, where
+/// `c` is the quota's charge (`k * T` per token; `c(0)` counts as 0), the
+/// one rule of
 /// [`docs/semantics.md`](crate::guide::semantics) ("Giving back"), and by
 /// nothing when `at` is after `now` (the server clock stepped back: the
 /// time held is unknown) or before the state was born (the lease was
@@ -231,29 +349,34 @@ return {granted, 0, now_us, idiv(room - granted * s.T, s.T), s.gen, B, refill}
 pub(super) const RELEASE: &str = concat!(
     prelude!(),
     r#"
-local granted = tonumber(ARGV[7])
-local at = tonumber(ARGV[8])
-local unused = tonumber(ARGV[9])
-if not (granted and at and unused and granted >= 0 and at >= 0 and unused >= 0) then
+local granted = tonumber(ARGV[9])
+local at = tonumber(ARGV[10])
+local unused = tonumber(ARGV[11])
+if not (whole(granted) and whole(at) and whole(unused)) then
   return {-4, 0, 0}
 end
-local at_us = math.floor(at)
+local at_us = at
 if at_us > now_us then return {1, 0, now_us} end
 local s = load(KEYS[1])
 if s == nil then return {-2, 0, now_us} end
 if not s then return {1, 0, now_us} end
 local snow = now_us * s.d
-if snow + s.BT + s.T > EXACT then return {-1, 0, 0} end
+if snow + s.BT + charge_one(s) > EXACT then return {-1, 0, 0} end
 if s.tat <= snow then return {1, 0, now_us} end
 -- A lease granted before this state was born was debited from a state
 -- since lost (a restarted or flushed server, an evicted key) or kept under
 -- an earlier quota: giving it back here would hand out tokens this state
 -- never debited.
 if at_us < s.born then return {1, 0, now_us} end
-local B = idiv(s.BT, s.T)
-granted = math.min(granted, B)
+granted = math.min(granted, s.B)
 unused = math.min(unused, granted)
-local owed = math.min(unused * s.T, granted * s.T - (snow - at_us * s.d))
+-- At most what charging only the rest would have saved (all of the
+-- charge when all of it comes back: per request, charges are not
+-- proportional), and at most the charge less the time held.
+local cost = charge(s, granted)
+local saved = cost
+if unused < granted then saved = cost - charge(s, granted - unused) end
+local owed = math.min(saved, cost - (snow - at_us * s.d))
 if owed <= 0 then return {1, 0, now_us} end
 -- Credit above B is clipped: what comes back is at most tat - now.
 local returned = math.min(owed, s.tat - snow)

@@ -6,6 +6,15 @@
 //! own clock. The details, and what a timed-out call means, are in
 //! [`docs/redis.md`](crate::guide::redis).
 
+// The tests' support first: its macro is in scope only after it.
+#[cfg(test)]
+#[path = "../../../tests/support/redis_server.rs"]
+mod redis_server;
+#[cfg(test)]
+#[macro_use]
+#[path = "../../../tests/support/redis_client.rs"]
+mod redis_client;
+
 mod config;
 mod connection;
 #[cfg(test)]
@@ -13,9 +22,6 @@ mod forged;
 mod lua;
 #[cfg(test)]
 mod parity;
-#[cfg(test)]
-#[path = "../../../tests/support/redis_server.rs"]
-mod redis_server;
 mod scale;
 
 use std::fmt;
@@ -83,16 +89,11 @@ pub enum RedisStoreError {
     /// The server's reply was not what the store's scripts return.
     #[error("unexpected reply from redis: {0}")]
     BadReply(String),
-    /// The quota's emission interval (`period / tokens`) is not a multiple
-    /// of 1/8 µs and rounding it up to one would slow the refill by more
-    /// than 0.1 %: the interval is shorter than about 125 µs (faster than
-    /// 8000 tokens per second) without being a multiple of 1/8 µs. Use a
-    /// coarser token unit.
-    #[error("the quota's rate cannot be represented in 1/8 microseconds within 0.1%")]
-    RateTooFine,
     /// Capacity times the emission interval (a full refill) is too long for
     /// the scripts' exact range (integers below `2^53` ticks) to last 30
-    /// years from 2025.
+    /// years from 2025; or, for a rate charged per request (too fast and
+    /// irregular for a whole number of ticks per token), the capacity is
+    /// `2^51` tokens or more.
     #[error(
         "capacity {capacity} refilled at this rate is too long for the redis store's exact range"
     )]
@@ -235,10 +236,9 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// [`RateTooFine`](RedisStoreError::RateTooFine),
-    /// [`RefillTooLong`](RedisStoreError::RefillTooLong),
+    /// [`RefillTooLong`](RedisStoreError::RefillTooLong) and
     /// [`InitialCreditUnsupported`](RedisStoreError::InitialCreditUnsupported)
-    /// for a quota the scripts cannot apply exactly enough;
+    /// for a quota the scripts cannot apply;
     /// [`InvalidPrefix`](RedisStoreError::InvalidPrefix) for a prefix with
     /// braces; [`ZeroTimeout`](RedisStoreError::ZeroTimeout) for a zero
     /// timeout. Never panics.
@@ -456,8 +456,7 @@ impl RedisStore {
     /// # Errors
     ///
     /// As [`new`](Self::new) for a quota the scripts cannot apply
-    /// ([`RateTooFine`](RedisStoreError::RateTooFine),
-    /// [`RefillTooLong`](RedisStoreError::RefillTooLong),
+    /// ([`RefillTooLong`](RedisStoreError::RefillTooLong),
     /// [`InitialCreditUnsupported`](RedisStoreError::InitialCreditUnsupported));
     /// [`GenerationTooLarge`](RedisStoreError::GenerationTooLarge) for a
     /// generation at or past `2^53`. The store is unchanged after an error.
@@ -488,8 +487,11 @@ impl RedisStore {
     /// Whether the store applies the quota's emission interval exactly: it
     /// does when the interval's reduced denominator in microseconds is at
     /// most 8 (3/s, 7/s, 1000 per 7 s, 8 000 000/s). Otherwise the interval
-    /// is rounded up to a multiple of 1/8 µs (by at most 0.1 %), so the
-    /// store refills slightly slower than asked, never faster. (This can
+    /// is rounded up to a multiple of 1/8 µs (by at most 0.1 %), or, where
+    /// that would cost more (64 MiB/s, 2^33/s), each request is charged its
+    /// exact refill rounded up to an eighth of a microsecond (by less than
+    /// three): the store admits slightly less than asked, never more (see
+    /// [`docs/redis.md`](crate::guide::redis), "Exactness"). (This can
     /// differ from [`Quota::is_exact`], which counts in nanoseconds.)
     ///
     /// ```no_run
@@ -549,7 +551,9 @@ impl RedisStore {
             .arg(setting.scale.token_ticks)
             .arg(setting.scale.tolerance)
             .arg(setting.scale.last_tick)
-            .arg(setting.generation);
+            .arg(setting.generation)
+            .arg(setting.scale.token_parts)
+            .arg(setting.scale.capacity);
         for &value in extra {
             call.arg(value);
         }
@@ -558,7 +562,7 @@ impl RedisStore {
 
     /// Runs one of the scripts on `key` with the shared arguments and
     /// `extra`, bounded by the timeout, and checks the reply's shape: `N`
-    /// values (7 from `acquire`, 3 from `release`).
+    /// values (9 from `acquire`, 3 from `release`).
     async fn run<const N: usize>(
         &self,
         setting: &Setting,
@@ -651,14 +655,31 @@ impl RedisStore {
     fn grant(
         &self,
         want: u64,
-        [granted, wait, now, left, generation, capacity, refill_nanos]: [u64; 7],
+        [
+            granted,
+            wait,
+            now,
+            left,
+            generation,
+            capacity,
+            d,
+            ticks,
+            parts,
+        ]: [u64; 9],
     ) -> Result<Grant, RedisStoreError> {
         let fits = capacity >= 1
             && granted <= capacity
             && left <= capacity - granted
-            && generation < scale::EXACT_LIMIT;
+            && generation < scale::EXACT_LIMIT
+            && (1..=8).contains(&d)
+            && parts >= 1;
         let decided = Grant {
-            refill_interval: Duration::from_nanos(refill_nanos),
+            // Only read when the reply fits, whose `d` and `parts` are not 0.
+            refill_interval: if fits {
+                token_interval(d, ticks, parts)
+            } else {
+                Duration::ZERO
+            },
             remaining: Some(0),
             ..Grant::nothing(Duration::ZERO, capacity)
         };
@@ -710,6 +731,17 @@ impl RedisStore {
             )))
         }
     }
+}
+
+/// How long a token of the quota an acquire decided under takes to refill,
+/// from its ticks of `1/d` µs per token, `ticks / parts`, in nanoseconds
+/// rounded up, so that pacing on it is never early ([`refill_interval`]).
+/// A quota charged per request holds the exact interval rounded down to
+/// `ticks / parts`, below `(ticks + 1) / parts`: that one is rounded up.
+fn token_interval(d: u64, ticks: u64, parts: u64) -> Duration {
+    let ticks = u128::from(ticks) + u128::from(parts > 1);
+    let nanos = (ticks * 1000).div_ceil(u128::from(parts) * u128::from(d));
+    u64::try_from(nanos).map_or(Duration::MAX, Duration::from_nanos)
 }
 
 /// The answer to an ask of nothing, given without calling the server:
@@ -872,8 +904,7 @@ fn validate(
     if prefix.contains(['{', '}']) {
         return Err(RedisStoreError::InvalidPrefix);
     }
-    let (tokens, period) = quota.refill();
-    let scale = Scale::new(quota.capacity(), tokens, period)?;
+    let scale = Scale::new(quota)?;
     Ok((scale, prefix))
 }
 
@@ -969,11 +1000,9 @@ mod tests {
                 InitialCredit::Empty
             ))
         ));
-        let too_fine = Quota::per_second(1_000_000_000).unwrap();
-        assert!(matches!(
-            validate(&too_fine, "rl:".into(), SECOND),
-            Err(RedisStoreError::RateTooFine)
-        ));
+        // A nanosecond a token is charged per request, no longer refused.
+        let fast = Quota::per_second(1_000_000_000).unwrap();
+        assert!(validate(&fast, "rl:".into(), SECOND).is_ok());
         let too_long = Quota::new(9_000_000_000, 1, Duration::from_secs(1)).unwrap();
         assert!(matches!(
             validate(&too_long, "rl:".into(), SECOND),
@@ -1002,14 +1031,15 @@ mod tests {
     #[test]
     fn the_scripts_read_their_arguments_where_the_store_puts_them() {
         for script in [lua::ACQUIRE, lua::RELEASE] {
-            for (i, name) in ["epoch", "d", "T", "BT", "last", "gen"].iter().enumerate() {
-                let line = format!("local {name} = tonumber(ARGV[{}])", i + 1);
+            let names = ["epoch", "d", "T", "BT", "last", "gen", "D", "B"];
+            for (i, name) in names.iter().enumerate() {
+                let line = format!("{name} = tonumber(ARGV[{}])", i + 1);
                 assert!(script.contains(&line), "{line}");
             }
         }
-        assert!(lua::ACQUIRE.contains("local want = tonumber(ARGV[7])"));
-        assert!(lua::RELEASE.contains("local granted = tonumber(ARGV[7])"));
-        assert!(lua::RELEASE.contains("local at = tonumber(ARGV[8])"));
-        assert!(lua::RELEASE.contains("local unused = tonumber(ARGV[9])"));
+        assert!(lua::ACQUIRE.contains("local want = tonumber(ARGV[9])"));
+        assert!(lua::RELEASE.contains("local granted = tonumber(ARGV[9])"));
+        assert!(lua::RELEASE.contains("local at = tonumber(ARGV[10])"));
+        assert!(lua::RELEASE.contains("local unused = tonumber(ARGV[11])"));
     }
 }
