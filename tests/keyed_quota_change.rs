@@ -369,11 +369,11 @@ fn ready<T>(future: impl std::future::Future<Output = T>) -> T {
 }
 
 /// Deciders on many keys while another thread changes the quota back and
-/// forth: no panic, no deadlock, every key's credit within the capacity of
-/// one of the quotas, and at the end (clock still) no key holds more than
-/// the last quota's capacity. With a still clock, every admission spends
-/// credit that existed at the start or carried: per key, the tokens admitted
-/// are at most the largest capacity times the number of changes plus one.
+/// forth between 50 and 7 per second: no panic, no deadlock, and on a still
+/// clock (no refill) nothing minted. A change carries at most what a key
+/// holds, so per key the tokens admitted plus those left are at most the 50
+/// it started with, whatever the interleaving, and no key holds more than
+/// the last quota's capacity.
 #[test]
 fn deciders_race_a_changer_on_real_threads() {
     let clock = ManualClock::new();

@@ -14,6 +14,7 @@
 
 #![cfg(tollgate_loom)]
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use loom::sync::{Arc, RwLock};
@@ -81,48 +82,45 @@ impl Shard {
     }
 }
 
+/// What a decision of `cost` on a key of a `10`-per-second limiter (its
+/// full bucket there already if `tracked`, else inserted by the decision)
+/// and a change to `to` per second, racing, can end in: the decision's
+/// generation or refusal, and the key's generation and tokens after both.
+fn race(tracked: bool, to: u64, cost: u64) -> BTreeSet<(Result<u64, String>, (u64, u64))> {
+    gather(move || {
+        let shard = Shard::new(&per_second(10), tracked);
+        let changer = {
+            let shard = Arc::clone(&shard);
+            thread::spawn(move || shard.change(&per_second(to)))
+        };
+        let decided = shard.try_acquire(cost);
+        changer.join().unwrap();
+        (decided, shard.settled())
+    })
+}
+
 /// A decision of 6 tokens on a full bucket of 10 races a change to 4: the
 /// entry is converted exactly once, whichever comes first, and the result is
 /// the one the order says. Before the change: 4 left, carried (4). After: 10
 /// carried clipped to 4, then 6 refused. Nothing else, so no credit minted.
 #[test]
 fn a_decision_racing_a_change_is_converted_once() {
-    let runs = gather(|| {
-        let shard = Shard::new(&per_second(10), true);
-        let changer = {
-            let shard = Arc::clone(&shard);
-            thread::spawn(move || shard.change(&per_second(4)))
-        };
-        let decided = shard.try_acquire(6);
-        changer.join().unwrap();
-        (decided, shard.settled())
-    });
-    let before = (Ok(0), (1, 4));
     let refused = AcquireError::ExceedsCapacity {
         cost: 6,
         capacity: 4,
     };
+    let before = (Ok(0), (1, 4));
     let after = (Err(refused.to_string()), (1, 4));
-    assert_eq!(runs, [before, after].into_iter().collect());
+    assert_eq!(race(true, 4, 6), [before, after].into_iter().collect());
 }
 
 /// A decision of 3 that fits either way: decided in the old generation and
 /// carried, or carried and decided in the new; never both quotas' credit.
 #[test]
 fn a_decision_that_fits_either_way_spends_once() {
-    let runs = gather(|| {
-        let shard = Shard::new(&per_second(10), true);
-        let changer = {
-            let shard = Arc::clone(&shard);
-            thread::spawn(move || shard.change(&per_second(5)))
-        };
-        let decided = shard.try_acquire(3);
-        changer.join().unwrap();
-        (decided, shard.settled())
-    });
     // Old: 7 left, carried clipped to 5. New: 5 carried, 2 left.
     let expected = [(Ok(0), (1, 5)), (Ok(1), (1, 2))];
-    assert_eq!(runs, expected.into_iter().collect());
+    assert_eq!(race(true, 5, 3), expected.into_iter().collect());
 }
 
 /// A new key's insert races the change's walk: born before the walk (in the
@@ -130,20 +128,10 @@ fn a_decision_that_fits_either_way_spends_once() {
 /// never left in the old generation after the change.
 #[test]
 fn an_insert_racing_the_walk_is_born_in_the_right_generation() {
-    let runs = gather(|| {
-        let shard = Shard::new(&per_second(10), false);
-        let changer = {
-            let shard = Arc::clone(&shard);
-            thread::spawn(move || shard.change(&per_second(4)))
-        };
-        let decided = shard.try_acquire(1);
-        changer.join().unwrap();
-        (decided, shard.settled())
-    });
     // Born old: 9 left, carried clipped to 4. Born new (or converted full
     // first): 4, then 3.
     let expected = [(Ok(0), (1, 4)), (Ok(1), (1, 3))];
-    assert_eq!(runs, expected.into_iter().collect());
+    assert_eq!(race(false, 4, 1), expected.into_iter().collect());
 }
 
 /// The current quota, read holding nothing while two changes run: always

@@ -87,11 +87,12 @@ impl<C: Clock, S: BuildHasher + Clone> LocalStore<C, S> {
     /// process, and the change reaches every key before it returns.
     ///
     /// ```
-    /// use tollgate::Quota;
+    /// use tollgate::{KeyedLimiter, ManualClock, Quota};
     /// use tollgate::shared::{LocalStore, Store};
     ///
     /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
-    /// let store = LocalStore::new(Quota::per_second(10)?);
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(10)?).clock(ManualClock::new()).build();
+    /// let store = LocalStore::from_limiter(limiter);
     /// let before = store.acquire("customer-7", 4).await?;
     /// store.set_quota(Quota::per_second(50)?);
     /// store.release("customer-7", before.lease, 4).await?; // nothing comes back
