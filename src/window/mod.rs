@@ -37,10 +37,14 @@
 
 mod counter;
 mod frame;
+#[cfg(feature = "keyed")]
+mod keyed;
 mod quota;
 mod state;
 
 pub use counter::WindowCounter;
+#[cfg(feature = "keyed")]
+pub use keyed::{KeyWindow, KeyedFixedWindow, KeyedSlidingWindow, KeyedWindow};
 pub use quota::WindowQuota;
 
 use crate::DefaultClock;
