@@ -5,13 +5,13 @@ use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 use super::frame::{Frame, View};
+use super::keys::WindowKeys;
 use super::state::WindowState;
 use super::{Fixed, Sliding, WindowKind, WindowQuota};
 use crate::keyed::{
     AtCapacity, Find, Found, KeyRef, KeyTable, KeyTableStats, KeyedBuilder, in_table,
 };
 use crate::limit::{Limit, Shape, Taken, sealed};
-use crate::sync::{AtomicU64, Ordering};
 use crate::{AcquireError, Clock, DefaultClock, QuotaError};
 
 /// A window counter per key ([`FixedWindow`](super::FixedWindow) or
@@ -55,13 +55,10 @@ use crate::{AcquireError, Clock, DefaultClock, QuotaError};
 /// ```
 pub struct KeyedWindow<K, Kind: WindowKind, C = DefaultClock, S = ahash::RandomState> {
     table: KeyTable<K, WindowState, S>,
-    frame: Frame<Kind>,
+    /// The frame of every key's word and the sweep watermark.
+    keys: WindowKeys<Kind>,
     quota: WindowQuota,
     clock: C,
-    /// The latest reading (nanoseconds since window 0) at which a sweep
-    /// dropped idle words: a new key's word starts no earlier than its
-    /// window.
-    swept_at: AtomicU64,
 }
 
 /// A fixed-window counter per key: see [`KeyedWindow`].
@@ -170,11 +167,10 @@ impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S, WindowQuota> {
             return Err(QuotaError::SharedOverflowUnsupported);
         }
         Ok(KeyedWindow {
-            frame: Frame::new(&self.quota, self.clock.now_nanos())?,
+            keys: WindowKeys::new(Frame::new(&self.quota, self.clock.now_nanos())?),
             table: KeyTable::new(self.hasher, self.bound),
             quota: self.quota,
             clock: self.clock,
-            swept_at: AtomicU64::new(0),
         })
     }
 }
@@ -183,7 +179,7 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
     /// Nanoseconds since the start of the first window.
     #[inline]
     fn now(&self) -> u64 {
-        self.frame.elapsed(self.clock.now_nanos())
+        self.keys.frame.elapsed(self.clock.now_nanos())
     }
 
     /// Counts `cost` for `key` at the clock's reading now, with up to
@@ -196,7 +192,7 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
         cost: u64,
         slack: u64,
     ) -> Result<(u64, u64), AcquireError> {
-        self.frame.check_cost(cost)?;
+        self.keys.frame.check_cost(cost)?;
         in_table!(self.table, key, |table| {
             // As in the keyed bucket: the clock is read after the lookup,
             // and the guard holds the shard for reading until the decision
@@ -207,7 +203,7 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
                 Some(state) => state,
                 None => self.insert_in(table, key, at)?,
             };
-            state.acquire(&self.frame, at, cost, slack)
+            state.acquire(&self.keys.frame, at, cost, slack)
         })
     }
 
@@ -229,7 +225,7 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
             .take_place(at, || self.now(), |at| self.drop_idle_at(at));
         // Made under the shard's write lock: a sweep that dropped this key
         // from the shard published its reading first.
-        let make = || Ok(WindowState::starting(self.fresh(at)));
+        let make = || Ok(WindowState::starting(self.keys.fresh_word(at)));
         match self.table.insert_in(table, key, place, || Ok(()), make)? {
             Found::Own(state) => Ok(state),
             // Only under the overflow policy, which the builder refuses.
@@ -239,20 +235,12 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
         }
     }
 
-    /// A new key's word at the reading `at`: empty, in the window of the
-    /// later of `at` and the last sweep's reading.
-    #[inline]
-    fn fresh(&self, at: u64) -> u64 {
-        self.frame
-            .empty(at.max(self.swept_at.load(Ordering::Acquire)))
-    }
-
     /// What a decision on `key` at `at` sees; a key not tracked is seen as
     /// a new word would be. Creates nothing.
     fn view<Q: KeyRef<K> + ?Sized>(&self, key: &Q, at: u64) -> View {
         in_table!(self.table, key, |table| match key.find_in(table) {
-            Some(state) => state.view(&self.frame, at),
-            None => self.frame.view(self.fresh(at), at),
+            Some(state) => state.view(&self.keys.frame, at),
+            None => self.keys.unknown(at),
         })
     }
 
@@ -263,12 +251,13 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
     fn give_back<Q: KeyRef<K> + ?Sized>(&self, key: &Q, index: u64, cost: u64) {
         in_table!(self.table, key, |table| {
             if let Some(state) = key.find_in(table) {
-                state.give_back(&self.frame, index, cost, self.now());
+                state.give_back(&self.keys.frame, index, cost, self.now());
             }
             // The guard above is dropped: the map may be written now.
             let at = self.now();
-            self.swept_at.fetch_max(at, Ordering::AcqRel);
-            self.table.forget_if_idle_in(table, key, &self.frame, at);
+            self.keys.dropping_at(at);
+            self.table
+                .forget_if_idle_in(table, key, &self.keys.frame, at);
         })
     }
 
@@ -276,8 +265,8 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
     /// first so that a key recreated after its word is dropped starts no
     /// earlier than `at`'s window.
     fn drop_idle_at(&self, at: u64) -> usize {
-        self.swept_at.fetch_max(at, Ordering::AcqRel);
-        self.table.drop_idle(&self.frame, at)
+        self.keys.dropping_at(at);
+        self.table.drop_idle(&self.keys.frame, at)
     }
 
     /// `key`'s window counter: a [`Limit`] (decisions, reservations,
@@ -463,7 +452,7 @@ where
     fn idle_reset(&self) -> Duration {
         let at = self.limiter.now();
         let view = self.limiter.view(self.key, at);
-        self.limiter.frame.until_end(&view, at)
+        self.limiter.keys.frame.until_end(&view, at)
     }
 }
 
@@ -476,14 +465,14 @@ where
     S: BuildHasher + Clone + Send + Sync,
 {
     fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
-        self.limiter.frame.check_cost(cost)?;
+        self.limiter.keys.frame.check_cost(cost)?;
         let at = self.limiter.now();
         let view = self.limiter.view(self.key, at);
-        Ok(self.limiter.frame.retry_after(&view, at, cost))
+        Ok(self.limiter.keys.frame.retry_after(&view, at, cost))
     }
 
     fn available(&self) -> u64 {
         let view = self.limiter.view(self.key, self.limiter.now());
-        self.limiter.frame.available(&view)
+        self.limiter.keys.frame.available(&view)
     }
 }

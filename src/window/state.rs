@@ -8,8 +8,11 @@ use crate::AcquireError;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The packed `[index | prev | cur]` word of [`Frame`].
+///
+/// Public only to the loom models (`--cfg tollgate_loom`); otherwise private
+/// to the window counters.
 #[derive(Debug, Default)]
-pub(crate) struct WindowState(AtomicU64);
+pub struct WindowState(AtomicU64);
 
 impl WindowState {
     /// A state holding `word` (a frame's `empty` word).
