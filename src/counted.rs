@@ -464,3 +464,36 @@ where
         self.counting(self.limiter.key(key))
     }
 }
+
+#[cfg(feature = "keyed")]
+impl<K, Kind, C, S> Counted<crate::window::KeyedWindow<K, Kind, C, S>>
+where
+    K: Hash + Eq + Send + Sync,
+    Kind: crate::window::WindowKind,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync,
+{
+    /// `key`'s window counter with its decisions counted here: what
+    /// [`KeyedWindow::key`](crate::window::KeyedWindow::key) is to the
+    /// keyed window counter.
+    ///
+    /// ```
+    /// use tollgate::{Counted, KeyedFixedWindow, Limit, ManualClock, WindowQuota};
+    ///
+    /// let limiter = Counted::new(
+    ///     KeyedFixedWindow::builder(WindowQuota::per_second(1)?).clock(ManualClock::new()).build_fixed::<u32>()?,
+    /// );
+    /// limiter.key(&7).try_acquire(1)?;
+    /// assert!(limiter.key(&7).try_acquire(1).is_err());
+    /// assert!(limiter.key(&8).try_acquire(1).is_ok());
+    /// let stats = limiter.stats();
+    /// assert_eq!((stats.admitted, stats.denied), (2, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key<'a, Q>(&'a self, key: &'a Q) -> impl Limit + 'a
+    where
+        Q: KeyRef<K> + Sync + ?Sized,
+    {
+        self.counting(self.limiter.key(key))
+    }
+}

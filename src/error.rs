@@ -49,6 +49,13 @@ pub enum QuotaError {
         /// The largest limit that fits with this window and kind.
         max: u64,
     },
+    /// A keyed window counter was asked for
+    /// `AtCapacity::SharedOverflow`: keyed windows refuse new keys at the
+    /// cap (`AtCapacity::Deny`), since a window shared by every key over
+    /// the cap would need per-key floors to stay safe
+    /// ([`docs/semantics.md`](crate::guide::semantics), "Windows").
+    #[error("keyed window counters support only AtCapacity::Deny at the key cap")]
+    SharedOverflowUnsupported,
     /// The initial credit was larger than the capacity.
     #[error("initial credit {credit} exceeds capacity {capacity}")]
     InitialCreditAboveCapacity {

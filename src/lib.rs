@@ -120,6 +120,8 @@ pub use quota::{InitialCredit, Quota};
 pub use receipt::Receipt;
 pub use striped::StripedBucket;
 pub use window::{FixedWindow, SlidingWindow, WindowQuota};
+#[cfg(feature = "keyed")]
+pub use window::{KeyedFixedWindow, KeyedSlidingWindow};
 
 /// Compiles and runs the README's examples as doc tests, so the quickstart
 /// cannot drift from the API.

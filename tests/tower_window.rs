@@ -16,7 +16,10 @@ use tollgate::http::rate_limit_value;
 use tollgate::http::tower::{RateLimitLayer, Rule};
 use tollgate::http::{PolicyName, RateLimitPolicy, ServiceLimit, rate_limit_policy_value};
 use tollgate::window::{Fixed, Sliding, WindowCounter, WindowKind};
-use tollgate::{Counted, Limit, ManualClock, Quota, TokenBucket, WindowQuota};
+use tollgate::{
+    Counted, KeyedFixedWindow, KeyedSlidingWindow, Limit, ManualClock, Quota, TokenBucket,
+    WindowQuota,
+};
 use tower::{Layer, Service, ServiceExt};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -201,4 +204,85 @@ async fn a_counted_window_rule_counts_what_the_layer_decides() {
     assert_eq!((stats.admitted, stats.denied), (1, 1));
     clock.advance(SECOND);
     assert_eq!(send(&mut service, 200).await.0, StatusCode::OK);
+}
+
+/// A request carrying the key `user` in `x-user`.
+async fn send_as<S, B>(service: &mut S, user: &str, status: u16) -> (StatusCode, HeaderMap)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = Infallible>,
+{
+    let request = Request::get("/")
+        .header("x-user", user)
+        .extension(StatusCode::from_u16(status).unwrap())
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = service.ready().await.unwrap().call(request).await.unwrap();
+    (response.status(), response.headers().clone())
+}
+
+/// The fields of a keyed rule's response, apart from each member's
+/// partition key (`pk`), which tells keys apart; and that key.
+fn keyed_seen(headers: &HeaderMap) -> ((String, String), String) {
+    let (policy, limit) = seen(headers);
+    let strip = |field: &str| field.split(";pk=").next().unwrap().to_owned();
+    let pk = limit.split(";pk=").nth(1).unwrap().to_owned();
+    ((strip(&policy), strip(&limit)), pk)
+}
+
+fn user(parts: &http::request::Parts) -> Option<String> {
+    parts
+        .headers
+        .get("x-user")?
+        .to_str()
+        .ok()
+        .map(str::to_owned)
+}
+
+#[tokio::test]
+async fn a_keyed_fixed_window_rule_advertises_each_keys_window() {
+    let clock = ManualClock::new();
+    let limiter = Arc::new(
+        KeyedFixedWindow::builder(WindowQuota::per_minute(2).unwrap())
+            .clock(clock.clone())
+            .build_fixed::<String>()
+            .unwrap(),
+    );
+    let rule = Rule::keyed(name(), Arc::clone(&limiter), user);
+    let mut service = layer_of(rule).layer(tower::service_fn(answer));
+    clock.set(Duration::from_secs(10));
+    let (_, headers) = send_as(&mut service, "alice", 200).await;
+    let (alice, alice_pk) = keyed_seen(&headers);
+    assert_eq!(alice, fields(2, 1, 50));
+    send_as(&mut service, "alice", 200).await;
+    let (status, headers) = send_as(&mut service, "alice", 200).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(headers["retry-after"], "50");
+    // Another key has a window of its own.
+    let (status, headers) = send_as(&mut service, "bob", 200).await;
+    assert_eq!(status, StatusCode::OK);
+    let (bob, bob_pk) = keyed_seen(&headers);
+    assert_eq!(bob, fields(2, 1, 50));
+    assert_ne!(alice_pk, bob_pk);
+    assert_eq!(limiter.len(), 2);
+}
+
+#[tokio::test]
+async fn a_keyed_sliding_window_rule_gives_back_and_forgets_an_idle_key() {
+    let clock = ManualClock::new();
+    let limiter = Arc::new(
+        KeyedSlidingWindow::builder(WindowQuota::per_minute(4).unwrap())
+            .clock(clock.clone())
+            .build_sliding::<String>()
+            .unwrap(),
+    );
+    let rule =
+        Rule::keyed(name(), Arc::clone(&limiter), user).give_back_on([StatusCode::UNAUTHORIZED]);
+    let mut service = layer_of(rule).layer(tower::service_fn(answer));
+    let (status, _) = send_as(&mut service, "mallory", 401).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // Given back within its window: nothing of it weighs, the key is gone.
+    assert!(limiter.is_empty());
+    let (_, headers) = send_as(&mut service, "alice", 200).await;
+    assert_eq!(keyed_seen(&headers).0.0, "\"window\";q=4;w=60");
+    assert_eq!(limiter.key("alice").available(), 3);
 }

@@ -2,15 +2,16 @@
 //! are exact, so a lost update or a double admission changes a number; on
 //! a moving clock (manual, or the real one) every window an admission can
 //! be placed in holds at most the limit, however the threads interleave
-//! with the roll-over.
+//! with the roll-over. Keyed window counters the same way, per key, with a
+//! sweeper racing the deciders and a table smaller than its keys.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tollgate::window::{WindowCounter, WindowKind};
+use tollgate::window::{KeyedWindow, WindowCounter, WindowKind};
 use tollgate::{
-    AcquireError, Clock, FixedWindow, Limit, ManualClock, MonotonicClock, Receipt, SlidingWindow,
-    WindowQuota,
+    AcquireError, Clock, FixedWindow, KeyedFixedWindow, KeyedSlidingWindow, Limit, ManualClock,
+    MonotonicClock, Receipt, SlidingWindow, WindowQuota,
 };
 
 mod common;
@@ -288,5 +289,122 @@ fn racing_reservations_on_a_sliding_window_are_granted_each_slot_once() {
         granted.sort();
         assert_eq!(granted, expected, "{threads} threads");
         assert_eq!(limiter.available(), 0);
+    }
+}
+
+// Keyed windows: many keys, a sweeper racing the deciders, and the cap.
+
+const KEYS: u32 = 64;
+const KEY_LIMIT: u64 = 5;
+
+/// Per key, the units `threads` threads were admitted on `limiter` in one
+/// frozen window, each asking `KEY_LIMIT` times per key, while another
+/// thread sweeps without pause; and the most keys tracked seen meanwhile.
+fn keyed_phase<K: WindowKind>(
+    limiter: &KeyedWindow<u32, K, ManualClock>,
+    threads: usize,
+) -> (BTreeMap<u32, u64>, usize) {
+    let most = std::sync::atomic::AtomicUsize::new(0);
+    let per_thread = race_beside(
+        threads,
+        |i| {
+            let mut admitted = BTreeMap::new();
+            for round in 0..KEY_LIMIT {
+                for k in 0..KEYS {
+                    // Threads walk the keys from different places.
+                    let key = (k + i as u32 * 7 + round as u32) % KEYS;
+                    let units = match limiter.key(&key).try_acquire(1) {
+                        Ok(()) => 1,
+                        Err(
+                            AcquireError::Insufficient { .. } | AcquireError::TooManyKeys { .. },
+                        ) => 0,
+                        Err(other) => panic!("refused with {other:?}"),
+                    };
+                    *admitted.entry(key).or_insert(0) += units;
+                    most.fetch_max(limiter.len(), std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            admitted
+        },
+        Some(|| {
+            limiter.sweep();
+        }),
+    );
+    let mut totals = BTreeMap::new();
+    for admitted in per_thread {
+        for (key, units) in admitted {
+            *totals.entry(key).or_insert(0) += units;
+        }
+    }
+    (totals, most.into_inner())
+}
+
+fn keyed_quota() -> WindowQuota {
+    WindowQuota::new(KEY_LIMIT, WINDOW).unwrap()
+}
+
+/// With room for every key, each key gets exactly its limit in each
+/// window, whatever the sweeper drops (an idle key only) and recreates.
+fn every_key_gets_its_limit_per_window<K: WindowKind>(
+    limiter: &KeyedWindow<u32, K, ManualClock>,
+    step: Duration,
+) {
+    for threads in THREAD_COUNTS {
+        for _ in 0..3 {
+            let (totals, most) = keyed_phase(limiter, threads);
+            assert_eq!(totals.len(), KEYS as usize);
+            assert!(
+                totals.values().all(|&units| units == KEY_LIMIT),
+                "{threads} threads: {totals:?}"
+            );
+            assert!(most <= KEYS as usize);
+            limiter.clock().advance(step);
+        }
+    }
+}
+
+#[test]
+fn keyed_fixed_windows_admit_each_key_its_limit_beside_a_sweeper() {
+    let limiter = KeyedFixedWindow::builder(keyed_quota())
+        .clock(ManualClock::new())
+        .build_fixed::<u32>()
+        .unwrap();
+    every_key_gets_its_limit_per_window(&limiter, WINDOW);
+}
+
+#[test]
+fn keyed_sliding_windows_admit_each_key_its_limit_beside_a_sweeper() {
+    let limiter = KeyedSlidingWindow::builder(keyed_quota())
+        .clock(ManualClock::new())
+        .build_sliding::<u32>()
+        .unwrap();
+    // Two windows on, the last one's count no longer weighs.
+    every_key_gets_its_limit_per_window(&limiter, 2 * WINDOW);
+}
+
+#[test]
+fn a_full_keyed_window_table_never_overshoots_its_cap_nor_a_keys_limit() {
+    let max_keys = KEYS as usize / 4;
+    let limiter = KeyedFixedWindow::builder(keyed_quota())
+        .clock(ManualClock::new())
+        .max_keys(std::num::NonZeroUsize::new(max_keys).unwrap())
+        .sweep_interval(Some(Duration::ZERO))
+        .build_fixed::<u32>()
+        .unwrap();
+    for threads in THREAD_COUNTS {
+        let (totals, most) = keyed_phase(&limiter, threads);
+        assert!(most <= max_keys, "{most} keys tracked");
+        assert!(
+            totals.values().all(|&units| units <= KEY_LIMIT),
+            "{totals:?}"
+        );
+        // Only keys that got a place were admitted, and no more of them
+        // than the cap holds in one window.
+        let admitted = totals.values().filter(|&&units| units > 0).count();
+        assert!(
+            (1..=max_keys).contains(&admitted),
+            "{admitted} keys admitted"
+        );
+        limiter.clock().advance(WINDOW);
     }
 }

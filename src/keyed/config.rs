@@ -88,15 +88,15 @@ const DEFAULT_MAX_EXACT_KEY_BYTES: usize = 64;
 /// ```
 #[derive(Debug)]
 #[must_use]
-pub struct KeyedBuilder<C = DefaultClock, S = ahash::RandomState> {
-    quota: Quota,
-    clock: C,
-    hasher: S,
-    bound: KeyBound,
+pub struct KeyedBuilder<C = DefaultClock, S = ahash::RandomState, Q = Quota> {
+    pub(crate) quota: Q,
+    pub(crate) clock: C,
+    pub(crate) hasher: S,
+    pub(crate) bound: KeyBound,
 }
 
-impl KeyedBuilder {
-    pub(crate) fn new(quota: Quota) -> Self {
+impl<Q> KeyedBuilder<DefaultClock, ahash::RandomState, Q> {
+    pub(crate) fn new(quota: Q) -> Self {
         KeyedBuilder {
             quota,
             clock: DefaultClock::new(),
@@ -111,7 +111,7 @@ impl KeyedBuilder {
     }
 }
 
-impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S> {
+impl<C: Clock, S: BuildHasher + Clone, Q> KeyedBuilder<C, S, Q> {
     /// The clock every key's bucket reads (default: [`DefaultClock`]).
     ///
     /// ```
@@ -122,7 +122,7 @@ impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S> {
     ///     .build::<u64>();
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<C2, S> {
+    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<C2, S, Q> {
         KeyedBuilder {
             quota: self.quota,
             clock,
@@ -144,7 +144,7 @@ impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S> {
     ///     .build::<String>();
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn hasher<S2: BuildHasher + Clone>(self, hasher: S2) -> KeyedBuilder<C, S2> {
+    pub fn hasher<S2: BuildHasher + Clone>(self, hasher: S2) -> KeyedBuilder<C, S2, Q> {
         KeyedBuilder {
             quota: self.quota,
             clock: self.clock,
@@ -234,7 +234,9 @@ impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S> {
         self.bound.max_exact_key_bytes = bytes;
         self
     }
+}
 
+impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S, Quota> {
     /// The limiter, for keys of type `K`.
     ///
     /// ```

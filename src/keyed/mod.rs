@@ -7,6 +7,7 @@ mod fingerprint;
 mod generations;
 mod key_limit;
 mod key_ref;
+mod key_table;
 mod stats;
 mod table;
 mod tiers;
@@ -16,7 +17,6 @@ use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use dashmap::DashMap;
 
 pub use config::{AtCapacity, KeyedBuilder};
 pub use key_limit::KeyLimit;
@@ -29,48 +29,18 @@ pub use cap::{KeyCap, Place};
 #[cfg(tollgate_loom)]
 pub use generations::{Change, Entry, Generations};
 
-use crate::clock::saturating_nanos;
 use crate::gcra::Gcra;
 use crate::limit::Taken;
 use crate::state::{Admission, Tat};
 use crate::sync::{AtomicU64, Ordering, RwLock, read, write};
 use crate::timeline::Timeline;
 use crate::{AcquireError, Clock, DefaultClock, Quota};
-#[cfg(not(tollgate_loom))]
-use cap::KeyCap;
 use config::KeyBound;
-use fingerprint::{Fingerprint, Fingerprinter, PassThrough, hashed_len};
-#[cfg(not(tollgate_loom))]
-use generations::Generations;
 use generations::Held;
-use key_ref::Find;
-use table::Table;
-
-/// Where a key is kept: in the table of exact keys as itself, or in the
-/// fingerprint table as its fingerprint.
-enum Located<'q, Q: ?Sized> {
-    Exact(&'q Q),
-    Fingerprint(Fingerprint),
-}
-
-/// Evaluates `$body` with `$table` bound to the table that keeps `$key`, and
-/// `$key` rebound to its form there (itself, or its fingerprint). The body
-/// is written once and compiled for each table.
-macro_rules! in_table {
-    ($limiter:expr, $key:ident, |$table:ident| $body:expr) => {
-        match $limiter.locate($key) {
-            Located::Exact($key) => {
-                let $table = &$limiter.exact;
-                $body
-            }
-            Located::Fingerprint(print) => {
-                let $key = &print;
-                let $table = &$limiter.fingerprints;
-                $body
-            }
-        }
-    };
-}
+#[cfg(not(tollgate_loom))]
+use generations::{Entry, Generations};
+pub(crate) use key_ref::Find;
+pub(crate) use key_table::{Found, KeyState, KeyTable, Located, in_table};
 
 /// A token bucket per key, with the same exact semantics as
 /// [`TokenBucket`](crate::TokenBucket), in a sharded map ([`dashmap`]).
@@ -119,21 +89,11 @@ macro_rules! in_table {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct KeyedLimiter<K, C = DefaultClock, S = ahash::RandomState> {
-    /// Keys whose `Hash` writes at most `bound.max_exact_key_bytes` bytes,
-    /// kept as they are.
-    exact: Table<K, S>,
-    /// Longer keys, kept as fingerprints: a client's key length costs the
-    /// table nothing.
-    fingerprints: Table<Fingerprint, PassThrough>,
-    fingerprinter: Fingerprinter,
+    /// The buckets, the key cap and the counters.
+    table: KeyTable<K, Entry, S>,
     /// The quota every key gets, by generation (see `generations.rs`).
     generations: Generations,
     timeline: Timeline<C>,
-    bound: KeyBound,
-    /// Keys in the table and the sweeps at the cap. Counted here because
-    /// `DashMap::len` locks every shard; reserved before an insertion so the
-    /// cap is never overshot.
-    cap: KeyCap,
     /// The latest clock reading (nanoseconds, which every quota generation
     /// shares) at which a sweep dropped full buckets. A new bucket starts
     /// no fuller than a bucket full at that instant.
@@ -142,9 +102,6 @@ pub struct KeyedLimiter<K, C = DefaultClock, S = ahash::RandomState> {
     /// always in the current quota generation: decisions on it hold the
     /// lock for reading, a quota change converts it holding it for writing.
     overflow: CachePadded<RwLock<Overflow>>,
-    /// Creations, sweeps, evictions and overflow admissions, for
-    /// [`Self::table_stats`].
-    counters: CachePadded<stats::TableCounters>,
 }
 
 /// The shared bucket of [`AtCapacity::SharedOverflow`].
@@ -188,8 +145,8 @@ impl<K, C, S> std::fmt::Debug for KeyedLimiter<K, C, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("quota", &self.generations.quota())
-            .field("keys", &self.cap.counted())
-            .field("bound", &self.bound)
+            .field("keys", &self.table.len())
+            .field("bound", &self.table.bound)
             .finish_non_exhaustive()
     }
 }
@@ -227,12 +184,8 @@ impl<K: Hash + Eq> KeyedLimiter<K> {
 impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     pub(crate) fn from_parts(quota: Quota, clock: C, hasher: S, bound: KeyBound) -> Self {
         KeyedLimiter {
-            exact: DashMap::with_hasher(hasher),
-            fingerprints: DashMap::with_hasher(PassThrough),
-            fingerprinter: Fingerprinter::new(),
+            table: KeyTable::new(hasher, bound),
             timeline: Timeline::new(clock),
-            bound,
-            cap: KeyCap::new(bound.max_keys, bound.sweep_interval.map(saturating_nanos)),
             swept_at: AtomicU64::new(0),
             overflow: CachePadded::new(RwLock::new(Overflow {
                 tat: Tat::new(quota.gcra().initial_tat(quota.initial_credit())),
@@ -243,21 +196,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                         .collect(),
                 },
             })),
-            counters: CachePadded::default(),
             generations: Generations::new(&quota),
-        }
-    }
-
-    /// Where `key` is kept. `K: Borrow<Q>` promises that `Q` hashes as `K`
-    /// does, so a key is found in the same table whichever form it is
-    /// looked up by. For a fixed-size key the length is a constant and this
-    /// is one predictable branch.
-    #[inline]
-    fn locate<'q, Q: Hash + ?Sized>(&self, key: &'q Q) -> Located<'q, Q> {
-        if hashed_len(key) <= self.bound.max_exact_key_bytes {
-            Located::Exact(key)
-        } else {
-            Located::Fingerprint(self.fingerprinter.of(key))
         }
     }
 
@@ -394,7 +333,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     where
         Q: KeyRef<K> + ?Sized,
     {
-        in_table!(self, key, |table| self.decide_in(table, key, cost, admit))
+        in_table!(self.table, key, |table| self
+            .decide_in(table, key, cost, admit))
     }
 
     /// Gives back `tokens` of what `taken` took from `key`'s bucket (or the
@@ -416,7 +356,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 });
             return;
         }
-        in_table!(self, key, |table| {
+        in_table!(self.table, key, |table| {
             self.undo_in(table, key, admission, tokens);
         });
     }
@@ -429,21 +369,25 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     where
         K: Borrow<str>,
     {
-        in_table!(self, key, |table| if let Some(entry) = table.get(key) {
-            // Read under the shard lock, after any conversion of the bucket.
-            if !self.generations.lease_is_current(at_nanos) {
-                return;
+        in_table!(
+            self.table,
+            key,
+            |table| if let Some(entry) = table.get(key) {
+                // Read under the shard lock, after any conversion of the bucket.
+                if !self.generations.lease_is_current(at_nanos) {
+                    return;
+                }
+                let Held { tat, gcra, .. } = entry.held(&self.generations);
+                let granted = granted.min(gcra.capacity());
+                let (cost, returned) = (
+                    gcra.returned_ticks(granted, granted),
+                    gcra.returned_ticks(granted, unused.min(granted)),
+                );
+                tat.undo_inexact(&gcra, gcra.ticks(at_nanos), cost, returned, || {
+                    gcra.ticks(self.timeline.nanos())
+                });
             }
-            let Held { tat, gcra, .. } = entry.held(&self.generations);
-            let granted = granted.min(gcra.capacity());
-            let (cost, returned) = (
-                gcra.returned_ticks(granted, granted),
-                gcra.returned_ticks(granted, unused.min(granted)),
-            );
-            tat.undo_inexact(&gcra, gcra.ticks(at_nanos), cost, returned, || {
-                gcra.ticks(self.timeline.nanos())
-            });
-        });
+        );
     }
 
     /// Returns `cost` tokens to `key`'s bucket unconditionally: a trusted
@@ -471,10 +415,14 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        in_table!(self, key, |table| if let Some(entry) = table.get(key) {
-            let held = entry.held(&self.generations);
-            held.tat.refund(&held.gcra, cost);
-        });
+        in_table!(
+            self.table,
+            key,
+            |table| if let Some(entry) = table.get(key) {
+                let held = entry.held(&self.generations);
+                held.tat.refund(&held.gcra, cost);
+            }
+        );
     }
 
     /// Whole tokens available to `key` now. A key not tracked reports the
@@ -498,7 +446,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
 
     /// [`Self::available`] for any lookup form, the key's limit's included.
     pub(crate) fn available_of<Q: Find<K> + ?Sized>(&self, key: &Q) -> u64 {
-        in_table!(self, key, |table| match key.find_in(table) {
+        in_table!(self.table, key, |table| match key.find_in(table) {
             Some(entry) => {
                 let held = entry.held(&self.generations);
                 held.tat
@@ -540,7 +488,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         key: &Q,
         cost: u64,
     ) -> Result<Duration, AcquireError> {
-        in_table!(self, key, |table| match key.find_in(table) {
+        in_table!(self.table, key, |table| match key.find_in(table) {
             Some(entry) => {
                 let Held { tat, gcra, .. } = entry.held(&self.generations);
                 let now = gcra.ticks(self.timeline.nanos());
@@ -575,7 +523,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sweep(&self) -> usize {
-        self.cap.sweep(|| self.drop_full_at(self.timeline.nanos()))
+        self.table
+            .cap
+            .sweep(|| self.drop_full_at(self.timeline.nanos()))
     }
 
     /// What the key table holds and has dropped so far. Always kept: its
@@ -597,8 +547,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn table_stats(&self) -> KeyTableStats {
-        self.counters
-            .snapshot(self.len() as u64, self.bound.max_keys as u64)
+        self.table.stats()
     }
 
     /// Keys currently tracked.
@@ -612,7 +561,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn len(&self) -> usize {
-        self.cap.counted()
+        self.table.len()
     }
 
     /// Whether no key is tracked.
@@ -636,7 +585,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn max_keys(&self) -> usize {
-        self.bound.max_keys
+        self.table.bound.max_keys
     }
 
     /// The most bytes a key's `Hash` may write for the key to be kept as a
@@ -650,7 +599,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn max_exact_key_bytes(&self) -> usize {
-        self.bound.max_exact_key_bytes
+        self.table.bound.max_exact_key_bytes
     }
 
     /// The hasher of the table of exact keys. The default is keyed per
@@ -667,7 +616,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
     pub fn hasher(&self) -> &S {
-        self.exact.hasher()
+        self.table.exact.hasher()
     }
 
     /// The quota every key gets: the last one given to
@@ -747,10 +696,10 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         // alive. Each bucket is converted at a reading taken under its
         // shard's lock, so no later than any decision made on it under the
         // old quota.
-        for mut entry in self.exact.iter_mut() {
+        for mut entry in self.table.exact.iter_mut() {
             change.convert(entry.value_mut(), self.timeline.nanos());
         }
-        for mut entry in self.fingerprints.iter_mut() {
+        for mut entry in self.table.fingerprints.iter_mut() {
             change.convert(entry.value_mut(), self.timeline.nanos());
         }
         change.finish(self.timeline.nanos());

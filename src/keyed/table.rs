@@ -6,12 +6,13 @@
 use std::hash::{BuildHasher, Hash};
 
 use dashmap::DashMap;
-use dashmap::mapref::entry::{Entry as Slot, VacantEntry};
+use dashmap::mapref::entry::VacantEntry;
 use dashmap::mapref::one::Ref;
 
 use super::cap::Place;
-use super::generations::{Entry, Held};
+use super::generations::{Entry, Generations, Held};
 use super::key_ref::{Find, KeyRef};
+use super::key_table::{Found, KeyState};
 use super::{AtCapacity, Decided, KeyedLimiter, Overflow};
 use crate::gcra::Gcra;
 use crate::state::Admission;
@@ -20,6 +21,14 @@ use crate::{AcquireError, Clock};
 
 /// A key table: one bucket per stored key.
 pub(super) type Table<M, H> = DashMap<M, Entry, H>;
+
+/// A bucket is idle when full: a new one, with the sweep's watermark,
+/// starts no fuller.
+impl KeyState<Generations> for Entry {
+    fn is_idle(&self, generations: &Generations, nanos: u64) -> bool {
+        self.is_full(generations, nanos)
+    }
+}
 
 /// Which bucket serves a key's decision.
 enum Bucket<'a, M> {
@@ -85,7 +94,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 let gcra = held.gcra;
                 drop(overflow);
                 drop(absent);
-                self.counters.overflowed();
+                self.table.counters.overflowed();
                 Ok(Decided::new(admission, gcra, nanos, true))
             }
         }
@@ -126,51 +135,36 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         // shards, and the failed `get` has already dropped its guard, so no
         // guard of ours is alive here.
         let place = self.take_place(nanos);
-        if place.is_none() && self.bound.at_capacity == AtCapacity::Deny {
-            // Refusing needs no write lock and no owned key; only a bucket
-            // created for this key meanwhile is worth a second look. A cost
-            // no bucket could take is refused as such.
-            return match key.find_in(table) {
-                Some(raced) => Ok(Bucket::Own(raced)),
-                None => {
-                    AcquireError::check_cost(cost, self.quota().capacity())?;
-                    Err(AcquireError::TooManyKeys {
-                        max_keys: self.bound.max_keys,
-                    })
-                }
-            };
-        }
-        match (table.entry(key.to_owned()), place) {
-            // Another thread created it between our `get` and `entry`; our
-            // place, if any, goes back as it drops.
-            (Slot::Occupied(raced), _) => Ok(Bucket::Own(raced.into_ref().downgrade())),
-            (Slot::Vacant(vacant), Some(place)) => {
-                // The generation is read under the shard's write lock, so
-                // the bucket is born before a change's walk of this shard
-                // (and converted by it) or after it (and born in the new
-                // generation); and under the overflow lock if there are
-                // floors, so in the generation of the floor it reads.
-                let overflow = floor.map(|_| read(&self.overflow));
-                let generation = self.generations.current();
-                let gcra = self.generations.gcra(generation);
-                // A cost no bucket could take creates nothing.
-                AcquireError::check_cost(cost, gcra.capacity())?;
-                let floor = overflow.as_ref().zip(floor).map_or(0, |(overflow, slot)| {
-                    overflow.floors[slot].load(Ordering::Acquire)
-                });
-                let tat = self.fresh_tat(&gcra, generation, floor, nanos);
-                drop(overflow);
-                let entry = vacant.insert(Entry::new(generation, tat));
-                place.keep();
-                self.counters.created();
-                Ok(Bucket::Own(entry.downgrade()))
-            }
-            // Only the overflow policy gets here without a place. The vacant
-            // entry keeps the key's shard write-locked until the overflow
-            // decision is made and recorded: a bucket of its own created for
-            // this key meanwhile would start from a floor that misses it.
-            (Slot::Vacant(absent), None) => Ok(Bucket::Overflow { absent, floor }),
-        }
+        // The generation is read under the shard's write lock (in `make`),
+        // so the bucket is born before a change's walk of this shard (and
+        // converted by it) or after it (and born in the new generation);
+        // and under the overflow lock if there are floors, so in the
+        // generation of the floor it reads.
+        let make = || {
+            let overflow = floor.map(|_| read(&self.overflow));
+            let generation = self.generations.current();
+            let gcra = self.generations.gcra(generation);
+            // A cost no bucket could take creates nothing.
+            AcquireError::check_cost(cost, gcra.capacity())?;
+            let floor = overflow.as_ref().zip(floor).map_or(0, |(overflow, slot)| {
+                overflow.floors[slot].load(Ordering::Acquire)
+            });
+            Ok(Entry::new(
+                generation,
+                self.fresh_tat(&gcra, generation, floor, nanos),
+            ))
+        };
+        let check = || AcquireError::check_cost(cost, self.quota().capacity());
+        Ok(
+            match self.table.insert_in(table, key, place, check, make)? {
+                Found::Own(entry) => Bucket::Own(entry),
+                // The absence keeps the key's shard write-locked until the
+                // overflow decision is made and recorded: a bucket of its own
+                // created for this key meanwhile would start from a floor that
+                // misses it.
+                Found::Absent(absent) => Bucket::Overflow { absent, floor },
+            },
+        )
     }
 
     /// Counts a new key in; at the cap, waits for a sweep in progress or
@@ -182,7 +176,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     // "Measured design choices").
     #[inline]
     fn take_place(&self, nanos: u64) -> Option<Place<'_>> {
-        self.cap
+        self.table
+            .cap
             .take_place(nanos, || self.timeline.nanos(), |at| self.drop_full_at(at))
     }
 
@@ -212,7 +207,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         Q: Hash + ?Sized,
         H: BuildHasher + Clone,
     {
-        (self.bound.at_capacity == AtCapacity::SharedOverflow).then(|| {
+        (self.table.bound.at_capacity == AtCapacity::SharedOverflow).then(|| {
             let hash = table.hasher().hash_one(key);
             (hash % super::OVERFLOW_FLOOR_SLOTS as u64) as usize
         })
@@ -283,10 +278,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     {
         let nanos = self.timeline.nanos();
         self.raise_watermarks(nanos);
-        if key.remove_in_if(table, |_, entry| entry.is_full(&self.generations, nanos)) {
-            self.cap.forget(1);
-            self.counters.evicted_one();
-        }
+        self.table
+            .forget_if_idle_in(table, key, &self.generations, nanos);
     }
 
     /// Makes every bucket created from now on, the overflow bucket
@@ -309,25 +302,6 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// them.
     pub(super) fn drop_full_at(&self, nanos: u64) -> usize {
         self.raise_watermarks(nanos);
-        let dropped =
-            self.drop_full(&self.exact, nanos) + self.drop_full(&self.fingerprints, nanos);
-        self.counters.swept(dropped);
-        dropped
-    }
-
-    /// Drops every bucket of `table` full at `nanos`; how many.
-    fn drop_full<M: Hash + Eq, H: BuildHasher + Clone>(
-        &self,
-        table: &Table<M, H>,
-        nanos: u64,
-    ) -> usize {
-        let mut dropped = 0;
-        // `retain` write-locks one shard at a time; no guard of ours is alive.
-        table.retain(|_, entry| {
-            let full = entry.is_full(&self.generations, nanos);
-            dropped += usize::from(full);
-            !full
-        });
-        dropped
+        self.table.drop_idle(&self.generations, nanos)
     }
 }

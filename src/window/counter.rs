@@ -218,11 +218,7 @@ impl<K: WindowKind, C: Clock> Limit for WindowCounter<K, C> {
         self.frame.check_cost(cost)?;
         let at = self.now();
         let view = self.state.view(&self.frame, at);
-        Ok(if self.frame.fits(&view, cost) {
-            Duration::ZERO
-        } else {
-            self.frame.wait(&view, at, cost)
-        })
+        Ok(self.frame.retry_after(&view, at, cost))
     }
 
     /// Whole units that would be admitted now: the limit less the current

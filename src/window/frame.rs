@@ -183,6 +183,37 @@ impl<K: WindowKind> Frame<K> {
         }
     }
 
+    /// A word with nothing counted, in the window of `at` (nanoseconds
+    /// since window 0, within the range): a new key's state.
+    #[cfg(feature = "keyed")]
+    #[inline]
+    pub(crate) fn empty(&self, at: u64) -> u64 {
+        (at / self.window) << self.index_shift
+    }
+
+    /// Whether nothing counted in `word` still weighs at `at`, seen from a
+    /// reading not behind the word's window: then an [`empty`](Self::empty)
+    /// word in the window of `at`, or of any later reading, decides as
+    /// `word` does. A word a reading has not yet reached is never idle to
+    /// it, so a state recreated after it is dropped never starts in a
+    /// window before the one it was dropped in.
+    #[cfg(feature = "keyed")]
+    pub(crate) fn is_idle(&self, word: u64, at: u64) -> bool {
+        let (index, _, _) = self.unpack(word);
+        let view = self.view(word, at);
+        index * self.window <= at && view.cur == 0 && view.prev == 0
+    }
+
+    /// How long after `at` a `cost` refused in `view` would fit if nothing
+    /// else were admitted; zero if it fits now.
+    pub(crate) fn retry_after(&self, view: &View, at: u64, cost: u64) -> Duration {
+        if self.fits(view, cost) {
+            Duration::ZERO
+        } else {
+            self.wait(view, at, cost)
+        }
+    }
+
     /// Whether `cost` fits in `view`: `cur + cost <= N` for a fixed window;
     /// for a sliding one, the previous count weighted by the part of the
     /// rolling window it still covers, `prev · (W - pos) / W + cur + cost

@@ -37,11 +37,25 @@
 
 mod counter;
 mod frame;
+#[cfg(feature = "keyed")]
+mod keyed;
+#[cfg(feature = "keyed")]
+mod keys;
 mod quota;
 mod state;
 
 pub use counter::WindowCounter;
+#[cfg(feature = "keyed")]
+pub use keyed::{KeyWindow, KeyedFixedWindow, KeyedSlidingWindow, KeyedWindow};
+// The loom models run a key's decisions and the sweep watermark against a
+// stand-in table.
+#[cfg(all(tollgate_loom, feature = "keyed"))]
+#[doc(hidden)]
+pub use keys::WindowKeys;
 pub use quota::WindowQuota;
+#[cfg(all(tollgate_loom, feature = "keyed"))]
+#[doc(hidden)]
+pub use state::WindowState;
 
 use crate::DefaultClock;
 

@@ -8,10 +8,19 @@ use crate::AcquireError;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The packed `[index | prev | cur]` word of [`Frame`].
+///
+/// Public only to the loom models (`--cfg tollgate_loom`); otherwise private
+/// to the window counters.
 #[derive(Debug, Default)]
-pub(crate) struct WindowState(AtomicU64);
+pub struct WindowState(AtomicU64);
 
 impl WindowState {
+    /// A state holding `word` (a frame's `empty` word).
+    #[cfg(feature = "keyed")]
+    pub(crate) fn starting(word: u64) -> Self {
+        WindowState(AtomicU64::new(word))
+    }
+
     /// Admits `cost` (already checked against the limit) at `at`
     /// nanoseconds since window 0, with up to `slack` nanoseconds of delay
     /// ([`Frame::reserve`]), rolling the word forward to the reading's
@@ -91,5 +100,15 @@ impl WindowState {
                 Err(actual) => word = actual,
             }
         }
+    }
+}
+
+/// A keyed window's key is idle when nothing it counted still weighs: an
+/// empty word in the window of the sweep's reading (or later) decides the
+/// same.
+#[cfg(feature = "keyed")]
+impl<K: WindowKind> crate::keyed::KeyState<Frame<K>> for WindowState {
+    fn is_idle(&self, frame: &Frame<K>, at: u64) -> bool {
+        frame.is_idle(self.0.load(Ordering::Acquire), at)
     }
 }

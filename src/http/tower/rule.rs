@@ -2,7 +2,7 @@
 //! for which requests.
 
 use std::fmt;
-use std::hash::{BuildHasher, Hash};
+use std::hash::Hash;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -10,13 +10,14 @@ use http::request::Parts;
 
 use super::CostError;
 use super::layer::Decision;
+use super::per_key::PerKey;
 use super::shared::SharedSource;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName, RateLimitPolicy};
 use crate::limit::sealed::Sealed;
 use crate::limit::{Shape, Taken};
 use crate::shared::{KeyedAllowance, Store};
 use crate::sync::unmodelled::Arc;
-use crate::{AcquireError, Clock, KeyedLimiter, Limit, Quota};
+use crate::{AcquireError, Limit, Quota};
 
 /// What the layer does with a request from which a rule cannot extract a
 /// key.
@@ -48,7 +49,7 @@ type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 
 /// One limit of a [`RateLimitLayer`](super::RateLimitLayer): a global
 /// [`Limit`] (a [`TokenBucket`](crate::TokenBucket), a window counter …)
-/// or a [`KeyedLimiter`] with a key extractor, advertised
+/// or a [`KeyedLimiter`](crate::KeyedLimiter) with a key extractor, advertised
 /// as a [`RateLimitPolicy`], with a cost per request (1 unless set), an
 /// optional predicate choosing the requests it applies to, a
 /// [`MissingKey`] policy, and the response statuses whose cost it gives
@@ -122,8 +123,13 @@ impl Rule {
         Rule::new(policy, Some(shape), Limiter::Local(Arc::new(limit)))
     }
 
-    /// A bucket per key, the key taken from each request by `key`
-    /// (see [`extract`](super::extract) for ready-made extractors).
+    /// A limit per key, the key taken from each request by `key`
+    /// (see [`extract`](super::extract) for ready-made extractors): a
+    /// bucket per key ([`KeyedLimiter`](crate::KeyedLimiter)) or a window
+    /// counter per key ([`KeyedFixedWindow`](crate::KeyedFixedWindow),
+    /// [`KeyedSlidingWindow`](crate::KeyedSlidingWindow)), advertised as
+    /// [`global`](Self::global) advertises the same limit (a window as
+    /// `q = N; w = W`). Any [`PerKey`] limiter.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -136,16 +142,21 @@ impl Rule {
     ///     parts.headers.get("x-tenant")?.to_str().ok().map(str::to_owned)
     /// });
     /// # let _ = rule;
+    /// let hourly = tollgate::KeyedFixedWindow::builder(tollgate::WindowQuota::new(100, std::time::Duration::from_secs(3600))?)
+    ///     .build_fixed::<String>()?;
+    /// let rule = Rule::keyed(PolicyName::new("hourly")?, Arc::new(hourly), |parts: &http::request::Parts| {
+    ///     parts.headers.get("x-tenant")?.to_str().ok().map(str::to_owned)
+    /// });
+    /// assert_eq!((rule.policy().quota(), rule.policy().window_seconds()), (100, Some(3600)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn keyed<K, C, S, F>(name: PolicyName, limiter: Arc<KeyedLimiter<K, C, S>>, key: F) -> Rule
+    pub fn keyed<L, K, F>(name: PolicyName, limiter: Arc<L>, key: F) -> Rule
     where
+        L: PerKey<K>,
         K: Hash + Eq + Clone + Send + Sync + 'static,
-        C: Clock + 'static,
-        S: BuildHasher + Clone + Send + Sync + 'static,
         F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
     {
-        let shape = Shape::of_quota(&limiter.quota());
+        let shape = limiter.shape();
         let policy = RateLimitPolicy::from_shape(name, shape);
         Rule::new(
             policy,
@@ -523,16 +534,15 @@ impl<L: Limit + Send + 'static> Bound for Arc<L> {
     }
 }
 
-struct KeyedSource<K, C, S> {
-    limiter: Arc<KeyedLimiter<K, C, S>>,
+struct KeyedSource<L, K> {
+    limiter: Arc<L>,
     key: Box<KeyFn<K>>,
 }
 
-impl<K, C, S> Source for KeyedSource<K, C, S>
+impl<L, K> Source for KeyedSource<L, K>
 where
+    L: PerKey<K>,
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock + 'static,
-    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     fn bind(
         &self,
@@ -550,19 +560,19 @@ where
 }
 
 /// One key of a keyed limiter, borrowed for the length of a call.
-struct KeyedRef<'a, K, C, S> {
-    limiter: &'a Arc<KeyedLimiter<K, C, S>>,
+struct KeyedRef<'a, L, K> {
+    limiter: &'a Arc<L>,
     key: &'a K,
 }
 
 /// One key of a keyed limiter, owned by a charge kept past the call.
-struct KeyedOwned<K, C, S> {
-    limiter: Arc<KeyedLimiter<K, C, S>>,
+struct KeyedOwned<L, K> {
+    limiter: Arc<L>,
     key: K,
 }
 
-impl<K, C, S> KeyedOwned<K, C, S> {
-    fn view(&self) -> KeyedRef<'_, K, C, S> {
+impl<L, K> KeyedOwned<L, K> {
+    fn view(&self) -> KeyedRef<'_, L, K> {
         KeyedRef {
             limiter: &self.limiter,
             key: &self.key,
@@ -571,53 +581,51 @@ impl<K, C, S> KeyedOwned<K, C, S> {
 }
 
 /// The key's limit is the keyed limiter's own view of the key
-/// ([`KeyedLimiter::key`]): taking, undoing and waiting are its.
-impl<K, C, S> Sealed for KeyedRef<'_, K, C, S>
+/// ([`KeyedLimiter::key`](crate::KeyedLimiter::key), [`KeyedWindow::key`](crate::window::KeyedWindow::key)):
+/// taking, undoing and waiting are its.
+impl<L, K> Sealed for KeyedRef<'_, L, K>
 where
+    L: PerKey<K>,
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock + 'static,
-    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        self.limiter.key(self.key).take(cost)
+        self.limiter.limit_of(self.key).take(cost)
     }
     fn take_within(
         &self,
         cost: u64,
         max_wait: Duration,
     ) -> Result<(Taken, Duration), AcquireError> {
-        self.limiter.key(self.key).take_within(cost, max_wait)
+        self.limiter.limit_of(self.key).take_within(cost, max_wait)
     }
     fn undo(&self, taken: &Taken) {
-        self.limiter.key(self.key).undo(taken);
+        self.limiter.limit_of(self.key).undo(taken);
     }
     fn shape(&self) -> Shape {
-        self.limiter.key(self.key).shape()
+        self.limiter.limit_of(self.key).shape()
     }
     fn idle_reset(&self) -> Duration {
-        self.limiter.key(self.key).idle_reset()
+        self.limiter.limit_of(self.key).idle_reset()
     }
 }
 
-impl<K, C, S> Limit for KeyedRef<'_, K, C, S>
+impl<L, K> Limit for KeyedRef<'_, L, K>
 where
+    L: PerKey<K>,
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock + 'static,
-    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
-        self.limiter.key(self.key).retry_after(cost)
+        self.limiter.limit_of(self.key).retry_after(cost)
     }
     fn available(&self) -> u64 {
-        self.limiter.key(self.key).available()
+        self.limiter.limit_of(self.key).available()
     }
 }
 
-impl<K, C, S> Bound for KeyedRef<'_, K, C, S>
+impl<L, K> Bound for KeyedRef<'_, L, K>
 where
+    L: PerKey<K>,
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock + 'static,
-    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
         Some(keys.key(name, self.key))
@@ -630,11 +638,10 @@ where
     }
 }
 
-impl<K, C, S> Sealed for KeyedOwned<K, C, S>
+impl<L, K> Sealed for KeyedOwned<L, K>
 where
+    L: PerKey<K>,
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock + 'static,
-    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
         self.view().take(cost)
@@ -657,11 +664,10 @@ where
     }
 }
 
-impl<K, C, S> Limit for KeyedOwned<K, C, S>
+impl<L, K> Limit for KeyedOwned<L, K>
 where
+    L: PerKey<K>,
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock + 'static,
-    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
         self.view().retry_after(cost)
@@ -671,11 +677,10 @@ where
     }
 }
 
-impl<K, C, S> Bound for KeyedOwned<K, C, S>
+impl<L, K> Bound for KeyedOwned<L, K>
 where
+    L: PerKey<K>,
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock + 'static,
-    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
         self.view().partition(keys, name)
