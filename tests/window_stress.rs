@@ -357,7 +357,12 @@ fn every_key_gets_its_limit_per_window<K: WindowKind>(
                 totals.values().all(|&units| units == KEY_LIMIT),
                 "{threads} threads: {totals:?}"
             );
-            assert!(most <= KEYS as usize);
+            // The count errs high for a moment, never low (so the cap is
+            // never overshot): it reserves a place before each insertion
+            // (at most one per racing thread), and a sweep uncounts the keys
+            // it dropped when it ends, while deciders may already have
+            // created them again (at most every key once).
+            assert!(most <= 2 * KEYS as usize + threads, "{most} keys counted");
             limiter.clock().advance(step);
         }
     }
