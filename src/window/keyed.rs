@@ -329,7 +329,10 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
         self.table.stats()
     }
 
-    /// Keys currently tracked.
+    /// Keys currently tracked, as counted against the cap: for a moment the
+    /// count may run above the table (a place is reserved before each
+    /// insertion, and a sweep uncounts what it dropped when it ends), never
+    /// below it, so the cap is never overshot.
     ///
     /// ```
     /// use tollgate::{KeyedFixedWindow, Limit, WindowQuota};
