@@ -372,26 +372,26 @@ fn clock_ns(clock: &ManualClock) -> u64 {
 
 // Real threads: creation races and sweeps running beside decisions.
 
-/// Runs `work(i)` on `threads` threads released together, beside a thread
-/// that sweeps until they finish; returns what each worker returned.
-fn race_with_sweeper<K, C, T>(
+/// Runs `round(i, n, tally)` on `threads` threads, at least `rounds` times
+/// each, beside a thread that sweeps until they finish (and at least
+/// [`SWEEPS_PER_WORKER`] times during each worker's run); returns each
+/// worker's per-key tally.
+fn race_with_sweeper<K, C>(
     limiter: &KeyedLimiter<K, C>,
     threads: usize,
-    work: impl Fn(usize) -> T + Sync,
-) -> Vec<T>
+    rounds: u64,
+    round: impl Fn(usize, u64, &mut Vec<u64>) + Sync,
+) -> Vec<Vec<u64>>
 where
     K: std::hash::Hash + Eq + Send + Sync,
     C: tollgate::Clock,
-    T: Send,
 {
-    common::race_beside(
-        threads,
-        work,
-        Some(|| {
-            limiter.sweep();
-        }),
-    )
+    common::race_beside(threads, rounds, SWEEPS_PER_WORKER, round, || {
+        limiter.sweep();
+    })
 }
+
+const SWEEPS_PER_WORKER: u64 = 20;
 
 /// Each key's total over the threads' per-key tallies.
 fn per_key_totals(per_thread: &[Vec<u64>]) -> Vec<u64> {
@@ -411,16 +411,13 @@ fn racing_creations_and_sweeps_admit_exactly_the_capacity_per_key() {
         let clock = ManualClock::new();
         clock.set(Duration::from_secs(7));
         let limiter = keyed(Quota::per_second(CAPACITY).unwrap(), &clock);
-        let per_thread = race_with_sweeper(&limiter, threads, |_| {
-            let mut admitted = vec![0u64; KEYS as usize];
-            for _ in 0..CAPACITY {
-                for key in 0..KEYS {
-                    if limiter.try_acquire(&key, 1).is_ok() {
-                        admitted[key as usize] += 1;
-                    }
+        let per_thread = race_with_sweeper(&limiter, threads, CAPACITY, |_, _, admitted| {
+            admitted.resize(KEYS as usize, 0);
+            for key in 0..KEYS {
+                if limiter.try_acquire(&key, 1).is_ok() {
+                    admitted[key as usize] += 1;
                 }
             }
-            admitted
         });
         for (key, total) in per_key_totals(&per_thread).into_iter().enumerate() {
             assert_eq!(total, CAPACITY, "{threads} threads, key {key}");
@@ -446,19 +443,16 @@ fn sweeps_dropping_buckets_under_racing_threads_admit_exactly_the_capacity() {
         let dropped = std::sync::atomic::AtomicUsize::new(0);
         for round in 0..ROUNDS {
             clock.set(SECOND * (round + 1));
-            let per_thread = race_with_sweeper(&limiter, threads, |_| {
-                let mut admitted = vec![0u64; KEYS as usize];
-                for _ in 0..CAPACITY {
-                    // Workers sweep too, before each pass: the first pass
-                    // of a round finds full buckets to drop.
-                    dropped.fetch_add(limiter.sweep(), std::sync::atomic::Ordering::Relaxed);
-                    for key in 0..KEYS {
-                        if limiter.try_acquire(&key, 1).is_ok() {
-                            admitted[key as usize] += 1;
-                        }
+            let per_thread = race_with_sweeper(&limiter, threads, CAPACITY, |_, _, admitted| {
+                admitted.resize(KEYS as usize, 0);
+                // Workers sweep too, before each pass: the first pass of a
+                // round finds full buckets to drop.
+                dropped.fetch_add(limiter.sweep(), std::sync::atomic::Ordering::Relaxed);
+                for key in 0..KEYS {
+                    if limiter.try_acquire(&key, 1).is_ok() {
+                        admitted[key as usize] += 1;
                     }
                 }
-                admitted
             });
             for (key, total) in per_key_totals(&per_thread).into_iter().enumerate() {
                 assert_eq!(
@@ -489,15 +483,12 @@ fn churning_keys_on_the_real_clock_stay_within_the_envelope() {
             .build::<u32>();
         use tollgate::Clock;
         let start = limiter.clock().now_nanos();
-        let per_thread = race_with_sweeper(&limiter, threads, |i| {
-            let mut admitted = vec![0u64; KEYS as usize];
-            for round in 0..20_000u32 {
-                let key = (round.wrapping_mul(7) + i as u32) % KEYS;
-                if limiter.try_acquire(&key, 1).is_ok() {
-                    admitted[key as usize] += 1;
-                }
+        let per_thread = race_with_sweeper(&limiter, threads, 20_000, |i, round, admitted| {
+            admitted.resize(KEYS as usize, 0);
+            let key = ((round as u32).wrapping_mul(7) + i as u32) % KEYS;
+            if limiter.try_acquire(&key, 1).is_ok() {
+                admitted[key as usize] += 1;
             }
-            admitted
         });
         let elapsed = limiter.clock().now_nanos() - start;
         let envelope = Envelope {

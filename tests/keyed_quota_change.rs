@@ -376,6 +376,7 @@ fn ready<T>(future: impl std::future::Future<Output = T>) -> T {
 /// the last quota's capacity.
 #[test]
 fn deciders_race_a_changer_on_real_threads() {
+    const CHANGES_PER_DECIDER: u64 = 10;
     let clock = ManualClock::new();
     let limiter = KeyedLimiter::builder(Quota::per_second(50).unwrap())
         .clock(clock.clone())
@@ -388,25 +389,24 @@ fn deciders_race_a_changer_on_real_threads() {
     ];
     let admitted = race_beside(
         3,
-        |thread| {
-            let mut admitted = vec![0u64; keys as usize];
-            for round in 0..20u32 {
-                for key in 0..keys {
-                    let key = (key + thread as u32 * 7 + round) % keys;
-                    if limiter.try_acquire(&key, 1 + u64::from(key % 3)).is_ok() {
-                        admitted[key as usize] += 1 + u64::from(key % 3);
-                    }
+        20,
+        CHANGES_PER_DECIDER,
+        |thread, round, admitted: &mut Vec<u64>| {
+            admitted.resize(keys as usize, 0);
+            for key in 0..keys {
+                let key = (key + thread as u32 * 7 + round as u32) % keys;
+                if limiter.try_acquire(&key, 1 + u64::from(key % 3)).is_ok() {
+                    admitted[key as usize] += 1 + u64::from(key % 3);
                 }
             }
-            admitted
         },
-        Some(|| {
+        || {
             let n = changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             limiter.set_quota(quotas[(n % 2) as usize]);
-        }),
+        },
     );
     let changes = changes.into_inner();
-    assert!(changes > 0, "the changer ran");
+    assert!(changes >= CHANGES_PER_DECIDER, "the changer ran");
     let last = limiter.quota();
     assert!(quotas.contains(&last));
     for key in 0..keys {

@@ -165,12 +165,10 @@ fn the_queue_bound_holds_while_the_clock_moves() {
         };
         let waits: Vec<Duration> = race_beside(
             threads,
-            |_| {
-                (0..2_000)
-                    .filter_map(|_| pacer.reserve().ok())
-                    .collect::<Vec<_>>()
-            },
-            Some(advance),
+            2_000,
+            20,
+            |_, _, waits: &mut Vec<Duration>| waits.extend(pacer.reserve().ok()),
+            advance,
         )
         .concat();
         assert!(waits.iter().all(|&w| w <= max_wait));

@@ -340,10 +340,13 @@ fn threads_racing_a_moving_clock_stay_within_the_envelope() {
         let quota = Quota::new(capacity, tokens, Duration::from_nanos(period_ns)).unwrap();
         let bucket = StripedBucket::with_clock(quota, clock.clone(), stripes, lease);
         let (steps, calls, calls_seen) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+        // One round each: a worker's round runs until the clock has made
+        // all its steps, which it makes only while the workers move.
         let per_thread = race_beside(
             threads,
-            |thread| {
-                let mut admitted = Vec::new();
+            1,
+            0,
+            |thread, _, admitted: &mut Vec<(u64, u64, u64)>| {
                 let mut burst_at = 0;
                 // Until the clock has made all its steps, so that every
                 // thread sees the whole range however they are scheduled.
@@ -370,13 +373,12 @@ fn threads_racing_a_moving_clock_stay_within_the_envelope() {
                     }
                     thread::yield_now();
                 }
-                admitted
             },
             // A tenth of a token per step and a whole refill every fifty
             // steps, up to a bounded number of steps so that the readings
             // stay few; a step only once the takers have moved on, so that
             // no scheduling lets the clock run out before they start.
-            Some(|| {
+            || {
                 let seen = calls.load(Ordering::Relaxed);
                 if seen == calls_seen.swap(seen, Ordering::Relaxed) {
                     thread::yield_now();
@@ -388,7 +390,7 @@ fn threads_racing_a_moving_clock_stay_within_the_envelope() {
                     clock.advance(Duration::from_nanos(period_ns / tokens / 10 * tenths));
                 }
                 thread::yield_now();
-            }),
+            },
         );
         let mut admitted: Vec<_> = per_thread.into_iter().flatten().collect();
         let spent: u64 = admitted.iter().map(|&(.., cost)| cost).sum();

@@ -22,6 +22,9 @@ const ROUNDS: u64 = 10;
 const LIMIT: u64 = 1_000;
 const ATTEMPTS_PER_THREAD: u64 = 1_000;
 const WINDOW: Duration = Duration::from_secs(1);
+/// Calls of the racing side (a clock step, a sweep) completed during each
+/// worker's run, at least.
+const BESIDE_CALLS: u64 = 20;
 
 fn quota() -> WindowQuota {
     WindowQuota::new(LIMIT, WINDOW).unwrap()
@@ -133,24 +136,25 @@ fn admissions_by_window<K: WindowKind, C: Clock + Sync>(
     beside: Option<impl Fn() + Sync>,
 ) -> (BTreeMap<u64, u64>, u64) {
     let window = window_nanos(limiter);
-    let per_thread = race_beside(
-        threads,
-        |t| {
-            let mut certain = BTreeMap::new();
-            let mut all = 0;
+    let attempt = |t: usize, i: u64, (certain, all): &mut (BTreeMap<u64, u64>, u64)| {
+        let before = limiter.clock().now_nanos() / window;
+        let cost = acquire(limiter, 1 + (i + t as u64) % 3);
+        let after = limiter.clock().now_nanos() / window;
+        *all += cost;
+        if before == after {
+            *certain.entry(before).or_insert(0) += cost;
+        }
+    };
+    let per_thread = match beside {
+        Some(beside) => race_beside(threads, attempts, BESIDE_CALLS, attempt, beside),
+        None => race(threads, |t| {
+            let mut tally = Default::default();
             for i in 0..attempts {
-                let before = limiter.clock().now_nanos() / window;
-                let cost = acquire(limiter, 1 + (i + t as u64) % 3);
-                let after = limiter.clock().now_nanos() / window;
-                all += cost;
-                if before == after {
-                    *certain.entry(before).or_insert(0) += cost;
-                }
+                attempt(t, i, &mut tally);
             }
-            (certain, all)
-        },
-        beside,
-    );
+            tally
+        }),
+    };
     let mut certain = BTreeMap::new();
     let mut all = 0;
     for (theirs, total) in per_thread {
@@ -307,28 +311,24 @@ fn keyed_phase<K: WindowKind>(
     let most = std::sync::atomic::AtomicUsize::new(0);
     let per_thread = race_beside(
         threads,
-        |i| {
-            let mut admitted = BTreeMap::new();
-            for round in 0..KEY_LIMIT {
-                for k in 0..KEYS {
-                    // Threads walk the keys from different places.
-                    let key = (k + i as u32 * 7 + round as u32) % KEYS;
-                    let units = match limiter.key(&key).try_acquire(1) {
-                        Ok(()) => 1,
-                        Err(
-                            AcquireError::Insufficient { .. } | AcquireError::TooManyKeys { .. },
-                        ) => 0,
-                        Err(other) => panic!("refused with {other:?}"),
-                    };
-                    *admitted.entry(key).or_insert(0) += units;
-                    most.fetch_max(limiter.len(), std::sync::atomic::Ordering::Relaxed);
-                }
+        KEY_LIMIT,
+        BESIDE_CALLS,
+        |i, round, admitted: &mut BTreeMap<u32, u64>| {
+            for k in 0..KEYS {
+                // Threads walk the keys from different places.
+                let key = (k + i as u32 * 7 + round as u32) % KEYS;
+                let units = match limiter.key(&key).try_acquire(1) {
+                    Ok(()) => 1,
+                    Err(AcquireError::Insufficient { .. } | AcquireError::TooManyKeys { .. }) => 0,
+                    Err(other) => panic!("refused with {other:?}"),
+                };
+                *admitted.entry(key).or_insert(0) += units;
+                most.fetch_max(limiter.len(), std::sync::atomic::Ordering::Relaxed);
             }
-            admitted
         },
-        Some(|| {
+        || {
             limiter.sweep();
-        }),
+        },
     );
     let mut totals = BTreeMap::new();
     for admitted in per_thread {

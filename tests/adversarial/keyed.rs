@@ -235,6 +235,7 @@ fn keys_on_either_side_of_the_exact_length_keep_separate_budgets() {
 #[test]
 fn sweeps_and_undos_racing_decisions_admit_exactly_the_capacity() {
     const CAPACITY: u64 = 12;
+    const SWEEPS_PER_WORKER: u64 = 20;
     let keys: Vec<String> = (0..24u64)
         .map(|i| {
             if i % 2 == 0 {
@@ -254,26 +255,25 @@ fn sweeps_and_undos_racing_decisions_admit_exactly_the_capacity() {
         closed.try_acquire(1).unwrap();
         let per_thread = common::race_beside(
             threads,
-            |i| {
-                let mut admitted = vec![0u64; keys.len()];
-                for _ in 0..CAPACITY {
-                    for (k, key) in keys.iter().enumerate() {
-                        if i % 2 == 1 {
-                            // Taken from the key, then undone: the second
-                            // step is always refused.
-                            let limit = limiter.key(key.as_str());
-                            assert!(try_acquire_all(&[limit.cost(1), closed.cost(1)]).is_err());
-                        }
-                        if limiter.try_acquire(key.as_str(), 1).is_ok() {
-                            admitted[k] += 1;
-                        }
+            CAPACITY,
+            SWEEPS_PER_WORKER,
+            |i, _, admitted: &mut Vec<u64>| {
+                admitted.resize(keys.len(), 0);
+                for (k, key) in keys.iter().enumerate() {
+                    if i % 2 == 1 {
+                        // Taken from the key, then undone: the second
+                        // step is always refused.
+                        let limit = limiter.key(key.as_str());
+                        assert!(try_acquire_all(&[limit.cost(1), closed.cost(1)]).is_err());
+                    }
+                    if limiter.try_acquire(key.as_str(), 1).is_ok() {
+                        admitted[k] += 1;
                     }
                 }
-                admitted
             },
-            Some(|| {
+            || {
                 limiter.sweep();
-            }),
+            },
         );
         for (k, key) in keys.iter().enumerate() {
             let total: u64 = per_thread.iter().map(|tally| tally[k]).sum();

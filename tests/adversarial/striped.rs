@@ -164,10 +164,12 @@ fn flushes_racing_takes_mint_nothing() {
     let flushed = AtomicU64::new(0);
     let admitted: u64 = race_beside(
         4,
-        |_| (0..400).filter(|_| bucket.try_acquire(1).is_ok()).count() as u64,
-        Some(|| {
+        400,
+        50,
+        |_, _, admitted: &mut u64| *admitted += u64::from(bucket.try_acquire(1).is_ok()),
+        || {
             flushed.fetch_add(bucket.flush(), Ordering::Relaxed);
-        }),
+        },
     )
     .iter()
     .sum();

@@ -7,10 +7,10 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Barrier;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use num_rational::Ratio;
 use tollgate::AcquireError;
@@ -63,28 +63,9 @@ pub fn ceil_nanos(x: Q) -> u64 {
 /// Runs `work(thread_index)` on `threads` threads released together by a
 /// barrier, and returns what each returned.
 pub fn race<T: Send>(threads: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
-    race_beside(threads, work, None::<fn()>)
-}
-
-/// As [`race`], with `beside` called in a loop on one more thread, released
-/// with the others, until they have all finished.
-pub fn race_beside<T: Send>(
-    threads: usize,
-    work: impl Fn(usize) -> T + Sync,
-    beside: Option<impl Fn() + Sync>,
-) -> Vec<T> {
-    let barrier = Barrier::new(threads + usize::from(beside.is_some()));
-    let done = AtomicBool::new(false);
+    let barrier = Barrier::new(threads);
     thread::scope(|s| {
-        let (barrier, done, work) = (&barrier, &done, &work);
-        if let Some(beside) = &beside {
-            s.spawn(move || {
-                barrier.wait();
-                while !done.load(Ordering::Acquire) {
-                    beside();
-                }
-            });
-        }
+        let (barrier, work) = (&barrier, &work);
         let handles: Vec<_> = (0..threads)
             .map(|i| {
                 s.spawn(move || {
@@ -93,9 +74,75 @@ pub fn race_beside<T: Send>(
                 })
             })
             .collect();
-        let out = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// How long a racing side may take to do its part before the test fails.
+/// Generous: it only bounds a run that would otherwise never end, on a
+/// machine as loaded as it may be.
+pub const RACE_DEADLINE: Duration = Duration::from_secs(600);
+
+/// Runs `round(i, n, &mut tally)` (worker `i`'s round `n`, from 0) over
+/// and over on `threads` threads beside one
+/// more thread calling `beside()` in a loop, all released together, and
+/// returns each worker's tally.
+///
+/// The two sides overlap by construction, not by the scheduler's luck: a
+/// worker stops only once it has run at least `rounds` rounds *and* at
+/// least `beside_calls` calls of `beside` have completed since its first
+/// round, and `beside` runs until every worker has stopped. A run that
+/// cannot get there within [`RACE_DEADLINE`] fails loudly.
+pub fn race_beside<T: Default + Send>(
+    threads: usize,
+    rounds: u64,
+    beside_calls: u64,
+    round: impl Fn(usize, u64, &mut T) + Sync,
+    beside: impl Fn() + Sync,
+) -> Vec<T> {
+    let barrier = Barrier::new(threads + 1);
+    let done = AtomicBool::new(false);
+    let calls = AtomicU64::new(0);
+    let deadline = Instant::now() + RACE_DEADLINE;
+    thread::scope(|s| {
+        let (barrier, done, calls, round, beside) = (&barrier, &done, &calls, &round, &beside);
+        s.spawn(move || {
+            barrier.wait();
+            while !done.load(Ordering::Acquire) {
+                beside();
+                calls.fetch_add(1, Ordering::Release);
+            }
+        });
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                s.spawn(move || {
+                    barrier.wait();
+                    let first = calls.load(Ordering::Acquire);
+                    let mut tally = T::default();
+                    let mut ran = 0;
+                    loop {
+                        round(i, ran, &mut tally);
+                        ran += 1;
+                        let beside_ran = calls.load(Ordering::Acquire) - first;
+                        if ran >= rounds && beside_ran >= beside_calls {
+                            return tally;
+                        }
+                        assert!(
+                            Instant::now() < deadline,
+                            "worker {i}: {ran} of {rounds} rounds beside {beside_ran} of \
+                             {beside_calls} calls in {RACE_DEADLINE:?}"
+                        );
+                    }
+                })
+            })
+            .collect();
+        // Joined before `done` is set, so `beside` keeps running for as long
+        // as any worker does; a panicking worker stops it too.
+        let out: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
         done.store(true, Ordering::Release);
-        out
+        out.into_iter()
+            .map(|joined| joined.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect()
     })
 }
 
