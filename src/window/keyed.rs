@@ -198,12 +198,12 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
             // and the guard holds the shard for reading until the decision
             // is made, so no sweep falls between them for a tracked key.
             let found = key.find_in(table);
-            let at = self.now();
+            let (at, behind) = self.keys.frame.at(self.clock.now_nanos());
             let state = match found {
                 Some(state) => state,
                 None => self.insert_in(table, key, at)?,
             };
-            state.acquire(&self.keys.frame, at, cost, slack)
+            state.acquire(&self.keys.frame, (at, behind), cost, slack)
         })
     }
 
@@ -469,9 +469,9 @@ where
 {
     fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
         self.limiter.keys.frame.check_cost(cost)?;
-        let at = self.limiter.now();
+        let (at, behind) = self.limiter.keys.frame.at(self.limiter.clock.now_nanos());
         let view = self.limiter.view(self.key, at);
-        Ok(self.limiter.keys.frame.retry_after(&view, at, cost))
+        Ok(self.limiter.keys.frame.retry_after(&view, at, cost, behind))
     }
 
     fn available(&self) -> u64 {

@@ -6,6 +6,7 @@ use super::WindowKind;
 use super::frame::{Frame, View};
 use crate::AcquireError;
 use crate::sync::{AtomicU64, Ordering};
+use crate::timeline::Behind;
 
 /// The packed `[index | prev | cur]` word of [`Frame`].
 ///
@@ -26,12 +27,13 @@ impl WindowState {
     /// ([`Frame::reserve`]), rolling the word forward to the reading's
     /// window in the same compare-and-swap: one successful compare-and-swap
     /// per admission, none per refusal. Returns the index of the window the
-    /// cost was counted in, and the wait before it may be used.
+    /// cost was counted in, and the wait before it may be used; both waits
+    /// from a reading `behind` the creation start with the gap.
     #[inline]
     pub(crate) fn acquire<K: WindowKind>(
         &self,
         frame: &Frame<K>,
-        at: u64,
+        (at, behind): (u64, Behind),
         cost: u64,
         slack: u64,
     ) -> Result<(u64, u64), AcquireError> {
@@ -43,7 +45,7 @@ impl WindowState {
                 0
             } else {
                 frame
-                    .reserve(&view, at, cost, slack)
+                    .reserve(&view, at, cost, slack, behind)
                     .map_err(|retry_after| AcquireError::Insufficient { retry_after })?
             };
             let next = frame.admitted(&view, cost);
