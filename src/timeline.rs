@@ -76,12 +76,6 @@ impl Reading {
     pub(crate) fn behind(self) -> Option<Behind> {
         (self.raw < self.origin).then(|| Behind(self.origin - self.raw))
     }
-
-    /// [`Self::nanos`], and how far before the origin (zero if not).
-    #[inline]
-    pub(crate) fn clamped(self) -> (u64, Behind) {
-        (self.nanos(), Behind::of(self.raw, self.origin))
-    }
 }
 
 /// How many nanoseconds a clock reading lay before a limiter's origin
@@ -97,10 +91,6 @@ impl Reading {
 pub(crate) struct Behind(u64);
 
 impl Behind {
-    /// A reading at or after the origin.
-    #[cfg(any(test, tollgate_loom))]
-    pub(crate) const NOT: Behind = Behind(0);
-
     /// How far `reading` lies before `origin` (zero if it does not).
     #[inline]
     pub(crate) fn of(reading: u64, origin: u64) -> Behind {
@@ -167,13 +157,14 @@ mod tests {
         let timeline = Timeline::new(&clock);
         clock.set(Duration::from_secs(4));
         assert_eq!(timeline.read().behind(), Some(Behind(6_000_000_000)));
-        assert_eq!(timeline.read().clamped(), (0, Behind(6_000_000_000)));
+        assert_eq!(timeline.read().nanos(), 0);
         assert_eq!(timeline.nanos(), 0);
         clock.set(Duration::from_secs(10));
         assert_eq!(timeline.read().behind(), None);
         assert_eq!(timeline.read().nanos(), 0);
         clock.set(Duration::from_secs(11));
-        assert_eq!(timeline.read().clamped(), (1_000_000_000, Behind::NOT));
+        assert_eq!(timeline.read().nanos(), 1_000_000_000);
+        assert_eq!(timeline.read().behind(), None);
     }
 
     #[test]
@@ -194,6 +185,6 @@ mod tests {
         assert_eq!(gap.refusal(refused(second), 10 * second), refused(second));
         let other = AcquireError::ZeroCost;
         assert_eq!(gap.refusal(other, second), other);
-        assert_eq!(Behind::NOT.wait(second), second);
+        assert_eq!(Behind(0).wait(second), second);
     }
 }

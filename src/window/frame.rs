@@ -102,12 +102,12 @@ impl<K: WindowKind> Frame<K> {
             .min(self.last)
     }
 
-    /// [`Self::elapsed`], and how far `reading` lies before the limiter's
-    /// creation: a decision made at the creation reports its waits from the
-    /// reading ([`Behind`]).
+    /// How far `reading` lies before the limiter's creation, if it does: a
+    /// decision made at the creation reports its waits from the reading
+    /// ([`Behind`]).
     #[inline]
-    pub(crate) fn at(&self, reading: u64) -> (u64, Behind) {
-        (self.elapsed(reading), Behind::of(reading, self.origin))
+    pub(crate) fn behind(&self, reading: u64) -> Option<Behind> {
+        (reading < self.origin).then(|| Behind::of(reading, self.origin))
     }
 
     /// Refuses a cost of zero and a cost no window can hold.
@@ -216,11 +216,18 @@ impl<K: WindowKind> Frame<K> {
     /// How long after `at` a `cost` refused in `view` would fit if nothing
     /// else were admitted; zero if it fits now. From a reading `behind` the
     /// creation, the gap comes first.
-    pub(crate) fn retry_after(&self, view: &View, at: u64, cost: u64, behind: Behind) -> Duration {
+    pub(crate) fn retry_after(
+        &self,
+        view: &View,
+        at: u64,
+        cost: u64,
+        behind: Option<Behind>,
+    ) -> Duration {
         if self.fits(view, cost) {
             Duration::ZERO
         } else {
-            behind.wait(self.wait(view, at, cost))
+            let wait = self.wait(view, at, cost);
+            behind.map_or(wait, |behind| behind.wait(wait))
         }
     }
 
@@ -282,7 +289,7 @@ impl<K: WindowKind> Frame<K> {
         at: u64,
         cost: u64,
         slack: u64,
-        behind: Behind,
+        behind: Option<Behind>,
     ) -> Result<u64, Duration> {
         let Some(due) = self.due(view, cost) else {
             return Err(NEVER);
@@ -294,7 +301,7 @@ impl<K: WindowKind> Frame<K> {
         let start = view.index * self.window;
         let in_window = due - start < self.window;
         // Instants as far from `at` as they are from the reading.
-        let gap = behind.nanos();
+        let gap = behind.map_or(0, Behind::nanos);
         let wait = due.saturating_add(gap).saturating_sub(at);
         if in_window && wait <= slack {
             return Ok(wait);

@@ -6,7 +6,6 @@ use super::WindowKind;
 use super::frame::{Frame, View};
 use crate::AcquireError;
 use crate::sync::{AtomicU64, Ordering};
-use crate::timeline::Behind;
 
 /// The packed `[index | prev | cur]` word of [`Frame`].
 ///
@@ -28,12 +27,13 @@ impl WindowState {
     /// window in the same compare-and-swap: one successful compare-and-swap
     /// per admission, none per refusal. Returns the index of the window the
     /// cost was counted in, and the wait before it may be used; both waits
-    /// from a reading `behind` the creation start with the gap.
+    /// are measured from the clock `reading` that `at` was taken from (a
+    /// reading before the limiter's creation is decided at the creation).
     #[inline]
     pub(crate) fn acquire<K: WindowKind>(
         &self,
         frame: &Frame<K>,
-        (at, behind): (u64, Behind),
+        (at, reading): (u64, u64),
         cost: u64,
         slack: u64,
     ) -> Result<(u64, u64), AcquireError> {
@@ -45,7 +45,7 @@ impl WindowState {
                 0
             } else {
                 frame
-                    .reserve(&view, at, cost, slack, behind)
+                    .reserve(&view, at, cost, slack, frame.behind(reading))
                     .map_err(|retry_after| AcquireError::Insufficient { retry_after })?
             };
             let next = frame.admitted(&view, cost);
