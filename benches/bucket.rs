@@ -18,6 +18,9 @@
 //!   (three per nanosecond), one rounded per token (11/s) and one charged
 //!   per request (1 GiB/s). With the clock nearly free, these rows isolate
 //!   the core's own arithmetic.
+//! - `default_clock`: a reading, an admission and a refusal on the default
+//!   clock beside the same on `TscClock`, the counter it reads where it
+//!   trusts it: what its choice between two sources costs.
 //! - `quota_change`: on the same clock, a bucket (and a striped bucket)
 //!   whose quota never changed beside one that changed once
 //!   (`set_quota`), admitted and refused: what a change costs the
@@ -363,9 +366,46 @@ fn quota_change(c: &mut Criterion) {
     group.finish();
 }
 
+/// The default clock beside the counter it reads where it trusts it: a
+/// reading, an admission and a refusal on each, in one run, so the cost of
+/// the default's branch between its two sources is the difference of each
+/// pair (`docs/benchmarks.md`, "The default clock"). On a machine whose
+/// default reads the OS clock instead, the `default` rows measure that.
+fn default_clock(c: &mut Criterion) {
+    let mut group = c.benchmark_group("default_clock");
+    let tsc = tollgate::TscClock::new();
+    let default = tollgate::DefaultClock::new();
+    group.bench_function("read/tsc", |b| b.iter(|| black_box(&tsc).now_nanos()));
+    group.bench_function("read/default", |b| {
+        b.iter(|| black_box(&default).now_nanos())
+    });
+    for (path, limit) in [("allow", ALLOW), ("deny", DENY)] {
+        let on_tsc = TokenBucket::with_clock(limit.tollgate(), tsc.clone());
+        let on_default = TokenBucket::with_clock(limit.tollgate(), default.clone());
+        let admits = path == "allow";
+        bench_decision(
+            &mut group,
+            path,
+            "tsc",
+            admits,
+            || black_box(&on_tsc).try_acquire(1),
+            Result::is_ok,
+        );
+        bench_decision(
+            &mut group,
+            path,
+            "default",
+            admits,
+            || black_box(&on_default).try_acquire(1),
+            Result::is_ok,
+        );
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = common::config();
-    targets = clock, allow, deny, manual, quota_change
+    targets = clock, allow, deny, manual, quota_change, default_clock
 }
 criterion_main!(benches);

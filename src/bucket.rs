@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::gcra::Gcra;
 use crate::limit::{Limit, Shape, Taken, sealed};
 use crate::state::Admission;
-use crate::timeline::Timeline;
+use crate::timeline::{Behind, Timeline};
 use crate::{AcquireError, Clock, DefaultClock, Quota};
 use chain::{State, States};
 
@@ -160,41 +160,54 @@ impl<C: Clock> TokenBucket<C> {
         )
     }
 
-    /// Admits `cost` tokens on `state` with up to `slack(gcra)` ticks of
-    /// delay: validates the cost, reads the clock, and runs the decision in
-    /// the state's compare-and-swap loop. Every admission of the bucket
-    /// comes through here ([`docs/design.md`](crate::guide::design), "The
-    /// decision path").
+    /// Admits `cost` tokens on `state` with a wait of up to `max_wait`:
+    /// validates the cost, reads the clock, and runs the decision in the
+    /// state's compare-and-swap loop, then gives `done` the admission and
+    /// how to tell its wait. Every admission of the bucket comes through
+    /// here ([`docs/design.md`](crate::guide::design), "The decision path").
+    ///
+    /// A reading before the bucket's creation is decided at the creation,
+    /// with the reservation's budget less the gap, and every wait measured
+    /// from the reading ([`Behind`]); each adjustment sits on a branch
+    /// taken only then, and the admission's own path computes nothing of
+    /// it (`docs/benchmarks.md`, "Readings before a limiter's creation").
     // Always inlined, as are its callers: out of line, its result comes
     // back through memory and the caller copies it (`docs/benchmarks.md`,
     // "Measured design choices").
     #[inline(always)]
-    fn admit_on(
-        &self,
-        state: &State,
-        cost: u64,
-        slack: impl FnOnce(&Gcra) -> u64,
-    ) -> Result<Admission, AcquireError> {
-        let gcra = state.gcra();
-        let cost_ticks = gcra.cost_ticks(cost)?;
-        let now = self.timeline.now(gcra);
-        state
-            .tat
-            .admit(gcra, now, cost, cost_ticks, slack(gcra), state.generation)
-    }
-
-    /// [`Self::admit_on`] with a wait of up to `max_wait`: the admission
-    /// and the wait before its tokens exist, under the quota that admitted.
-    #[inline(always)]
-    fn wait_on(
+    fn admit_on<R>(
         &self,
         state: &State,
         cost: u64,
         max_wait: Duration,
-    ) -> Result<(Admission, Duration), AcquireError> {
-        let admission = self.admit_on(state, cost, |gcra| gcra.ticks_of(max_wait))?;
+        done: impl FnOnce(Admission, Wait<'_>) -> R,
+    ) -> Result<R, AcquireError> {
         let gcra = state.gcra();
-        Ok((admission, gcra.duration(admission.wait(gcra))))
+        let cost_ticks = gcra.cost_ticks(cost)?;
+        let reading = self.timeline.read();
+        let behind = reading.behind();
+        let slack = match behind {
+            None => gcra.ticks_of(max_wait),
+            Some(behind) => {
+                std::hint::cold_path();
+                gcra.ticks_of(behind.budget(max_wait))
+            }
+        };
+        let admission = state
+            .tat
+            .admit(
+                gcra,
+                gcra.ticks(reading.nanos()),
+                cost,
+                cost_ticks,
+                slack,
+                state.generation,
+            )
+            .map_err(|refused| match behind {
+                None => refused,
+                Some(behind) => behind.refusal(refused, max_wait),
+            })?;
+        Ok(done(admission, Wait { gcra, behind }))
     }
 
     /// Returns `cost` tokens unconditionally: a trusted operation, for a
@@ -321,6 +334,30 @@ impl<C: Clock> TokenBucket<C> {
     }
 }
 
+/// How to tell an admission's caller its wait: in the quota's ticks
+/// rounded up to the nanosecond, from a reading `behind` the bucket's
+/// creation too. Computed only by the callers that report it: the rounding
+/// divides, and a division the compiler cannot prove harmless stays on the
+/// path of every admission whose caller drops the wait.
+struct Wait<'a> {
+    gcra: &'a Gcra,
+    behind: Option<Behind>,
+}
+
+impl Wait<'_> {
+    #[inline(always)]
+    fn of(&self, admission: &Admission) -> Duration {
+        let wait = self.gcra.duration(admission.wait(self.gcra));
+        match self.behind {
+            None => wait,
+            Some(behind) => {
+                std::hint::cold_path();
+                behind.wait(wait)
+            }
+        }
+    }
+}
+
 // Always inlined, like `admit`: a `reserve` through the trait left
 // `take_within` out of line and could no longer fold its constant
 // `max_wait` into ticks once per loop (`docs/benchmarks.md`, "Measured
@@ -330,7 +367,7 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
         let admission = self.states.on_state(
             #[inline(always)]
-            move |state| self.admit_on(state, cost, |_| 0),
+            move |state| self.admit_on(state, cost, Duration::ZERO, |admission, _| admission),
             Result::is_err,
         )?;
         Ok(Taken::own(admission, cost))
@@ -345,7 +382,11 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
     ) -> Result<(Taken, Duration), AcquireError> {
         let (admission, wait) = self.states.on_state(
             #[inline(always)]
-            move |state| self.wait_on(state, cost, max_wait),
+            move |state| {
+                self.admit_on(state, cost, max_wait, |admission, wait| {
+                    (admission, wait.of(&admission))
+                })
+            },
             Result::is_err,
         )?;
         Ok((Taken::own(admission, cost), wait))
@@ -375,7 +416,7 @@ impl<C: Clock> Limit for TokenBucket<C> {
     fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
         self.states.on_state(
             #[inline(always)]
-            move |state| self.admit_on(state, cost, |_| 0).map(drop),
+            move |state| self.admit_on(state, cost, Duration::ZERO, |_, _| ()),
             Result::is_err,
         )
     }
@@ -384,7 +425,9 @@ impl<C: Clock> Limit for TokenBucket<C> {
     fn reserve(&self, cost: u64, max_wait: Duration) -> Result<Duration, AcquireError> {
         self.states.on_state(
             #[inline(always)]
-            move |state| self.wait_on(state, cost, max_wait).map(|(_, wait)| wait),
+            move |state| {
+                self.admit_on(state, cost, max_wait, |admission, wait| wait.of(&admission))
+            },
             Result::is_err,
         )
     }
@@ -394,8 +437,16 @@ impl<C: Clock> Limit for TokenBucket<C> {
             |state| {
                 let gcra = state.gcra();
                 let cost_ticks = gcra.cost_ticks(cost)?;
-                let now = self.timeline.now(gcra);
-                Ok(gcra.duration(state.tat.wait_for(gcra, now, cost_ticks)))
+                let reading = self.timeline.read();
+                let now = gcra.ticks(reading.nanos());
+                let wait = gcra.duration(state.tat.wait_for(gcra, now, cost_ticks));
+                Ok(match reading.behind() {
+                    None => wait,
+                    Some(behind) => {
+                        std::hint::cold_path();
+                        behind.wait(wait)
+                    }
+                })
             },
             // A wait (or a cost above the capacity) may come from a sealed
             // word; no wait cannot.

@@ -100,7 +100,9 @@ mod waiting;
 pub mod window;
 
 pub use bucket::TokenBucket;
-pub use clock::{Clock, CoarseClock, DefaultClock, ManualClock, MonotonicClock, TscClock};
+pub use clock::{
+    Clock, ClockChoice, CoarseClock, DefaultClock, ManualClock, MonotonicClock, TscClock,
+};
 pub use counted::{Counted, DecisionStats};
 pub use error::{AcquireError, QuotaError};
 pub use hierarchy::{HierarchyError, MAX_STEPS, Step, try_acquire_all};

@@ -336,8 +336,11 @@ impl Lanes {
                     return None;
                 }
                 // A fresh reading: the lease just read the clock, and a take
-                // behind its reading spends nothing.
+                // behind its reading spends nothing. A cost above the lease
+                // leases nothing: no lease could cover it, and the tokens
+                // leased would be missing from the bucket it goes to.
                 if low
+                    && cost <= self.lease
                     && self.refill(bucket, stripe)
                     && let Take::Taken { .. } = stripe.take(bucket.ticks_now(gcra), cost_ticks, 0)
                 {

@@ -89,6 +89,34 @@ fn a_cost_above_the_lease_goes_to_the_bucket_and_bad_costs_are_typed() {
     ));
 }
 
+/// A cost above the lease can never come from a pool, so it must not lease
+/// first: the tokens leased would be missing from the bucket it goes to. A
+/// full bucket of 3 with a lease of 2 admits a cost of 3, every time it is
+/// full again, and never refuses it with a wait after which it would refuse
+/// again.
+#[test]
+fn a_full_bucket_admits_a_cost_above_the_lease() {
+    let clock = ManualClock::new();
+    let quota = Quota::new(3, 1, Duration::from_millis(4)).unwrap();
+    let bucket = StripedBucket::with_clock(quota, &clock, 2, 2);
+    for _ in 0..3 {
+        assert_eq!(bucket.retry_after(3), Ok(Duration::ZERO));
+        assert_eq!(bucket.try_acquire(3), Ok(()));
+        assert_eq!(
+            bucket.try_acquire(3),
+            Err(tollgate::AcquireError::Insufficient {
+                retry_after: Duration::from_millis(12)
+            })
+        );
+        clock.advance(Duration::from_millis(12));
+    }
+    // Spent through a pool first, the rest of the bucket still serves it
+    // once the refill has covered the pool's lease.
+    bucket.try_acquire(1).unwrap();
+    clock.advance(Duration::from_millis(12));
+    assert_eq!(bucket.try_acquire(3), Ok(()));
+}
+
 /// Issue 11, finding 2: a pool's tokens must not outlive the refill of the
 /// slots they were leased in. Take 5 at t = 0 on B = 10 (one stripe, a lease
 /// of the whole capacity), let 100 s pass: one instant then admits at most

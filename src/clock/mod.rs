@@ -8,7 +8,8 @@
 //!
 //! | clock | cost of a reading (dev machine) | resolution | notes |
 //! |---|---|---|---|
-//! | [`TscClock`] | ~11 ns | ~10 ns | CPU time-stamp counter through `quanta`; the default ([`DefaultClock`]) |
+//! | [`DefaultClock`] | its source's, and a branch | its source's | [`TscClock`] where every CPU's counter was checked to agree, [`MonotonicClock`] elsewhere |
+//! | [`TscClock`] | ~11 ns | ~10 ns | CPU time-stamp counter through `quanta`; opt-in where the default does not trust it (see its caveats) |
 //! | [`MonotonicClock`] | ~31 ns | 1 ns | `Instant::now()` |
 //! | [`CoarseClock`] | ~0.7 ns (one load) | its update period | a background thread |
 //! | [`ManualClock`] | one load | 1 ns | tests and simulations |
@@ -16,37 +17,19 @@
 //! [`docs/clocks.md`](crate::guide::clocks) has the measurements, including cross-core behaviour and
 //! the updater thread's cost.
 
+mod choice;
 mod coarse;
+mod default;
 mod manual;
 mod monotonic;
 mod tsc;
 
+pub use choice::ClockChoice;
 pub use coarse::CoarseClock;
+pub use default::DefaultClock;
 pub use manual::ManualClock;
 pub use monotonic::MonotonicClock;
 pub use tsc::TscClock;
-
-/// The clock of every limiter built without one ([`TokenBucket::new`](crate::TokenBucket::new),
-/// [`KeyedLimiter::new`](crate::KeyedLimiter::new),
-/// [`StripedBucket::new`](crate::StripedBucket::new), the keyed builder,
-/// [`LocalStore::new`](crate::shared::LocalStore::new)).
-///
-/// The time-stamp counter where it is invariant and calibrated, the OS
-/// monotonic clock where it is not ([`TscClock`]): what governor's default
-/// reads, at about a third of the cost of `Instant::now()` here. Its
-/// readings may step back when a thread moves to a core whose counter is
-/// behind; a bucket then sees less credit, never more, and a reading below
-/// the clock's epoch counts as the epoch ([`docs/clocks.md`](crate::guide::clocks), "The default").
-/// One alias, so that changing the default is one line.
-///
-/// ```
-/// use tollgate::{DefaultClock, Limit, Quota, TokenBucket};
-///
-/// let bucket: TokenBucket<DefaultClock> = TokenBucket::new(Quota::per_second(10)?);
-/// assert!(bucket.try_acquire(1).is_ok());
-/// # Ok::<(), tollgate::QuotaError>(())
-/// ```
-pub type DefaultClock = TscClock;
 
 /// A source of time for buckets, in nanoseconds since the clock's epoch.
 ///

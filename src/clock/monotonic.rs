@@ -5,7 +5,9 @@ use super::{Clock, saturating_nanos};
 /// The operating system's monotonic clock (`std::time::Instant`), measured
 /// from the moment this clock was created: exact to the nanosecond, never
 /// behind another core's reading, at about three times the cost of the
-/// [`DefaultClock`](crate::DefaultClock)'s.
+/// time-stamp counter's ([`TscClock`](crate::TscClock)). The
+/// [`DefaultClock`](crate::DefaultClock) reads it wherever the counters of
+/// the CPUs were not checked to agree.
 ///
 /// ```
 /// use tollgate::{Clock, MonotonicClock};

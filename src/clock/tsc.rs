@@ -2,16 +2,23 @@ use super::Clock;
 
 /// A clock read from the CPU's time-stamp counter through `quanta`, which
 /// calibrates the counter against the OS clock and falls back to the OS clock
-/// where the counter is not invariant. It is the [`DefaultClock`](crate::DefaultClock).
+/// where the counter is not invariant. The [`DefaultClock`](crate::DefaultClock)
+/// reads it where every CPU's counter was checked to agree; choose it
+/// yourself only where you know they do.
 ///
 /// Trade-offs (measured in [`docs/clocks.md`](crate::guide::clocks)): about 40 % of the cost of
-/// `Instant::now()` on the development machine. The counters of different
-/// cores disagree by up to tens of nanoseconds there; a reading that appears
-/// to go backwards only makes a bucket see less credit, never more, and a
-/// reading below the epoch counts as the epoch rather than wrapping.
-/// Calibration error against the OS clock is a rate error of parts per
-/// million, far inside any quota's precision. The first clock of a process
-/// calibrates the counter (up to 200 ms, once); later ones copy that.
+/// `Instant::now()` on the development machine. Neither quanta nor this
+/// clock checks that the cores' counters agree. Where they are apart by Δ
+/// (unsynchronised laptops, some multi-socket servers and virtual machines),
+/// a reading on a core behind sees Δ less refill: requests the quota allows
+/// are refused, and a limiter created on a core ahead counts the others'
+/// readings as its creation until the gap closes. A reading on a core ahead
+/// finds `r·Δ` of refill another core already spent: the real-time envelope
+/// widens by `r·2Δ`. Readings behind another core's never mint credit in
+/// clock time, and a reading below the epoch counts as the epoch rather than
+/// wrapping. Calibration error against the OS clock is a rate error of parts
+/// per million, far inside any quota's precision. The first clock of a
+/// process calibrates the counter (up to 200 ms, once); later ones copy that.
 ///
 /// ```
 /// use tollgate::{Clock, TscClock};

@@ -33,7 +33,7 @@ use crate::gcra::Gcra;
 use crate::limit::Taken;
 use crate::state::{Admission, Tat};
 use crate::sync::{AtomicU64, Ordering, RwLock, read, write};
-use crate::timeline::Timeline;
+use crate::timeline::{Reading, Timeline};
 use crate::{AcquireError, Clock, DefaultClock, Quota};
 use config::KeyBound;
 use generations::Held;
@@ -127,15 +127,20 @@ pub(crate) struct Decided {
     pub(crate) admission: Admission,
     pub(crate) gcra: Gcra,
     pub(crate) nanos: u64,
+    /// The reading it was decided at: a reading before the limiter's
+    /// creation (decided at the creation, `nanos` zero) reports its waits
+    /// from the reading.
+    reading: Reading,
     overflow: bool,
 }
 
 impl Decided {
-    fn new(admission: Admission, gcra: Gcra, nanos: u64, overflow: bool) -> Self {
+    fn new(admission: Admission, gcra: Gcra, reading: Reading, overflow: bool) -> Self {
         Decided {
             admission,
             gcra,
-            nanos,
+            nanos: reading.nanos(),
+            reading,
             overflow,
         }
     }
@@ -294,8 +299,19 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     where
         Q: KeyRef<K> + ?Sized,
     {
-        self.decide(key, cost, |held, now| {
-            held.admit(now, cost, held.gcra.ticks_of(max_wait))
+        self.decide(key, cost, |held, now, reading| {
+            let slack = match reading.behind() {
+                None => held.gcra.ticks_of(max_wait),
+                Some(behind) => {
+                    std::hint::cold_path();
+                    held.gcra.ticks_of(behind.budget(max_wait))
+                }
+            };
+            held.admit(now, cost, slack)
+                .map_err(|refused| match reading.behind() {
+                    None => refused,
+                    Some(behind) => behind.refusal(refused, max_wait),
+                })
         })
     }
 
@@ -307,12 +323,15 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         Q: KeyRef<K> + ?Sized,
     {
         let mut granted = 0;
-        let decided = self.decide(key, 1, |held, now| {
+        let decided = self.decide(key, 1, |held, now, reading| {
             let (n, admission) = held
                 .tat
                 .admit_up_to(&held.gcra, now, want, held.generation)
-                .map_err(|wait| AcquireError::Insufficient {
-                    retry_after: held.gcra.duration(wait),
+                .map_err(|wait| {
+                    let wait = held.gcra.duration(wait);
+                    AcquireError::Insufficient {
+                        retry_after: reading.behind().map_or(wait, |behind| behind.wait(wait)),
+                    }
                 })?;
             granted = n;
             Ok(admission)
@@ -328,7 +347,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         &self,
         key: &Q,
         cost: u64,
-        admit: impl FnOnce(Held<'_>, u64) -> Result<Admission, AcquireError>,
+        admit: impl FnOnce(Held<'_>, u64, Reading) -> Result<Admission, AcquireError>,
     ) -> Result<Decided, AcquireError>
     where
         Q: KeyRef<K> + ?Sized,
@@ -488,17 +507,23 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         key: &Q,
         cost: u64,
     ) -> Result<Duration, AcquireError> {
-        in_table!(self.table, key, |table| match key.find_in(table) {
-            Some(entry) => {
-                let Held { tat, gcra, .. } = entry.held(&self.generations);
-                let now = gcra.ticks(self.timeline.nanos());
-                Ok(gcra.duration(tat.wait_for(&gcra, now, gcra.cost_ticks(cost)?)))
-            }
-            None => {
-                let (gcra, tat, now) = self.unknown_in(table, key, self.timeline.nanos());
-                let wait = gcra.decide(tat, now, gcra.cost_ticks(cost)?, 0);
-                Ok(gcra.duration(wait.err().unwrap_or(0)))
-            }
+        in_table!(self.table, key, |table| {
+            let found = key.find_in(table);
+            let reading = self.timeline.read();
+            let nanos = reading.nanos();
+            let wait = match found {
+                Some(entry) => {
+                    let Held { tat, gcra, .. } = entry.held(&self.generations);
+                    let now = gcra.ticks(nanos);
+                    gcra.duration(tat.wait_for(&gcra, now, gcra.cost_ticks(cost)?))
+                }
+                None => {
+                    let (gcra, tat, now) = self.unknown_in(table, key, nanos);
+                    let wait = gcra.decide(tat, now, gcra.cost_ticks(cost)?, 0);
+                    gcra.duration(wait.err().unwrap_or(0))
+                }
+            };
+            Ok(reading.behind().map_or(wait, |behind| behind.wait(wait)))
         })
     }
 
@@ -743,9 +768,17 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
 }
 
 impl Decided {
-    /// How long the caller must wait before its tokens exist.
+    /// How long the caller must wait before its tokens exist, from the
+    /// reading.
     fn wait(&self) -> Duration {
-        self.gcra.duration(self.admission.wait(&self.gcra))
+        let wait = self.gcra.duration(self.admission.wait(&self.gcra));
+        match self.reading.behind() {
+            None => wait,
+            Some(behind) => {
+                std::hint::cold_path();
+                behind.wait(wait)
+            }
+        }
     }
 
     /// What [`Limit`](crate::Limit)'s layers keep of it to undo it.

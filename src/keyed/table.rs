@@ -17,6 +17,7 @@ use super::{AtCapacity, Decided, KeyedLimiter, Overflow};
 use crate::gcra::Gcra;
 use crate::state::Admission;
 use crate::sync::{Ordering, read};
+use crate::timeline::Reading;
 use crate::{AcquireError, Clock};
 
 /// A key table: one bucket per stored key.
@@ -52,7 +53,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         table: &Table<M, H>,
         key: &Q,
         cost: u64,
-        admit: impl FnOnce(Held<'_>, u64) -> Result<Admission, AcquireError>,
+        admit: impl FnOnce(Held<'_>, u64, Reading) -> Result<Admission, AcquireError>,
     ) -> Result<Decided, AcquireError>
     where
         M: Hash + Eq,
@@ -68,7 +69,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         // (a new key's reading is older; `fresh_tat` covers that), nor a
         // quota change's conversion of the bucket.
         let found = key.find_in(table);
-        let nanos = self.timeline.nanos();
+        let reading = self.timeline.read();
+        let nanos = reading.nanos();
         let bucket = match found {
             Some(entry) => Bucket::Own(entry),
             None => self.insert_in(table, key, cost, nanos)?,
@@ -77,13 +79,13 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             Bucket::Own(entry) => {
                 let held = entry.held(&self.generations);
                 let now = held.gcra.ticks(nanos);
-                let admission = admit(held, now)?;
-                Ok(Decided::new(admission, held.gcra, nanos, false))
+                let admission = admit(held, now, reading)?;
+                Ok(Decided::new(admission, held.gcra, reading, false))
             }
             Bucket::Overflow { absent, floor } => {
                 let overflow = read(&self.overflow);
                 let held = self.overflow_held(&overflow);
-                let admission = admit(held, held.gcra.ticks(nanos))?;
+                let admission = admit(held, held.gcra.ticks(nanos), reading)?;
                 // Recorded before the key's absence is released, so a bucket
                 // of its own created next starts from here or later; and
                 // before the overflow bucket is released, so in the same
@@ -95,7 +97,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 drop(overflow);
                 drop(absent);
                 self.table.counters.overflowed();
-                Ok(Decided::new(admission, gcra, nanos, true))
+                Ok(Decided::new(admission, gcra, reading, true))
             }
         }
     }

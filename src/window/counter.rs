@@ -138,7 +138,9 @@ impl<K: WindowKind, C: Clock> WindowCounter<K, C> {
     #[inline]
     fn admit(&self, cost: u64, slack: u64) -> Result<(u64, u64), AcquireError> {
         self.frame.check_cost(cost)?;
-        self.state.acquire(&self.frame, self.now(), cost, slack)
+        let reading = self.clock.now_nanos();
+        let at = self.frame.elapsed(reading);
+        self.state.acquire(&self.frame, (at, reading), cost, slack)
     }
 
     /// The limit this counter enforces.
@@ -216,9 +218,12 @@ impl<K: WindowKind, C: Clock> sealed::Sealed for WindowCounter<K, C> {
 impl<K: WindowKind, C: Clock> Limit for WindowCounter<K, C> {
     fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
         self.frame.check_cost(cost)?;
-        let at = self.now();
+        let reading = self.clock.now_nanos();
+        let at = self.frame.elapsed(reading);
         let view = self.state.view(&self.frame, at);
-        Ok(self.frame.retry_after(&view, at, cost))
+        Ok(self
+            .frame
+            .retry_after(&view, at, cost, self.frame.behind(reading)))
     }
 
     /// Whole units that would be admitted now: the limit less the current

@@ -16,6 +16,7 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use super::{WindowKind, WindowQuota};
+use crate::timeline::Behind;
 use crate::{AcquireError, QuotaError};
 
 /// The shortest span, in nanoseconds, that a window counter's index must
@@ -99,6 +100,14 @@ impl<K: WindowKind> Frame<K> {
             .saturating_sub(self.origin)
             .saturating_add(self.lead)
             .min(self.last)
+    }
+
+    /// How far `reading` lies before the limiter's creation, if it does: a
+    /// decision made at the creation reports its waits from the reading
+    /// ([`Behind`]).
+    #[inline]
+    pub(crate) fn behind(&self, reading: u64) -> Option<Behind> {
+        (reading < self.origin).then(|| Behind::of(reading, self.origin))
     }
 
     /// Refuses a cost of zero and a cost no window can hold.
@@ -205,12 +214,20 @@ impl<K: WindowKind> Frame<K> {
     }
 
     /// How long after `at` a `cost` refused in `view` would fit if nothing
-    /// else were admitted; zero if it fits now.
-    pub(crate) fn retry_after(&self, view: &View, at: u64, cost: u64) -> Duration {
+    /// else were admitted; zero if it fits now. From a reading `behind` the
+    /// creation, the gap comes first.
+    pub(crate) fn retry_after(
+        &self,
+        view: &View,
+        at: u64,
+        cost: u64,
+        behind: Option<Behind>,
+    ) -> Duration {
         if self.fits(view, cost) {
             Duration::ZERO
         } else {
-            self.wait(view, at, cost)
+            let wait = self.wait(view, at, cost);
+            behind.map_or(wait, |behind| behind.wait(wait))
         }
     }
 
@@ -257,6 +274,14 @@ impl<K: WindowKind> Frame<K> {
     /// the next one. Otherwise the refusal's wait: until the same call
     /// would succeed, when the instant the cost fits is at most `slack`
     /// ahead and in the window then current.
+    ///
+    /// For a reading `behind` the creation (`at` is then the creation's),
+    /// every wait starts with the gap. A refusal's wait is not the one at
+    /// the creation plus the gap, because the gap and the window's edge
+    /// fall differently: in the view's window, the caller still behind
+    /// spends the rest of the gap from its slack, so the call succeeds
+    /// once `gap + (due - at)` has shrunk to the slack; in a later window,
+    /// it must first come back to the creation and then reach that window.
     #[inline]
     pub(crate) fn reserve(
         &self,
@@ -264,6 +289,7 @@ impl<K: WindowKind> Frame<K> {
         at: u64,
         cost: u64,
         slack: u64,
+        behind: Option<Behind>,
     ) -> Result<u64, Duration> {
         let Some(due) = self.due(view, cost) else {
             return Err(NEVER);
@@ -273,15 +299,23 @@ impl<K: WindowKind> Frame<K> {
         // only at the end of the next window). The view's start is at most
         // `last`: no overflow.
         let start = view.index * self.window;
-        let wait = due.saturating_sub(at);
-        if due - start < self.window && wait <= slack {
+        let in_window = due - start < self.window;
+        // Instants as far from `at` as they are from the reading.
+        let gap = behind.map_or(0, Behind::nanos);
+        let wait = due.saturating_add(gap).saturating_sub(at);
+        if in_window && wait <= slack {
             return Ok(wait);
         }
-        let mut due_window_start = start;
-        while due - due_window_start >= self.window {
-            due_window_start += self.window;
-        }
-        let from = due.saturating_sub(slack).max(due_window_start);
+        let from = due.saturating_add(gap).saturating_sub(slack);
+        let from = if in_window {
+            from
+        } else {
+            let mut due_window_start = start;
+            while due - due_window_start >= self.window {
+                due_window_start += self.window;
+            }
+            from.max(due_window_start.saturating_add(gap))
+        };
         Err(Duration::from_nanos(from.saturating_sub(at)))
     }
 

@@ -198,12 +198,13 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
             // and the guard holds the shard for reading until the decision
             // is made, so no sweep falls between them for a tracked key.
             let found = key.find_in(table);
-            let at = self.now();
+            let reading = self.clock.now_nanos();
+            let at = self.keys.frame.elapsed(reading);
             let state = match found {
                 Some(state) => state,
                 None => self.insert_in(table, key, at)?,
             };
-            state.acquire(&self.keys.frame, at, cost, slack)
+            state.acquire(&self.keys.frame, (at, reading), cost, slack)
         })
     }
 
@@ -469,9 +470,11 @@ where
 {
     fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
         self.limiter.keys.frame.check_cost(cost)?;
-        let at = self.limiter.now();
+        let frame = &self.limiter.keys.frame;
+        let reading = self.limiter.clock.now_nanos();
+        let at = frame.elapsed(reading);
         let view = self.limiter.view(self.key, at);
-        Ok(self.limiter.keys.frame.retry_after(&view, at, cost))
+        Ok(frame.retry_after(&view, at, cost, frame.behind(reading)))
     }
 
     fn available(&self) -> u64 {

@@ -76,7 +76,7 @@ impl<Kind: WindowKind> WindowKeys<Kind> {
         cost: u64,
     ) -> Result<u64, crate::AcquireError> {
         state
-            .acquire(&self.frame, at, cost, 0)
+            .acquire(&self.frame, (at, at), cost, 0)
             .map(|(index, _)| index)
     }
 

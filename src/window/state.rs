@@ -26,12 +26,14 @@ impl WindowState {
     /// ([`Frame::reserve`]), rolling the word forward to the reading's
     /// window in the same compare-and-swap: one successful compare-and-swap
     /// per admission, none per refusal. Returns the index of the window the
-    /// cost was counted in, and the wait before it may be used.
+    /// cost was counted in, and the wait before it may be used; both waits
+    /// are measured from the clock `reading` that `at` was taken from (a
+    /// reading before the limiter's creation is decided at the creation).
     #[inline]
     pub(crate) fn acquire<K: WindowKind>(
         &self,
         frame: &Frame<K>,
-        at: u64,
+        (at, reading): (u64, u64),
         cost: u64,
         slack: u64,
     ) -> Result<(u64, u64), AcquireError> {
@@ -43,7 +45,7 @@ impl WindowState {
                 0
             } else {
                 frame
-                    .reserve(&view, at, cost, slack)
+                    .reserve(&view, at, cost, slack, frame.behind(reading))
                     .map_err(|retry_after| AcquireError::Insufficient { retry_after })?
             };
             let next = frame.admitted(&view, cost);
