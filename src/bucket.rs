@@ -5,7 +5,7 @@ mod chain;
 use std::time::Duration;
 
 use crate::gcra::Gcra;
-use crate::limit::{Limit, Shape, Taken, sealed};
+use crate::limit::{Identity, Limit, Shape, Taken, sealed};
 use crate::state::Admission;
 use crate::timeline::{Behind, Timeline};
 use crate::{AcquireError, Clock, DefaultClock, Quota};
@@ -404,6 +404,10 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
 
     fn idle_reset(&self) -> Duration {
         self.quota().refill_interval()
+    }
+
+    fn identity(&self) -> Identity {
+        Identity::of(self)
     }
 }
 

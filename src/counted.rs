@@ -8,7 +8,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use crate::AcquireError;
-use crate::limit::{Limit, Shape, Taken, sealed};
+use crate::limit::{Identity, Limit, Shape, Taken, sealed};
 use crate::sync::{AtomicU64, Ordering};
 #[cfg(feature = "keyed")]
 use crate::{Clock, KeyRef, KeyedLimiter};
@@ -368,6 +368,10 @@ impl<L: Limit> sealed::Sealed for Counting<'_, L> {
     fn idle_reset(&self) -> Duration {
         self.limit.idle_reset()
     }
+
+    fn identity(&self) -> Identity {
+        self.limit.identity()
+    }
 }
 
 impl<L: Limit> Limit for Counting<'_, L> {
@@ -415,6 +419,11 @@ impl<L: Limit> sealed::Sealed for Counted<L> {
 
     fn idle_reset(&self) -> Duration {
         self.limiter.idle_reset()
+    }
+
+    /// The counted limit's: counting spends nothing of its own.
+    fn identity(&self) -> Identity {
+        self.limiter.identity()
     }
 }
 

@@ -28,9 +28,10 @@ pub enum QuotaError {
     #[error("refill period is longer than 2^64 - 1 nanoseconds")]
     PeriodTooLong,
     /// Refilling the whole bucket (capacity times the emission interval)
-    /// would take more than half the bucket's clock range: 36 years at the
-    /// finest tick (1/8 ns), 292 years at whole nanoseconds. The other half is
-    /// what keeps every decision exact for that long after creation.
+    /// would take half the bucket's clock range (`2^63` ticks) or more: 36
+    /// years at the finest tick (1/8 ns), 292 years at whole nanoseconds,
+    /// so one token in 584 years is refused. The other half is what keeps
+    /// every decision exact for that long after creation.
     #[error("capacity {capacity} refilled at this rate takes longer than half the clock range")]
     Overflow {
         /// The requested capacity.

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::limit::Identity;
 pub(crate) use crate::limit::Taken;
 use crate::{AcquireError, Limit};
 
@@ -81,13 +82,20 @@ impl std::fmt::Debug for Step<'_> {
 #[error("limit {limit} of the hierarchy refused: {error}")]
 pub struct HierarchyError {
     /// The index, in the steps given, of the limit that refused: the first
-    /// that refused in evaluation order, or the first whose error is
-    /// permanent (a cost above its capacity) if any is.
+    /// that refused in evaluation order; or, when no wait can cure the
+    /// chain, the first step whose limit it charges beyond its capacity (or
+    /// at a cost of zero).
     pub limit: usize,
-    /// The refusal. For [`AcquireError::Insufficient`], `retry_after` is the
-    /// longest wait among all the limits that would refuse now (looked at
-    /// once the taken steps are undone), so a client that waits it out does
-    /// not run into the next one at once.
+    /// The refusal. Steps that name one limit, through one handle or
+    /// several (a bucket and a [`Counted`](crate::Counted) around it, two
+    /// views of one key), charge it their combined cost: a chain whose
+    /// combined cost on a limit exceeds its capacity is
+    /// [`AcquireError::ExceedsCapacity`], with that combined cost
+    /// (`u64::MAX` for a sum past it). For
+    /// [`AcquireError::Insufficient`], `retry_after` is the longest wait
+    /// among the limits for what the chain charges each in all, looked at
+    /// once the taken steps are undone: a client that waits it out is
+    /// admitted, unless others spend the tokens first.
     pub error: AcquireError,
 }
 
@@ -95,8 +103,12 @@ pub struct HierarchyError {
 ///
 /// The steps are taken in order. When one refuses, the steps already taken
 /// are undone in reverse order, so a refusal spends nothing anywhere; then
-/// every step is looked at (never charged) to find the longest wait. A
-/// refused request's cost counts in no limit. Nothing is allocated: the
+/// every step's limit is looked at (never charged) for what the whole chain
+/// charges it: steps naming one limit, through whichever handle, charge it
+/// their sum. A sum above the limit's capacity can never be admitted
+/// ([`AcquireError::ExceedsCapacity`]); otherwise the refusal carries the
+/// longest wait, after which every limit holds what the chain charges it
+/// ([`HierarchyError`]). A refused request's cost counts in no limit. Nothing is allocated: the
 /// receipts of a chain live on the stack, one small frame per step, so a
 /// chain has at most [`MAX_STEPS`] steps, and a longer one is refused,
 /// spending nothing, with [`AcquireError::TooManySteps`].
@@ -128,6 +140,12 @@ pub struct HierarchyError {
 /// // Address 3 passes its own limit but not the global one: nothing stays spent.
 /// assert!(try_acquire_all(&[per_address.key(&3).cost(1), global.cost(1)]).is_err());
 /// assert_eq!(per_address.available(&3), 2);
+/// // Two steps on one key cost it 3, more than it can ever hold.
+/// let key = per_address.key(&4);
+/// assert_eq!(
+///     try_acquire_all(&[key.cost(2), global.cost(1), per_address.key(&4).cost(1)]).unwrap_err().error,
+///     tollgate::AcquireError::ExceedsCapacity { cost: 3, capacity: 2 },
+/// );
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -213,29 +231,48 @@ fn take_from(
 }
 
 /// The refusal to report once `steps[index]` refused with `error` and every
-/// taken step is undone: an error no wait can cure wins (the first such
-/// step's), else the longest wait among all the steps.
+/// taken step is undone. Each step's limit is looked at (never charged) for
+/// what the whole chain charges it, the costs of every step naming the same
+/// limit ([`Identity`]): the first step whose limit that can never admit
+/// (the chain charges it beyond its capacity, or a cost of zero) is
+/// reported; otherwise `error`, a shortage carrying the longest of those
+/// waits, after which every limit holds what the chain charges it.
+///
+/// Identities are read here only, on a refusal: the admitted path pays
+/// nothing for them. Each step asks its own limit, so two limits taken for
+/// one (a hash collision of two keys) are each asked for at least their
+/// own cost: the wait is never shortened.
 #[cold]
 #[inline(never)]
 fn refusal(steps: &[Step<'_>], index: usize, error: AcquireError) -> HierarchyError {
-    let mut longest = match error.retry_after() {
-        Some(wait) => wait,
-        None if is_permanent(error) => {
-            return HierarchyError {
-                limit: index,
-                error,
-            };
-        }
-        // Refused for now without a wait (a keyed limiter's key cap): still
-        // report a step that can never admit.
-        None => Duration::ZERO,
-    };
+    // On the stack (the chain's length was checked against `MAX_STEPS`),
+    // so that each identity is read once, a key's being a hash
+    // (`docs/benchmarks.md`, "Measured design choices").
+    let mut charged = [(Identity::NONE, 0); MAX_STEPS];
+    for (slot, step) in charged.iter_mut().zip(steps) {
+        *slot = (step.limit.identity(), step.cost);
+    }
+    let charged = &charged[..steps.len()];
+    // Refused for now without a wait (a keyed limiter's key cap): still
+    // report a step that can never admit.
+    let mut longest = error.retry_after().unwrap_or(Duration::ZERO);
     for (limit, step) in steps.iter().enumerate() {
-        match step.limit.retry_after(step.cost) {
+        // A cost of zero is refused as it is, whatever else the chain charges.
+        let look = match combined_cost(charged, limit) {
+            Some(_) if step.cost == 0 => step.limit.retry_after(0),
+            Some(cost) => step.limit.retry_after(cost),
+            None => Err(AcquireError::ExceedsCapacity {
+                cost: u64::MAX,
+                capacity: step.limit.shape().quota,
+            }),
+        };
+        match look {
             Ok(wait) => longest = longest.max(wait),
             Err(error) => return HierarchyError { limit, error },
         }
     }
+    // The limit that refused may have changed quota since: its own error
+    // stands.
     HierarchyError {
         limit: index,
         error: match error {
@@ -247,12 +284,13 @@ fn refusal(steps: &[Step<'_>], index: usize, error: AcquireError) -> HierarchyEr
     }
 }
 
-/// Whether no wait can cure `error`.
-fn is_permanent(error: AcquireError) -> bool {
-    matches!(
-        error,
-        AcquireError::ExceedsCapacity { .. }
-            | AcquireError::ZeroCost
-            | AcquireError::TooManySteps { .. }
-    )
+/// What a chain of `(identity, cost)` charges charges the limit of the one
+/// at `index`: the costs of every charge of the same identity, `None` past
+/// `u64::MAX` (more than any capacity).
+pub(crate) fn combined_cost(charges: &[(Identity, u64)], index: usize) -> Option<u64> {
+    let own = charges[index].0;
+    charges
+        .iter()
+        .filter(|(identity, _)| *identity == own)
+        .try_fold(0u64, |sum, &(_, cost)| sum.checked_add(cost))
 }

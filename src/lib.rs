@@ -111,7 +111,7 @@ pub use keyed::{AtCapacity, KeyLimit, KeyRef, KeyTableStats, KeyedBuilder, Keyed
 /// The keyed limiter's quota generations, for the loom models only.
 #[cfg(all(tollgate_loom, feature = "keyed"))]
 #[doc(hidden)]
-pub use keyed::{Change, Entry, Generations};
+pub use keyed::{Change, Entry, Generations, Steady};
 /// The keyed limiter's key cap, for the loom models only.
 #[cfg(all(tollgate_loom, feature = "keyed"))]
 #[doc(hidden)]

@@ -322,6 +322,47 @@ pub(crate) mod sealed {
         pub(crate) window_seconds: u64,
     }
 
+    /// Which tokens a limit decides on: two handles of one identity (a
+    /// bucket and a `Counted`, `&`, `Box` or `Arc` around it, a striped
+    /// bucket and its bucket, two views of one key of a keyed limiter)
+    /// spend from one state, so steps of a chain that name it charge it
+    /// their combined cost.
+    ///
+    /// The address of the state decided on (no limit of the crate holds
+    /// another limit at its own address but one it decides through), and
+    /// for a key of a keyed limit, the key's hash under the table's hasher.
+    /// Two keys whose hashes collide (about 2^-64 for a pair, the hasher
+    /// keyed per limiter by default) are taken for one: read only once a
+    /// chain is refused, that can only overstate the refusal (a longer
+    /// wait, or `ExceedsCapacity` for a chain that would not otherwise
+    /// exceed it until its tokens return), never admit or refuse a request
+    /// differently nor shorten a wait (`hierarchy::refusal` asks each
+    /// step's own limit).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Identity {
+        state: usize,
+        key: u64,
+    }
+
+    impl Identity {
+        /// No limit's: nothing lives at address 0.
+        pub(crate) const NONE: Identity = Identity { state: 0, key: 0 };
+
+        /// The identity of the limit whose state is `state`.
+        pub(crate) fn of<T: ?Sized>(state: &T) -> Identity {
+            Identity::of_key(state, 0)
+        }
+
+        /// The identity of the key whose hash is `key` in the keyed limit
+        /// whose state is `state`.
+        pub(crate) fn of_key<T: ?Sized>(state: &T, key: u64) -> Identity {
+            Identity {
+                state: std::ptr::from_ref(state).addr(),
+                key,
+            }
+        }
+    }
+
     /// The operations of a [`Limit`](super::Limit), kept out of reach.
     pub trait Sealed {
         /// Takes `cost` now, or refuses without spending.
@@ -342,10 +383,12 @@ pub(crate) mod sealed {
         /// counter's end of the current window. With the wait for one unit
         /// more than is available, it is the "reset" an HTTP field reports.
         fn idle_reset(&self) -> Duration;
+        /// Which limit this is: see [`Identity`].
+        fn identity(&self) -> Identity;
     }
 }
 
-pub(crate) use sealed::{Shape, Taken};
+pub(crate) use sealed::{Identity, Shape, Taken};
 
 /// Implements [`Limit`] for a pointer to a limit, so that a receipt can hold
 /// its limit borrowed (`&L`) or shared (`Arc<L>`, for a receipt that
@@ -370,6 +413,9 @@ macro_rules! forward_limit {
             }
             fn idle_reset(&self) -> Duration {
                 (**self).idle_reset()
+            }
+            fn identity(&self) -> sealed::Identity {
+                (**self).identity()
             }
         }
         impl<L: Limit + ?Sized $(+ $bound)?> Limit for $pointer {

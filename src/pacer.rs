@@ -146,7 +146,7 @@ impl<C: Clock> Pacer<C> {
 
     /// The most admitted requests that can be waiting or starting at one
     /// instant: the one starting now and those whose starts fit within the
-    /// maximum wait, `1 + floor(max_wait · r)`.
+    /// maximum wait, `1 + floor(max_wait · r)`, saturating at `u64::MAX`.
     ///
     /// ```
     /// use std::time::Duration;
@@ -158,7 +158,10 @@ impl<C: Clock> Pacer<C> {
     /// ```
     pub fn max_queue(&self) -> u64 {
         let (starts, period) = self.bucket.quota().refill();
-        let within = u128::from(starts) * self.max_wait.as_nanos() / period.as_nanos();
+        // `starts` times a `Duration` can pass `u128`; a saturated product
+        // still divides (by at most 2^64) to more than `u64::MAX`.
+        let within =
+            u128::from(starts).saturating_mul(self.max_wait.as_nanos()) / period.as_nanos();
         u64::try_from(within).unwrap_or(u64::MAX).saturating_add(1)
     }
 

@@ -53,14 +53,27 @@ pub struct Quota {
 
 impl Quota {
     /// A bucket of `capacity` tokens refilled at `tokens` per `period`,
-    /// starting full. Every rate is accepted, from one token in 584 years to
-    /// `2^64 - 1` a nanosecond; byte rates are written in bytes.
+    /// starting full. Every rate is accepted, from one token in `2^63 - 1`
+    /// ns (292 years) to `2^64 - 1` a nanosecond, as long as a full refill
+    /// (`capacity` times the interval `period / tokens`) takes less than
+    /// half the bucket's clock range: `2^63` ticks, 292 years at whole
+    /// nanoseconds, 36 at the finest tick (an eighth of one), which keeps
+    /// every decision exact for at least as long again after creation;
+    /// [`QuotaError::Overflow`] beyond. Byte rates are written in bytes.
     ///
     /// ```
     /// use std::time::Duration;
     /// use tollgate::{Quota, QuotaError};
     ///
     /// assert!(Quota::new(3, 2, Duration::from_secs(1)).is_ok());
+    /// // The slowest rate, and one nanosecond slower.
+    /// assert!(Quota::new(1, 1, Duration::from_nanos((1 << 63) - 1)).is_ok());
+    /// assert_eq!(
+    ///     Quota::new(1, 1, Duration::from_nanos(1 << 63)),
+    ///     Err(QuotaError::Overflow { capacity: 1 }),
+    /// );
+    /// // The longest period, at a rate whose full refill fits.
+    /// assert!(Quota::new(1, 3, Duration::from_nanos(u64::MAX)).is_ok());
     /// // 64 MiB/s with a burst of 64 MiB, charged in bytes.
     /// assert!(Quota::new(64 << 20, 64 << 20, Duration::from_secs(1)).is_ok());
     /// assert_eq!(Quota::new(3, 0, Duration::from_secs(1)), Err(QuotaError::ZeroTokens));

@@ -7,7 +7,7 @@ use crossbeam_utils::CachePadded;
 
 use std::time::Duration;
 
-use crate::limit::{Limit, Shape, Taken, sealed};
+use crate::limit::{Identity, Limit, Shape, Taken, sealed};
 use crate::sync::swap::Swap;
 use crate::sync::{Arc, Mutex, lock};
 use crate::{AcquireError, Clock, DefaultClock, Quota, TokenBucket};
@@ -88,6 +88,30 @@ struct Lanes {
 }
 
 impl StripedBucket {
+    /// The most stripes a striped bucket has: a larger count asked for is
+    /// clamped to this one, as 0 is to 1.
+    ///
+    /// Threads take the stripe of their id, and ids are dense over the
+    /// live threads, so stripes beyond the threads that contend are never
+    /// used; yet each costs its 128 bytes and a step of every
+    /// [`flush`](StripedBucket::flush), [`pooled`](StripedBucket::pooled)
+    /// (and so `available`) and quota change. 1024 is more hardware threads
+    /// than the largest common servers have (two sockets of 256), in 128
+    /// KiB; threads beyond it share stripes two to one, which costs
+    /// contention on a pool's word, never precision. A count is clamped
+    /// rather than refused because every count has a meaning (about one
+    /// per contending thread), as a lease above the capacity is clamped to
+    /// it: [`stripes`](StripedBucket::stripes) tells what was built.
+    ///
+    /// ```
+    /// use tollgate::{Quota, StripedBucket};
+    ///
+    /// let bucket = StripedBucket::new(Quota::per_second(5)?, usize::MAX, 1);
+    /// assert_eq!(bucket.stripes(), StripedBucket::MAX_STRIPES);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub const MAX_STRIPES: usize = 1024;
+
     /// A striped bucket on the [`DefaultClock`].
     ///
     /// ```
@@ -103,9 +127,10 @@ impl StripedBucket {
 }
 
 impl<C: Clock> StripedBucket<C> {
-    /// A striped bucket of `stripes` pools (at least 1; about the number of
-    /// threads that contend), each leasing `lease` tokens at a time (at
-    /// least 1, at most the capacity).
+    /// A striped bucket of `stripes` pools (about the number of threads
+    /// that contend; clamped to 1 ..= [`MAX_STRIPES`](StripedBucket::MAX_STRIPES)),
+    /// each leasing `lease` tokens at a time (clamped to 1 ..= the
+    /// capacity).
     ///
     /// ```
     /// use tollgate::{ManualClock, Quota, StripedBucket};
@@ -286,13 +311,14 @@ impl<C: Clock> StripedBucket<C> {
 }
 
 impl Lanes {
-    /// `stripes` pools (at least 1) leasing `lease` tokens (clamped to
-    /// 1..=capacity) of `quota`, in force at `generation`.
+    /// `stripes` pools (clamped to 1..=`MAX_STRIPES`) leasing `lease`
+    /// tokens (clamped to 1..=capacity) of `quota`, in force at
+    /// `generation`.
     fn new(quota: Quota, generation: u64, stripes: usize, lease: u64) -> Lanes {
         let lease = lease.clamp(1, quota.capacity());
         let token_ticks = quota.gcra().slot_ticks();
         Lanes {
-            stripes: (0..stripes.max(1))
+            stripes: (0..stripes.clamp(1, StripedBucket::MAX_STRIPES))
                 .map(|_| CachePadded::new(Slots::new()))
                 .collect(),
             quota,
@@ -437,6 +463,11 @@ impl<C: Clock> sealed::Sealed for StripedBucket<C> {
 
     fn idle_reset(&self) -> Duration {
         self.bucket.idle_reset()
+    }
+
+    /// The bucket's: pooled tokens were spent from it.
+    fn identity(&self) -> Identity {
+        self.bucket.identity()
     }
 }
 

@@ -37,11 +37,11 @@ pub(crate) use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, atomic::f
 #[cfg(all(not(tollgate_loom), feature = "keyed"))]
 pub(crate) use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, atomic::fence};
 
-// Only the local allowance and the keyed allowance's outage flag use a
-// boolean word.
-#[cfg(all(tollgate_loom, feature = "tokio"))]
+// Only the local allowance, the keyed allowance's outage flag and the keyed
+// concurrency limiter's stale-entry flag use a boolean word.
+#[cfg(all(tollgate_loom, any(feature = "tokio", feature = "keyed")))]
 pub(crate) use loom::sync::atomic::AtomicBool;
-#[cfg(all(not(tollgate_loom), feature = "tokio"))]
+#[cfg(all(not(tollgate_loom), any(feature = "tokio", feature = "keyed")))]
 pub(crate) use std::sync::atomic::AtomicBool;
 
 /// Locks `mutex`, using the data even if a thread panicked while holding

@@ -651,7 +651,9 @@ async fn a_zero_timeout_is_a_typed_error_and_other_extremes_are_accepted() {
         ..config(FailurePolicy::Closed)
     };
     let node = LocalAllowance::new(store, "other", tiny).unwrap();
-    assert_eq!(node.acquire(1, Duration::ZERO).await.ok(), None);
+    // No wait at all still waits for the store's word (a pool's
+    // emptiness is not the store's): one call, here a grant.
+    assert_eq!(node.acquire(1, Duration::ZERO).await, Ok(Source::Lease));
     assert_eq!(
         node.acquire(1, Duration::from_secs(1)).await,
         Ok(Source::Lease)
@@ -889,4 +891,36 @@ async fn an_allowance_follows_its_local_stores_quota_change() {
             capacity: 4
         })
     );
+}
+
+/// A dropped allowance (a keyed allowance's key demoted) gives its pooled
+/// tokens back at once: not once a refill held by pacing has waited out
+/// its pause (7.2 s here), while the rest of the fleet is refused them.
+/// The paused refill ends without asking the store.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_allowance_gives_its_tokens_back_at_once_not_after_its_paced_refill() {
+    let clock = ManualClock::new();
+    let quota = Quota::new(100, 100, Duration::from_secs(60)).unwrap();
+    let store = Flaky::new(quota, &clock);
+    let leases = AllowanceConfig {
+        min_lease: 95,
+        max_lease: 95,
+        ..config(FailurePolicy::Closed)
+    };
+    let node = LocalAllowance::new(Arc::clone(&store), KEY, leases).unwrap();
+    // 95 granted, 5 left behind: scarce, the next refill paced.
+    assert_eq!(node.refill().await.unwrap(), 95);
+    // Below the low-water mark (48): the refill is claimed, and waits.
+    for _ in 0..48 {
+        assert_eq!(node.try_acquire(1), Ok(Source::Lease));
+    }
+    settle().await;
+    assert!(node.stats().leases == 1 && node.pooled() == 47);
+    drop(node);
+    settle().await;
+    assert_eq!(store.inner.limiter().available(KEY), 5 + 47);
+    // Long after the pause: the paused refill never asked.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(store.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(store.released.load(Ordering::SeqCst), 47);
 }

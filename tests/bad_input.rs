@@ -58,8 +58,14 @@ fn every_quota_error_is_reported() {
                 capacity: 9_223_372_037,
             },
         ),
+        // One token in 2^63 ns, or in 584 years: a full refill past half
+        // the range.
         (
             Quota::new(1, 1, Duration::from_nanos(u64::MAX / 2 + 1)),
+            QuotaError::Overflow { capacity: 1 },
+        ),
+        (
+            Quota::new(1, 1, max_period),
             QuotaError::Overflow { capacity: 1 },
         ),
         // Charged per request, a full refill of 2^64 - 1 tokens at 2^33

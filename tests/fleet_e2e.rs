@@ -5,12 +5,20 @@
 //! `B` exactly. The servers and the client are those of
 //! `examples/fleet`, so the example is what is tested.
 //!
+//! A second check runs the quota of `docs/http.md`'s example, "100 a
+//! minute" per API key, on three fresh nodes, and holds each 429 to the
+//! store's own state read from Redis right after it: no refusal while the
+//! store held a token, and a Retry-After (and RateLimit `t`) that is the
+//! store's wait (`docs/http.md`, "What a shared rule's refusal means").
+//!
 //! A `harness = false` target: `main` is the end-to-end check, or, when
 //! [`NODE_REDIS`] is set, one fleet node. (A node as an ignored test of a
 //! harnessed binary would report a skipped test on every run.)
 
 #[path = "../examples/fleet/client.rs"]
 mod client;
+#[path = "fleet_e2e/honest.rs"]
+mod honest;
 #[path = "../examples/fleet/nodes.rs"]
 mod nodes;
 #[path = "support/redis_server.rs"]
@@ -29,6 +37,9 @@ use tollgate::shared::RedisStore;
 
 /// The Redis a node process serves from, set by the test for its nodes.
 const NODE_REDIS: &str = "TOLLGATE_FLEET_NODE_REDIS";
+/// The per-key quota a node process serves, `capacity/tokens/seconds`
+/// (the demo's [`server::per_key_quota`] when unset).
+const NODE_QUOTA: &str = "TOLLGATE_FLEET_NODE_QUOTA";
 /// The Redis key prefix every node of one run shares.
 const PREFIX: &str = "fleet-e2e:";
 const NODES: usize = 3;
@@ -44,6 +55,7 @@ fn main() {
         Err(_) => {
             the_client_knows_the_failure_policy_from_other_503s();
             fleet_admits_no_key_more_than_its_bound();
+            honest::a_shared_refusal_is_the_stores_word();
         }
     }
 }
@@ -82,10 +94,12 @@ fn fleet_node(url: &str) {
             // The wait the node's allowance gives the store too: 500 ms
             // once ran out on a loaded CI machine, and the failure policy
             // answered a 503.
-            let store =
-                RedisStore::connect(url, server::per_key_quota(), PREFIX, server::STORE_WAIT)
-                    .await?;
-            nodes::run(Arc::new(store)).await
+            let quota = match std::env::var(NODE_QUOTA) {
+                Ok(quota) => honest::parse_quota(&quota),
+                Err(_) => server::per_key_quota(),
+            };
+            let store = RedisStore::connect(url, quota, PREFIX, server::STORE_WAIT).await?;
+            nodes::run(Arc::new(store), quota).await
         })
         .unwrap();
 }

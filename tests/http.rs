@@ -240,6 +240,45 @@ fn partition_keys_hide_the_key_and_are_stable_per_key() {
     );
 }
 
+/// Counts, windows and waits of any size are advertised, never refused nor
+/// overflowed: each field carries at most the largest Structured Field
+/// Integer (a wait that long is "not in any client's lifetime"), and the
+/// quotas at the ends of the accepted range advertise their own shape.
+#[test]
+fn extreme_counts_and_waits_are_capped_at_the_largest_field_integer() {
+    const MOST: &str = "999999999999999";
+    let policy = RateLimitPolicy::new(name("p"), u64::MAX).with_window(std::num::NonZeroU64::MAX);
+    assert_eq!(
+        rate_limit_policy_value(&[policy]).unwrap(),
+        format!(r#""p";q={MOST};w={MOST}"#).as_str()
+    );
+    let limit = ServiceLimit::new(name("p"), u64::MAX).with_reset_seconds(u64::MAX);
+    assert_eq!(
+        rate_limit_value(&[limit]).unwrap(),
+        format!(r#""p";r={MOST};t={MOST}"#).as_str()
+    );
+    for wait in [Duration::from_secs(u64::MAX), Duration::MAX] {
+        let shed = Refusal::load_shed(Some(wait)).into_response();
+        assert_eq!(shed.headers()["retry-after"], MOST, "{wait:?}");
+        let refused =
+            Refusal::from_acquire(&insufficient(wait), &RateLimitPolicy::new(name("p"), 1));
+        assert_eq!(
+            refused.with_retry_after(wait).retry_after_seconds(),
+            Some(999_999_999_999_999)
+        );
+    }
+    assert_eq!(Jitter::up_to(u64::MAX).apply(u64::MAX), u64::MAX);
+    assert_eq!(Jitter::up_to(0).apply(u64::MAX), u64::MAX);
+    let fastest = Quota::new(u64::MAX, u64::MAX, Duration::from_nanos(1)).unwrap();
+    let slowest = Quota::new(1, 1, Duration::from_nanos((1 << 63) - 1)).unwrap();
+    let advertised = |quota: &Quota| {
+        let policy = RateLimitPolicy::from_quota(name("p"), quota);
+        (policy.quota(), policy.window_seconds())
+    };
+    assert_eq!(advertised(&fastest), (u64::MAX, Some(1)));
+    assert_eq!(advertised(&slowest), (1, Some(9_223_372_037)));
+}
+
 #[test]
 fn jitter_is_non_negative_bounded_and_moves_retry_after() {
     let jitter = Jitter::up_to(5);

@@ -15,19 +15,7 @@ use tollgate::shared::{
 use tollgate::{AcquireError, Clock, KeyedLimiter, Quota};
 
 mod common;
-use common::Envelope;
-
-/// The store's clock: tokio's, so that the paused clock drives refill,
-/// leases, samples and the envelope alike.
-#[derive(Clone, Copy, Debug)]
-struct TokioClock(tokio::time::Instant);
-
-impl Clock for TokioClock {
-    fn now_nanos(&self) -> u64 {
-        let since = tokio::time::Instant::now().duration_since(self.0);
-        u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
-    }
-}
+use common::{Envelope, TokioClock};
 
 /// A `LocalStore` that keeps per-key books: tokens it reported granting
 /// and tokens it was sent back; and that can be made to fail.
@@ -52,7 +40,7 @@ struct Unreachable;
 impl Ledger {
     /// Must be called inside the paused runtime: its epoch is now.
     fn new(quota: Quota) -> Arc<Self> {
-        let clock = TokioClock(tokio::time::Instant::now());
+        let clock = TokioClock::starting_now();
         Arc::new(Ledger {
             inner: LocalStore::from_limiter(KeyedLimiter::builder(quota).clock(clock).build()),
             clock,
@@ -1155,4 +1143,170 @@ async fn the_failure_policys_admissions_give_nothing_back() {
     assert_eq!(receipt.undo().await, 0);
     assert_eq!(store.releases.load(Ordering::SeqCst), releases);
     assert_eq!(store.available("k"), 10);
+}
+
+/// What clients of one node saw of a key of "100 a minute" under steady
+/// demand: each refusal with what the store and the node held then, and
+/// the store's own wait for a token.
+struct Refusals {
+    admitted: u64,
+    /// `(told, store's wait, store's tokens, node's tokens)` per refusal.
+    refused: Vec<(Duration, Duration, u64, u64)>,
+    /// Round trips from the first refusal on, and the tokens the store
+    /// refilled meanwhile.
+    exhausted_round_trips: u64,
+    exhausted_refill: u64,
+}
+
+/// `clients` clients of one node, each asking for one token of a fresh
+/// key every 5 ms for `seconds`, as a shared rule does: without awaiting
+/// first, then waiting up to 100 ms for the store.
+async fn steady_demand(clients: usize, seconds: u64) -> (Arc<Ledger>, Refusals) {
+    let quota = Quota::new(100, 100, Duration::from_secs(60)).unwrap();
+    let store = Ledger::new(quota);
+    let node = KeyedAllowance::new(
+        Arc::clone(&store),
+        KeyedAllowanceConfig::new(FailurePolicy::Closed),
+    )
+    .unwrap();
+    let key = store_key("fresh").into_owned();
+    let until = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    // The store's clock and round trips at the first refusal.
+    let exhausted = Arc::new(Mutex::new(None));
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (node, store, key) = (node.clone(), Arc::clone(&store), key.clone());
+            let exhausted = Arc::clone(&exhausted);
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut admitted = 0;
+                while tokio::time::Instant::now() < until {
+                    let outcome = match node.try_acquire(&key, 1) {
+                        Err(AcquireError::NotLocal) => {
+                            node.acquire(&key, 1, Duration::from_millis(100)).await
+                        }
+                        answered => answered,
+                    };
+                    match outcome {
+                        Ok(Source::Lease) => admitted += 1,
+                        Err(AcquireError::Insufficient { retry_after }) => {
+                            let wait = store.inner.limiter().retry_after(&key, 1).unwrap();
+                            let held = (store.available(&key), node.pooled(&key));
+                            seen.push((retry_after, wait, held.0, held.1));
+                            exhausted
+                                .lock()
+                                .unwrap()
+                                .get_or_insert((store.clock.now_nanos(), store.round_trips()));
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                (admitted, seen)
+            })
+        })
+        .collect();
+    let (mut admitted, mut refused) = (0, Vec::new());
+    for task in tasks {
+        let (more, seen) = task.await.unwrap();
+        admitted += more;
+        refused.extend(seen);
+    }
+    let (then, round_trips_then) = exhausted.lock().unwrap().expect("the key ran out");
+    let now = store.clock.now_nanos();
+    let all = Refusals {
+        admitted,
+        refused,
+        exhausted_round_trips: store.round_trips() - round_trips_then,
+        exhausted_refill: now / 600_000_000 - then / 600_000_000,
+    };
+    // Every token the store refilled is admitted or still held.
+    let refilled = now / 600_000_000;
+    assert_eq!(
+        all.admitted + node.pooled(&key) + store.available(&key),
+        100 + refilled
+    );
+    (store, all)
+}
+
+/// One client, 200 requests a second, 5 s: the key goes cold to hot to
+/// exhausted, and every refusal comes while neither the store nor the node
+/// holds a token, telling exactly the store's wait. Exhausted, the node
+/// asks the store twice per token refilled (the grant, then the empty
+/// answer whose wait it refuses with until the next), not once per
+/// request.
+#[tokio::test(start_paused = true)]
+async fn an_exhausted_hot_key_is_refused_on_the_stores_word_with_its_exact_wait() {
+    let (_, seen) = steady_demand(1, 5).await;
+    assert!(!seen.refused.is_empty());
+    for &(told, wait, store, node) in &seen.refused {
+        assert_eq!((store, node), (0, 0), "refused while tokens were held");
+        assert_eq!(told, wait);
+    }
+    assert!(seen.exhausted_round_trips <= 2 * seen.exhausted_refill + 1);
+}
+
+/// Four clients of one node at once: a refusal may also come on a grant
+/// that drained the store during the request's own wait, whose part of a
+/// token the store does not tell. Such a refusal comes within one refill
+/// interval of that grant (the store holds at most one token by then),
+/// and its wait is never shorter than the store's and less than one refill
+/// interval longer. The round trips stay two per token refilled.
+#[tokio::test(start_paused = true)]
+async fn concurrent_clients_of_a_node_are_refused_on_the_stores_word() {
+    let interval = Duration::from_millis(600);
+    let (_, seen) = steady_demand(4, 5).await;
+    assert!(!seen.refused.is_empty());
+    for &(told, wait, store, node) in &seen.refused {
+        assert_eq!(node, 0, "refused while the node held tokens");
+        assert!(store <= 1, "refused while the store held {store}");
+        assert!(
+            told >= wait && told < wait + interval,
+            "told {told:?}, the store waits {wait:?}"
+        );
+    }
+    assert!(seen.exhausted_round_trips <= 2 * seen.exhausted_refill + 1);
+}
+
+/// The one blind spot of a node's word, bounded: tokens another node gives
+/// back while the store's word "no token before T" holds are not seen
+/// until T, the word's next token, at most one refill interval (and 1 s)
+/// after the store said it. Then they are admitted.
+#[tokio::test(start_paused = true)]
+async fn a_give_back_by_another_node_is_seen_once_the_stores_word_runs_out() {
+    // Two tokens, one each 600 ms.
+    let store = Ledger::new(Quota::new(2, 10, Duration::from_secs(6)).unwrap());
+    let (here, there) = (
+        KeyedAllowance::new(Arc::clone(&store), always_cold()).unwrap(),
+        KeyedAllowance::new(Arc::clone(&store), always_cold()).unwrap(),
+    );
+    let held = there.take("k", 2, Duration::ZERO).await.unwrap();
+    let refused = Err(AcquireError::Insufficient {
+        retry_after: Duration::from_millis(600),
+    });
+    assert_eq!(here.acquire("k", 1, Duration::ZERO).await, refused);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(held.undo().await, 2);
+    settle().await;
+    assert_eq!(store.available("k"), 2);
+    // The word, told exactly, until its next token.
+    let calls = store.calls.load(Ordering::SeqCst);
+    assert_eq!(
+        here.try_acquire("k", 1),
+        Err(AcquireError::Insufficient {
+            retry_after: Duration::from_millis(500)
+        })
+    );
+    tokio::time::sleep(Duration::from_millis(499)).await;
+    assert!(matches!(
+        here.try_acquire("k", 1),
+        Err(AcquireError::Insufficient { .. })
+    ));
+    assert_eq!(store.calls.load(Ordering::SeqCst), calls);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(here.try_acquire("k", 1), Err(AcquireError::NotLocal));
+    assert_eq!(
+        here.acquire("k", 2, Duration::ZERO).await,
+        Ok(Source::Lease)
+    );
 }

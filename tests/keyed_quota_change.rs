@@ -5,12 +5,18 @@
 //! whole tokens carry over clipped to the new capacity, a debt keeps the
 //! instant it is paid (rounded up to the new tick). Keys the limiter does not
 //! track (never seen, or swept once full) start with the new quota's
-//! initial credit. The quotas are exact ones with tick units from 1 to 7
-//! per nanosecond, so every observable must equal the model's.
+//! initial credit, but no fuller than the sweeps' watermark: the state of a
+//! bucket full at the latest sweep that dropped one, converted by the same
+//! rule at every change since (none before the first such sweep). The
+//! quotas are exact ones with tick units from 1 to 7 per nanosecond, so
+//! every observable must equal the model's.
 //!
 //! Beside equality, each constant-quota stretch of each key is held to its
 //! quota's envelope: the tokens of the stretch's admissions starting within
-//! `[change, s]` are at most `B + r·(s - change)`, for every start `s`.
+//! `[change, s]` are at most `B + r·(s - change)`, for every start `s`; and
+//! each key's whole life, across changes and sweeps, to the envelope of the
+//! largest capacity and the fastest rate it was ever given: changes and
+//! sweeps back and forth never gain.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -133,7 +139,14 @@ struct Model {
     quota: usize,
     /// Each tracked key's state: the instant its bucket is full again.
     keys: HashMap<u8, Q>,
+    /// The state of a bucket full at the latest sweep that dropped one, in
+    /// the current quota; `None` while no sweep has dropped anything.
+    dropped: Option<Q>,
     stretches: HashMap<u8, Stretch>,
+    /// Every admission of each key, over its whole life: `(start, tokens)`.
+    lives: HashMap<u8, Vec<(Q, u64)>>,
+    /// The quotas the limiter has had.
+    quotas: Vec<usize>,
 }
 
 impl Model {
@@ -156,8 +169,10 @@ impl Model {
             });
         }
         let now = self.now();
-        // A decision with a valid cost creates the key's bucket, full.
-        let tat = *self.keys.entry(key).or_insert(now);
+        // A decision with a valid cost creates the key's bucket, full, but
+        // no fuller than a bucket full at the latest drop.
+        let fresh = self.fresh();
+        let tat = *self.keys.entry(key).or_insert(fresh);
         let new = tat.max(now) + q(cost) * ideal.interval;
         let limit = now + ideal.tolerance() + q(slack);
         if new > limit {
@@ -168,7 +183,14 @@ impl Model {
         self.keys.insert(key, new);
         let wait = (new - now - ideal.tolerance()).max(q(0));
         self.stretch(key).starts.push((now + wait, cost));
+        self.lives.entry(key).or_default().push((now + wait, cost));
         Ok(Duration::from_nanos(ceil_nanos(wait)))
+    }
+
+    /// The state a new bucket starts from now.
+    fn fresh(&self) -> Q {
+        self.dropped
+            .map_or(self.now(), |dropped| dropped.max(self.now()))
     }
 
     fn stretch(&mut self, key: u8) -> &mut Stretch {
@@ -182,28 +204,56 @@ impl Model {
 
     fn available(&self, key: u8) -> u64 {
         let ideal = self.ideal();
-        self.keys
-            .get(&key)
-            .map_or(ideal.capacity, |&tat| ideal.available(tat, self.now()))
+        let tat = self.keys.get(&key).copied().unwrap_or(self.fresh());
+        ideal.available(tat, self.now())
     }
 
     fn sweep(&mut self) -> usize {
         let now = self.now();
         let before = self.keys.len();
         self.keys.retain(|_, tat| *tat > now);
-        before - self.keys.len()
+        let dropped = before - self.keys.len();
+        if dropped > 0 {
+            self.dropped = Some(self.fresh());
+        }
+        dropped
     }
 
     fn set_quota(&mut self, index: usize) {
         let (from, to) = (self.ideal(), Ideal::of(index));
         let now = self.now();
-        for tat in self.keys.values_mut() {
+        for tat in self.keys.values_mut().chain(self.dropped.as_mut()) {
             *tat = from.carry(*tat, now, &to);
         }
         for (_, stretch) in self.stretches.drain() {
             stretch.check();
         }
         self.quota = index;
+        self.quotas.push(index);
+    }
+
+    /// Each key's whole life within the envelope of the largest capacity
+    /// and the fastest rate among the quotas it was given.
+    fn check_lives(&self) {
+        let used = || self.quotas.iter().map(|&i| Ideal::of(i).envelope);
+        let capacity = used().map(|e| e.capacity).max().unwrap();
+        // The fastest rate: the largest tokens / period.
+        let fastest = used()
+            .max_by_key(|e| Q::new(i128::from(e.tokens), i128::from(e.period_ns)))
+            .unwrap();
+        let envelope = Envelope {
+            capacity,
+            ..fastest
+        };
+        for life in self.lives.values() {
+            let events: Vec<(u64, u64)> = life
+                .iter()
+                .map(|&(start, tokens)| (ceil_nanos(start), tokens))
+                .collect();
+            // Start instants are rounded up to the nanosecond: an interval
+            // between two of them is at most a nanosecond off.
+            envelope.assert_holds_over(&events, 1);
+        }
     }
 }
 
@@ -250,7 +300,7 @@ proptest! {
         let limiter = KeyedLimiter::builder(quota(first))
             .clock(clock.clone())
             .build::<u8>();
-        let mut model = Model { quota: first, ..Model::default() };
+        let mut model = Model { quota: first, quotas: vec![first], ..Model::default() };
         for op in ops {
             match op {
                 Op::Acquire { key, cost } => {
@@ -282,6 +332,7 @@ proptest! {
         for stretch in model.stretches.values() {
             stretch.check();
         }
+        model.check_lives();
     }
 }
 
@@ -421,6 +472,231 @@ fn deciders_race_a_changer_on_real_threads() {
         assert!(
             limiter.available(&key) + total <= 50,
             "key {key} minted credit"
+        );
+    }
+}
+
+/// How many single tokens `key` gets now, trying until the first refusal.
+fn drain<C: tollgate::Clock>(limiter: &KeyedLimiter<u8, C>, key: u8) -> u64 {
+    let mut admitted = 0;
+    while limiter.try_acquire(&key, 1).is_ok() {
+        admitted += 1;
+    }
+    admitted
+}
+
+fn per_second(n: u64) -> Quota {
+    Quota::per_second(n).unwrap()
+}
+
+/// On a still clock, a key spends 990 of 1000, the capacity drops to 10
+/// (its 10 tokens are then a full bucket), a sweep drops it, and the
+/// capacity comes back: the key carries the 10 it had, not a fresh 1000.
+/// Five such rounds admit 1000 in all, the most any capacity allowed.
+#[test]
+fn sweeps_between_changes_regain_no_credit() {
+    let limiter = KeyedLimiter::builder(per_second(1000))
+        .clock(ManualClock::new())
+        .build::<u8>();
+    limiter.try_acquire(&1, 990).unwrap();
+    let mut admitted = 990;
+    for _ in 0..5 {
+        limiter.set_quota(per_second(10));
+        limiter.sweep();
+        limiter.set_quota(per_second(1000));
+        admitted += drain(&limiter, 1);
+    }
+    assert_eq!(admitted, 1000);
+}
+
+/// The same through a sweep that a new key at the cap runs, and through a
+/// key forgotten because a give-back left it full: neither drop lets the
+/// key regain what it spent.
+#[test]
+fn drops_at_the_cap_and_on_give_backs_between_changes_regain_no_credit() {
+    let limiter = KeyedLimiter::builder(per_second(1000))
+        .clock(ManualClock::new())
+        .max_keys(std::num::NonZeroUsize::new(2).unwrap())
+        .sweep_interval(Some(Duration::ZERO))
+        .build::<u8>();
+    limiter.try_acquire(&1, 990).unwrap();
+    limiter.try_acquire(&2, 1).unwrap();
+    limiter.set_quota(per_second(10));
+    // Both keys hold 10, full: a new key at the cap sweeps them away.
+    limiter.try_acquire(&3, 1).unwrap();
+    assert_eq!(limiter.len(), 1);
+    limiter.set_quota(per_second(1000));
+    assert_eq!(drain(&limiter, 1), 10);
+
+    let limiter = KeyedLimiter::builder(per_second(1000))
+        .clock(ManualClock::new())
+        .build::<u8>();
+    limiter.try_acquire(&1, 990).unwrap();
+    limiter.set_quota(per_second(10));
+    // A receipt given back leaves the key full: it is forgotten.
+    Receipt::take(limiter.key(&1), 1).unwrap().undo();
+    assert!(limiter.is_empty());
+    limiter.set_quota(per_second(1000));
+    assert_eq!(drain(&limiter, 1), 10);
+}
+
+/// A `LocalStore` is a keyed limiter: a sweep between two changes gives a
+/// lease of the returning key no more than it carried.
+#[test]
+fn a_local_store_regains_no_credit_through_a_sweep_between_changes() {
+    use tollgate::shared::{LocalStore, Store};
+    let store = LocalStore::from_limiter(
+        KeyedLimiter::builder(per_second(1000))
+            .clock(ManualClock::new())
+            .build(),
+    );
+    assert_eq!(ready(store.acquire("k", 990)).unwrap().tokens, 990);
+    store.set_quota(per_second(10));
+    assert_eq!(store.limiter().sweep(), 1);
+    store.set_quota(per_second(1000));
+    assert_eq!(ready(store.acquire("k", 1000)).unwrap().tokens, 10);
+}
+
+/// The price of the rule above: after a raise of the capacity, a key
+/// created while a key dropped before the raise could still be refilling
+/// starts as that key would, not full. Here a sweep dropped a full bucket
+/// of 10 (10 per second); the capacity is raised to 100 (100 per second):
+/// a new key starts with the 10 carried and has its 100 once the 90
+/// missing have refilled, 900 ms after the change, and never later.
+#[test]
+fn after_a_raise_new_keys_start_as_a_dropped_key_would_for_one_refill_at_most() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder(per_second(10))
+        .clock(clock.clone())
+        .build::<u8>();
+    limiter.try_acquire(&1, 1).unwrap();
+    clock.advance(Duration::from_millis(100));
+    assert_eq!(limiter.sweep(), 1);
+    clock.advance(Duration::from_secs(5));
+    limiter.set_quota(per_second(100));
+    assert_eq!(limiter.available(&7), 10);
+    clock.advance(Duration::from_millis(899));
+    assert_eq!(limiter.available(&7), 99);
+    assert_eq!(drain(&limiter, 8), 99);
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(limiter.available(&7), 100);
+    assert_eq!(drain(&limiter, 7), 100);
+}
+
+/// And nothing is restricted where no bucket was ever dropped: sweeps that
+/// drop nothing, on a still clock at reading zero, and changes down and up
+/// leave new keys the full new capacity.
+#[test]
+fn without_a_drop_a_raise_restricts_no_new_key() {
+    let limiter = KeyedLimiter::builder(per_second(1000))
+        .clock(ManualClock::new())
+        .build::<u8>();
+    limiter.try_acquire(&1, 995).unwrap();
+    assert_eq!(limiter.sweep(), 0);
+    // Key 1 carries 5 of 10: not full, kept.
+    limiter.set_quota(per_second(10));
+    limiter.try_acquire(&2, 1).unwrap();
+    assert_eq!(limiter.sweep(), 0);
+    limiter.set_quota(per_second(1000));
+    assert_eq!(limiter.available(&3), 1000);
+    assert_eq!(drain(&limiter, 3), 1000);
+}
+
+/// Under the overflow policy a key that spent from the overflow bucket
+/// gets a bucket of its own no fuller than the overflow bucket after its
+/// decision: that floor is carried at every change like a state, a full
+/// one too (on a still clock at reading zero). Here key 2 spends 990 of
+/// the overflow bucket's 1000; the capacity drops to 10 (the floor holds
+/// 10, full) and comes back; a place frees, and key 2 starts with the 10
+/// it carried, not 1000.
+#[test]
+fn an_overflow_floor_full_at_a_change_is_carried_not_cleared() {
+    let limiter = KeyedLimiter::builder(per_second(1000))
+        .clock(ManualClock::new())
+        .max_keys(std::num::NonZeroUsize::MIN)
+        .at_capacity(tollgate::AtCapacity::SharedOverflow)
+        .sweep_interval(None)
+        .build::<u8>();
+    // Key 1 holds the only place, spent, so no change leaves it full.
+    limiter.try_acquire(&1, 1000).unwrap();
+    limiter.try_acquire(&2, 990).unwrap();
+    assert_eq!(limiter.table_stats().overflowed, 1);
+    limiter.set_quota(per_second(10));
+    limiter.set_quota(per_second(1000));
+    // No bucket was dropped so far; now key 1 is, at the new capacity.
+    limiter.refund(&1, 1000);
+    assert_eq!(limiter.sweep(), 1);
+    assert_eq!(limiter.available(&2), 10);
+    assert_eq!(drain(&limiter, 2), 10);
+}
+
+/// Deciders on many keys while another thread lowers the capacity, sweeps
+/// (the keys left with at least the lower capacity are then full, and go),
+/// raises it back and sweeps again, over and over, on a still clock: no
+/// key ever gets more than the 50 it started with, whatever the
+/// interleaving of drops, re-creations and changes. The two sides take
+/// turns loosely, by construction: each cycle starts once a decider has
+/// finished the pass before it (the other may still be deciding), and each
+/// pass once the cycle before it is done.
+#[test]
+fn sweeps_and_changes_racing_decisions_mint_nothing_on_real_threads() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const ROUNDS: u64 = 30;
+    let limiter = KeyedLimiter::builder(per_second(50))
+        .clock(ManualClock::new())
+        .build::<u32>();
+    let keys = 500u32;
+    let (cycles, passes, swept) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let wait_for = |what: &str, ready: &dyn Fn() -> bool| {
+        while !ready() {
+            assert!(std::time::Instant::now() < deadline, "no {what} in 120 s");
+            std::thread::yield_now();
+        }
+    };
+    // One round each, which takes its turns with the cycles itself.
+    let admitted = race_beside(
+        2,
+        1,
+        0,
+        |thread, _, admitted: &mut Vec<u64>| {
+            admitted.resize(keys as usize, 0);
+            for round in 0..ROUNDS {
+                wait_for("cycle", &|| cycles.load(Ordering::Acquire) >= round);
+                for key in 0..keys {
+                    let key = (key * 7 + thread as u32 * 13 + round as u32) % keys;
+                    if limiter.try_acquire(&key, 1 + u64::from(key % 2)).is_ok() {
+                        admitted[key as usize] += 1 + u64::from(key % 2);
+                    }
+                }
+                passes.fetch_add(1, Ordering::Release);
+            }
+        },
+        || {
+            let cycle = cycles.load(Ordering::Relaxed);
+            let last = 2 * ROUNDS;
+            wait_for("pass", &|| {
+                let passes = passes.load(Ordering::Acquire);
+                passes > 2 * cycle || passes == last
+            });
+            if passes.load(Ordering::Acquire) == last {
+                return;
+            }
+            limiter.set_quota(per_second(7));
+            let mut dropped = limiter.sweep();
+            limiter.set_quota(per_second(50));
+            dropped += limiter.sweep();
+            swept.fetch_add(dropped as u64, Ordering::Relaxed);
+            cycles.fetch_add(1, Ordering::Release);
+        },
+    );
+    assert!(swept.into_inner() > 0, "no key was swept");
+    for key in 0..keys {
+        let total: u64 = admitted.iter().map(|per| per[key as usize]).sum();
+        let left = limiter.available(&key);
+        assert!(
+            total + left <= 50,
+            "key {key}: {total} admitted, {left} left"
         );
     }
 }

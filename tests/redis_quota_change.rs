@@ -105,6 +105,91 @@ async fn leases_from_before_a_change_are_not_given_back_after_it() {
     assert_eq!(store.acquire("k", 10).await.unwrap().tokens, 5);
 }
 
+/// Whether `name` is absent, polled until it is (it expires on its own),
+/// within a generous deadline that fails loudly.
+async fn until_expired(admin: &mut MultiplexedConnection, name: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while stored(admin, name).await.is_some() {
+        assert!(std::time::Instant::now() < deadline, "{name} never expired");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Polls keys never seen until one starts with `capacity`, within a
+/// generous deadline that fails loudly: the limit on absent keys after a
+/// raise lifts once the new quota has refilled what the change withheld.
+async fn until_absent_keys_start_full(store: &RedisStore, capacity: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    for n in 0.. {
+        let grant = store
+            .acquire(&format!("unseen-{n}"), capacity)
+            .await
+            .unwrap();
+        if grant.tokens == capacity {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "still {grant:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A key expires once its bucket is full: under a quota of 10 that is a
+/// bucket of 10. The capacity is then raised to 1000 (1000 an hour): the
+/// key comes back with no more than the 10 it had, as a kept key would
+/// carry, plus what the new rate refilled since the change; so does a key
+/// never seen, the price of not knowing which keys expired. A node that
+/// never changed its quota starts absent keys full under its own.
+#[tokio::test]
+async fn an_expired_key_comes_back_after_a_raise_with_no_more_than_it_carried() {
+    let server = start_server!("an_expired_key_comes_back_after_a_raise");
+    let mut admin = admin(&server).await;
+    // 10 every 10 ms: a key that spent one token is full again in 1 ms.
+    let small = Quota::new(10, 10, Duration::from_millis(10)).unwrap();
+    let store = node(&server, small, "expired:").await;
+    let unchanged = node(&server, small, "expired:").await;
+    assert_eq!(store.acquire("k", 1).await.unwrap().tokens, 1);
+    until_expired(&mut admin, &store.redis_key("k")).await;
+    let changed_at = std::time::Instant::now();
+    store.set_quota(per_hour(1000, 1000), 1).unwrap();
+    // At most one token an hour / 1000 = 3.6 s refills per token.
+    let refilled = || (changed_at.elapsed().as_millis() / 3600) as u64 + 1;
+    let back = store.acquire("k", 1000).await.unwrap();
+    assert!(back.tokens <= 10 + refilled(), "{back:?}");
+    assert_eq!(back.capacity, 1000);
+    let never_seen = store.acquire("new", 1000).await.unwrap();
+    assert!(never_seen.tokens <= 10 + refilled(), "{never_seen:?}");
+    // The other node, still at generation 0, creates absent keys full
+    // under its own quota of 10; the keys above are decided under the
+    // stored quota of generation 1.
+    assert_eq!(unchanged.acquire("other", 10).await.unwrap().tokens, 10);
+}
+
+/// And no absent key is limited where no change raised the capacity (a
+/// lowered one, or the same quota set again), nor for longer than the new
+/// quota takes to refill what a raise withheld (here 90 of 100 tokens at
+/// 1000 a second: 90 ms).
+#[tokio::test]
+async fn a_raise_limits_absent_keys_only_until_the_new_quota_refills() {
+    let server = start_server!("a_raise_limits_absent_keys_only_until_refilled");
+    let store = node(&server, per_hour(10, 1), "lifted:").await;
+    store
+        .set_quota(Quota::new(100, 1000, Duration::from_secs(1)).unwrap(), 1)
+        .unwrap();
+    until_absent_keys_start_full(&store, 100).await;
+}
+
+/// And no absent key is limited where no change raised the capacity: a
+/// lowered one, or the same quota set again.
+#[tokio::test]
+async fn without_a_raise_absent_keys_start_full() {
+    let server = start_server!("without_a_raise_absent_keys_start_full");
+    let store = node(&server, per_hour(100, 1), "unraised:").await;
+    store.set_quota(per_hour(100, 1), 1).unwrap();
+    assert_eq!(store.acquire("a", 100).await.unwrap().tokens, 100);
+    store.set_quota(per_hour(10, 1), 2).unwrap();
+    assert_eq!(store.acquire("b", 10).await.unwrap().tokens, 10);
+}
+
 /// Two nodes given different quotas as one generation: the first to reach
 /// a key keeps it; the other is refused on that key with a typed error,
 /// which is about the key (not an outage), and the state is unchanged. A
@@ -145,9 +230,11 @@ async fn same_generation_conflicts_are_refused_and_older_generations_lose() {
 }
 
 /// Byte rates too fast and irregular for whole ticks per byte (charged per
-/// request) change by the same rule: a full bucket stays full under the
-/// new quota, an emptied one carries only the bytes refilled since, never
-/// the new burst, and a change back clips to the smaller capacity.
+/// request) change by the same rule: an emptied bucket carries only the
+/// bytes refilled since, never the new burst; a key never seen starts with
+/// what one that expired full just before the change would carry, until
+/// the new quota has had time to refill; and a change back clips to the
+/// smaller capacity.
 #[tokio::test]
 async fn byte_rates_charged_per_request_change_by_the_same_rule() {
     let server = start_server!("byte_rates_charged_per_request_change_by_the_same_rule");
@@ -158,9 +245,14 @@ async fn byte_rates_charged_per_request_change_by_the_same_rule() {
     assert!(!store.is_exact());
     let emptied = store.acquire("emptied", u64::MAX).await.unwrap();
     assert_eq!(emptied.tokens, 1 << 20);
+    let changed_at = std::time::Instant::now();
     store.set_quota(big, 1).unwrap();
-    let full = store.acquire("full", u64::MAX).await.unwrap();
-    assert_eq!((full.tokens, full.capacity), (16 << 20, 16 << 20));
+    let fresh = store.acquire("fresh", u64::MAX).await.unwrap();
+    let refilled = (changed_at.elapsed().as_micros() as u64 * (1 << 30)) / 1_000_000 + 1;
+    assert!(
+        fresh.tokens <= (1 << 20) + refilled && fresh.capacity == 16 << 20,
+        "{fresh:?}"
+    );
     // The emptied key carries what 64 MiB/s refilled between the two
     // grants (each at its script's reading of the server clock), at most.
     let carried = store.acquire("emptied", u64::MAX).await.unwrap();
@@ -171,6 +263,8 @@ async fn byte_rates_charged_per_request_change_by_the_same_rule() {
         "{} carried after {micros} µs",
         carried.tokens
     );
+    // 15.6 ms of 1 GiB/s refill the new burst: absent keys start full again.
+    until_absent_keys_start_full(&store, 16 << 20).await;
     // Back to the small quota: a key holding nearly 16 MiB keeps 1 MiB.
     // (A byte is charged a whole tick, 1/8 µs, worth 134.2 bytes at 1 GiB/s:
     // the bytes left are those whose charge still fits, 135 fewer.)

@@ -579,6 +579,29 @@ async fn every_grant_tells_the_capacity() {
     assert_eq!(store.acquire("k", 0).await.unwrap().capacity, 3);
 }
 
+/// A full bucket grants its whole capacity in one call, however large a
+/// capacity the store accepts: 8·10^15 tokens refilled at one a
+/// microsecond (past 2^52, below the scripts' exact 2^53), asked for
+/// exactly or as `u64::MAX`; and a lease that large comes back whole.
+#[tokio::test]
+async fn a_full_bucket_of_the_largest_capacity_grants_it_in_one_call() {
+    let server = start_server!("a_full_bucket_of_the_largest_capacity_grants_it_in_one_call");
+    const CAPACITY: u64 = 8_000_000_000_000_000;
+    let quota = Quota::new(CAPACITY, 1_000_000, Duration::from_secs(1)).unwrap();
+    let store = store(&server, quota, "largest:").await;
+    let full = store.acquire("k", CAPACITY).await.unwrap();
+    assert_eq!((full.tokens, full.lease.granted), (CAPACITY, CAPACITY));
+    assert_eq!(full.remaining, Some(0));
+    store.release("k", full.lease, CAPACITY).await.unwrap();
+    // Given back less the time held, which refilled meanwhile: full again.
+    let again = store.acquire("k", u64::MAX).await.unwrap();
+    assert_eq!(again.tokens, CAPACITY);
+    assert_eq!(
+        store.acquire("fresh", u64::MAX).await.unwrap().tokens,
+        CAPACITY
+    );
+}
+
 /// Every grant tells the whole tokens its bucket holds after it, exactly
 /// (an hour per token: nothing refills during the test), through `acquire`
 /// and the pipelined `acquire_many` alike: a release shows in the next

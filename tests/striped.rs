@@ -431,3 +431,47 @@ fn threads_racing_a_moving_clock_stay_within_the_envelope() {
         assert_bracketed_envelope(&envelope, &mut admitted);
     }
 }
+
+/// However many stripes are asked for, a striped bucket has between one
+/// and `MAX_STRIPES` (more would never be used by more threads than a
+/// machine runs, and would only cost memory and every `flush`'s and
+/// `pooled`'s walk): asking for `usize::MAX` builds the largest, as
+/// asking for 0 builds the smallest, and either decides as any other.
+#[test]
+fn a_stripe_count_out_of_range_is_clamped_into_it() {
+    const MAX: usize = StripedBucket::MAX_STRIPES;
+    let huge = |bits: u32| usize::try_from(1u64 << bits).unwrap_or(usize::MAX);
+    for (asked, built) in [
+        (0, 1),
+        (1, 1),
+        (MAX, MAX),
+        (MAX + 1, MAX),
+        (huge(32), MAX),
+        (huge(40), MAX),
+        (usize::MAX, MAX),
+    ] {
+        let bucket = StripedBucket::new(Quota::per_second(10).unwrap(), asked, 2);
+        assert_eq!(bucket.stripes(), built, "{asked} stripes");
+        let clocked =
+            StripedBucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new(), asked, 2);
+        assert_eq!(clocked.stripes(), built, "{asked} stripes");
+        assert!(clocked.try_acquire(1).is_ok());
+        clocked.set_quota(Quota::per_second(20).unwrap());
+        assert_eq!(clocked.stripes(), built, "{asked} stripes after a change");
+        assert_eq!(clocked.available(), 9, "what it held carries over");
+    }
+}
+
+/// A lease is clamped to 1 ..= the capacity of the quota in force, at
+/// construction and across a change.
+#[test]
+fn a_lease_out_of_range_is_clamped_into_it() {
+    for (asked, built) in [(0, 1), (1, 1), (10, 10), (11, 10), (u64::MAX, 10)] {
+        let bucket =
+            StripedBucket::with_clock(Quota::per_second(10).unwrap(), ManualClock::new(), 2, asked);
+        assert_eq!(bucket.lease(), built, "lease {asked}");
+        assert!(bucket.try_acquire(1).is_ok());
+        bucket.set_quota(Quota::per_second(4).unwrap());
+        assert_eq!(bucket.lease(), built.min(4), "lease {asked} after a change");
+    }
+}

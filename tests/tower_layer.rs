@@ -603,3 +603,108 @@ async fn the_fields_of_an_admitted_response_are_those_built_per_request() {
         );
     }
 }
+
+/// A layer whose rules `names` each charge `cost` of `bucket`, keeping its
+/// charges past the call (to give back 418s) if `keeps`.
+fn charging_one_bucket(
+    bucket: &Arc<TokenBucket<ManualClock>>,
+    names: &[&str],
+    cost: u64,
+    keeps: bool,
+) -> RateLimitLayer {
+    let mut builder = RateLimitLayer::builder();
+    for name in names {
+        let rule =
+            Rule::global(PolicyName::new(*name).unwrap(), Arc::clone(bucket)).cost(move |_| cost);
+        builder = builder.rule(if keeps {
+            rule.give_back_on([StatusCode::IM_A_TEAPOT])
+        } else {
+            rule
+        });
+    }
+    builder.build()
+}
+
+/// Two rules charging one bucket 3 each, beyond its capacity of 5, can
+/// never admit a request: every request is a 413, never a 429 whose
+/// Retry-After no wait can honour, and nothing is spent.
+#[tokio::test]
+async fn rules_charging_one_limit_beyond_its_capacity_are_a_413() {
+    for keeps in [false, true] {
+        let clock = ManualClock::new();
+        let bucket = Arc::new(TokenBucket::with_clock(hourly(5), clock.clone()));
+        let layer = charging_one_bucket(&bucket, &["reads", "writes"], 3, keeps);
+        for _ in 0..3 {
+            let response = send(&layer, request(None, 200)).await;
+            assert_eq!(
+                response.status(),
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "keeps: {keeps}"
+            );
+            assert!(response.headers().get("retry-after").is_none());
+            clock.advance(Duration::from_secs(3600));
+        }
+        assert_eq!(bucket.available(), 5);
+    }
+}
+
+/// Two rules charging one bucket 2 each: once it is spent, a request waits
+/// for all 4 tokens it needs (40 s at one per 10 s), not for the 2 one rule
+/// needs alone; and a client that waits its Retry-After out is admitted.
+#[tokio::test]
+async fn the_retry_after_of_rules_sharing_a_limit_lets_the_request_through() {
+    for keeps in [false, true] {
+        let clock = ManualClock::new();
+        let bucket = Arc::new(TokenBucket::with_clock(every_ten_seconds(4), clock.clone()));
+        let layer = charging_one_bucket(&bucket, &["reads", "writes"], 2, keeps);
+        assert_eq!(
+            send(&layer, request(None, 200)).await.status(),
+            StatusCode::OK
+        );
+        let refused = send(&layer, request(None, 200)).await;
+        assert_eq!(
+            refused.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "keeps: {keeps}"
+        );
+        assert_eq!(refused.headers()["retry-after"], "40", "keeps: {keeps}");
+        clock.advance(Duration::from_secs(39));
+        let early = send(&layer, request(None, 200)).await;
+        assert_eq!(
+            early.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "keeps: {keeps}"
+        );
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(
+            send(&layer, request(None, 200)).await.status(),
+            StatusCode::OK
+        );
+    }
+}
+
+/// Every rule whose limit would refuse what the request charges it in all
+/// is violated: of two rules charging 2 each of a bucket holding 3, the
+/// first passes alone, but not beside the second.
+#[tokio::test]
+async fn every_rule_charging_a_short_limit_is_violated() {
+    for keeps in [false, true] {
+        let clock = ManualClock::new();
+        let bucket = Arc::new(TokenBucket::with_clock(every_ten_seconds(4), clock.clone()));
+        bucket.try_acquire(1).unwrap();
+        let layer = charging_one_bucket(&bucket, &["reads", "writes"], 2, keeps);
+        let refused = send(&layer, request(None, 200)).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()["retry-after"], "10", "keeps: {keeps}");
+        let body = http_body_util::BodyExt::collect(refused.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            doc["violated-policies"],
+            serde_json::json!(["writes", "reads"]),
+            "keeps: {keeps}"
+        );
+    }
+}

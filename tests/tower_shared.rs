@@ -21,11 +21,11 @@ use tollgate::http::{PolicyName, parse_rate_limit, parse_rate_limit_policy};
 use tollgate::shared::{
     FailurePolicy, Grant, KeyedAllowance, KeyedAllowanceConfig, Lease, LocalStore, Store,
 };
-use tollgate::{KeyedLimiter, Limit, ManualClock, Quota, TokenBucket};
+use tollgate::{Clock, KeyedLimiter, Limit, ManualClock, Quota, TokenBucket};
 use tower::{Layer, Service, ServiceExt};
 
 mod common;
-use common::poll_once;
+use common::{TokioClock, poll_once};
 
 const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 const TENANT: HeaderName = HeaderName::from_static("x-tenant");
@@ -679,4 +679,67 @@ async fn a_store_that_hangs_is_a_503_within_its_timeout_not_a_request_held_for_e
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(tokio::time::Instant::now() <= timed_out_by);
     assert_eq!(local.available(), 10);
+}
+
+/// A shared rule's 429 is the store's word: a client sending 200 requests
+/// a second for a fresh key of "100 a minute" on one node (cold, then hot
+/// and leased, then exhausted; the store on tokio's paused clock, so that
+/// it refills while requests wait) is refused only while neither the store
+/// nor the node holds a token for it, and each refusal's Retry-After and
+/// RateLimit `t` are the store's own wait for the next token, rounded up.
+/// Every token the store refilled over the run is admitted or still held.
+#[tokio::test(start_paused = true)]
+async fn a_shared_refusal_is_the_stores_word_and_its_wait_the_stores() {
+    const GAP: Duration = Duration::from_millis(5);
+    const REQUESTS: u32 = 300;
+    let quota = Quota::new(100, 100, Duration::from_secs(60)).unwrap();
+    let clock = TokioClock::starting_now();
+    let store = Arc::new(LocalStore::from_limiter(
+        KeyedLimiter::builder(quota)
+            .clock(clock)
+            .sweep_interval(None)
+            .build(),
+    ));
+    let allowance = node(Arc::clone(&store), FailurePolicy::Closed);
+    let layer = RateLimitLayer::builder()
+        .rule(per_key(quota, allowance.clone()))
+        .build();
+    let key = stored("per-api-key", "fresh");
+    let (mut admitted, mut refused) = (0u64, 0u64);
+    for request in 0..REQUESTS {
+        let response = send(&layer, with_key("fresh")).await;
+        if response.status() == StatusCode::TOO_MANY_REQUESTS {
+            refused += 1;
+            let headers = response.headers();
+            let held = (store.limiter().available(&key), allowance.pooled(&key));
+            assert_eq!(
+                held,
+                (0, 0),
+                "request {request}: refused while tokens were held"
+            );
+            let wait = store.limiter().retry_after(&key, 1).unwrap();
+            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            assert_eq!(
+                headers["retry-after"],
+                seconds.to_string().as_str(),
+                "request {request}: the store waits {wait:?}"
+            );
+            let limits =
+                parse_rate_limit(headers.get_all("ratelimit").iter().map(|v| v.as_bytes()));
+            assert_eq!(limits[0].remaining, 0);
+            assert_eq!(limits[0].reset, Some(Duration::from_secs(seconds)));
+        } else {
+            assert_eq!(response.status(), StatusCode::OK, "request {request}");
+            admitted += 1;
+        }
+        tokio::time::sleep(GAP).await;
+    }
+    assert!(allowance.is_hot(&key), "the key went hot on the way");
+    // What the store refilled over the run, one token each 600 ms.
+    let refilled = clock.now_nanos() / 600_000_000;
+    assert_eq!(
+        admitted + allowance.pooled(&key) + store.limiter().available(&key),
+        100 + refilled
+    );
+    assert_eq!(admitted + refused, u64::from(REQUESTS));
 }

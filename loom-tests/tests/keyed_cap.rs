@@ -61,7 +61,13 @@ impl Table {
     /// or running a sweep at the cap), then the bucket. Whether it went in.
     /// The new key has just spent from its bucket: no sweep may drop it.
     fn insert(&self, key: u32) -> bool {
-        let Some(place) = self.cap.take_place(NOW, || self.fresh, |at| self.sweep(at)) else {
+        let Some(place) = self.cap.take_place(
+            NOW,
+            || self.fresh,
+            |at| {
+                self.sweep(at);
+            },
+        ) else {
             return false;
         };
         let mut keys = self.keys.lock().unwrap();
@@ -76,12 +82,15 @@ impl Table {
         true
     }
 
-    /// Drops every key full at `at`; how many.
+    /// Drops every key full at `at` and uncounts them, as `drop_idle`
+    /// does; how many.
     fn sweep(&self, at: u64) -> usize {
         let mut keys = self.keys.lock().unwrap();
         let before = keys.len();
         keys.retain(|&(_, full_from)| full_from > at);
-        before - keys.len()
+        let dropped = before - keys.len();
+        self.cap.forget(dropped);
+        dropped
     }
 
     /// Asserts that the count and the table agree, under the cap.

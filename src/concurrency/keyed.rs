@@ -16,6 +16,13 @@
 //! and keeps it) or finds no entry afterwards and inserts a fresh one. No
 //! permit's units can land in a removed entry.
 //!
+//! A permit holds its entry's count (an `Arc` of it), so its release
+//! subtracts without looking the key up: a key whose `Hash` or `Eq` panics
+//! cannot keep its units in flight. Only the removal of an emptied entry
+//! looks the key up; if that panics, the empty entry is left behind, the
+//! limiter notes it, and the entries left so are purged before a new key is
+//! refused at the cap and before the keys are counted.
+//!
 //! Dashmap deadlocks if a thread holding a guard (`Ref`, `RefMut`, `Entry`)
 //! makes another call on the same map that locks the same shard. Every
 //! place below where a guard is live says what ends it.
@@ -29,7 +36,7 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 
 use super::{InFlightError, LimitError, counter};
-use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// At most `max` units of work in flight per key, and optionally at most
 /// `max_keys` keys with work in flight.
@@ -67,11 +74,16 @@ pub struct KeyedConcurrencyLimiter<K, S = ahash::RandomState> {
 
 /// What the limiter and its permits share.
 struct Shared<K, S> {
-    /// Units in flight per key. An entry with a zero count exists only
-    /// between the release that zeroed it and that release's `remove_if`.
-    counts: DashMap<K, AtomicU64, S>,
+    /// Units in flight per key, each count shared with the permits that
+    /// hold units of it. An entry with a zero count exists only between the
+    /// release that zeroed it and that release's `remove_if`, or, if the
+    /// key's `Hash` or `Eq` panicked in that removal, until the next purge.
+    counts: DashMap<K, Arc<AtomicU64>, S>,
     max: u64,
     keys: Option<KeyCap>,
+    /// Whether a removal was cut short by a panic, leaving an empty entry
+    /// behind: [`Shared::purge`] then drops the empty entries.
+    stale: AtomicBool,
 }
 
 /// The cap on keys in flight, and the entries counted against it.
@@ -153,6 +165,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> KeyedConcurrencyLimiter<K, S>
                 counts: DashMap::with_hasher(hasher),
                 max,
                 keys,
+                stale: AtomicBool::new(false),
             }),
         })
     }
@@ -190,9 +203,10 @@ impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> KeyedConcurrencyLimiter<K, S>
         // permit that owns it, nothing may run that could unwind (a user's
         // `Clone`) and leak the units.
         let permit_key = key.clone();
-        shared.take(key, weight)?;
+        let count = shared.take(key, weight)?;
         Ok(KeyedPermit {
             shared: Arc::clone(&self.shared),
+            count,
             key: permit_key,
             weight,
         })
@@ -233,6 +247,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> KeyedConcurrencyLimiter<K, S>
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn keys_in_flight(&self) -> usize {
+        self.shared.purge();
         self.shared.counts.len()
     }
 
@@ -304,8 +319,8 @@ impl<K, S> fmt::Debug for KeyedConcurrencyLimiter<K, S> {
 
 impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
     /// Adds `weight` (validated) to `key`'s count, creating its entry if
-    /// there is none.
-    fn take(&self, key: &K, weight: u64) -> Result<(), InFlightError>
+    /// there is none; the count, for the permit.
+    fn take(&self, key: &K, weight: u64) -> Result<Arc<AtomicU64>, InFlightError>
     where
         K: Clone,
     {
@@ -313,25 +328,42 @@ impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
         // shard's read lock, so acquires on one shard run side by side. The
         // `Ref` is consumed by the closure and dropped when it returns,
         // before the `entry` below asks for the same shard's write lock.
-        let existing = self
-            .counts
-            .get(key)
-            .map(|count| counter::try_add(&count, weight, self.max, Ordering::Acquire));
+        let existing = self.counts.get(key).map(|count| {
+            counter::try_add(&count, weight, self.max, Ordering::Acquire)
+                .map(|()| Arc::clone(&count))
+        });
         if let Some(decided) = existing {
             return decided;
         }
-        // Slow path, for a new key (or one removed since the `get`): the
-        // `Entry` write-locks the shard until the end of the `match`. Inside
-        // it only the entry itself and the key cap's atomic are touched, no
-        // other map operation.
+        match self.insert(key, weight) {
+            // At the cap, empty entries left by removals cut short hold
+            // places no key has: purged (no guard of ours is alive), then
+            // one more try.
+            Err(InFlightError::TooManyKeys { .. }) if self.purge() => self.insert(key, weight),
+            decided => decided,
+        }
+    }
+
+    /// The slow path, for a new key (or one removed since the `get`): the
+    /// `Entry` write-locks the shard until the end of the `match`. Inside
+    /// it only the entry itself and the key cap's atomic are touched, no
+    /// other map operation, and nothing that can unwind between the
+    /// place's reservation and the insertion (into the slot `entry`
+    /// reserved: no rehashing).
+    fn insert(&self, key: &K, weight: u64) -> Result<Arc<AtomicU64>, InFlightError>
+    where
+        K: Clone,
+    {
         match self.counts.entry(key.clone()) {
             Entry::Occupied(entry) => {
                 counter::try_add(entry.get(), weight, self.max, Ordering::Acquire)
+                    .map(|()| Arc::clone(entry.get()))
             }
             Entry::Vacant(entry) => {
                 self.reserve_key()?;
-                entry.insert(AtomicU64::new(weight));
-                Ok(())
+                let count = Arc::new(AtomicU64::new(weight));
+                entry.insert(Arc::clone(&count));
+                Ok(count)
             }
         }
     }
@@ -353,19 +385,22 @@ impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
             })
     }
 
-    /// Returns `weight` units of `key`, removing its entry if that left it
-    /// at zero. Called only by a permit's drop.
-    fn release(&self, key: &K, weight: u64) {
-        // The `Ref` read-locks the shard and is dropped when the closure
-        // returns, before `remove_if` write-locks the same shard.
-        let left = self
-            .counts
-            .get(key)
-            .map(|count| counter::sub(&count, weight, Ordering::Release));
-        debug_assert!(left.is_some(), "an entry with units in flight was removed");
-        if left != Some(0) {
+    /// Uncounts an entry being removed, under its shard's write lock.
+    fn uncount_key(&self) {
+        if let Some(cap) = &self.keys {
+            cap.count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Returns `weight` units to `count`, `key`'s, removing its entry if
+    /// that left it at zero. Called only by a permit's drop.
+    fn release(&self, key: &K, count: &AtomicU64, weight: u64) {
+        if counter::sub(count, weight, Ordering::Release) != 0 {
             return;
         }
+        // The key's `Hash` or `Eq` may panic in the lookup below, leaving
+        // the empty entry: noted, for a purge.
+        let removing = Stale(&self.stale);
         // An acquire may have re-used the entry since the subtraction: the
         // check runs again under the write lock, which no increment can hold
         // a guard across. Relaxed suffices there: the lock orders the
@@ -374,14 +409,48 @@ impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
         // (no map operation); `true` means the entry is removed before the
         // lock is released, so the cap is uncounted exactly as the entry
         // goes, and a new insert of the same key cannot find it still
-        // counted.
-        self.counts.remove_if(key, |_, count| {
+        // counted. The removed key is dropped after that (its `Drop` may
+        // panic; nothing is left to do).
+        let removed = self.counts.remove_if(key, |_, count| {
             let idle = count.load(Ordering::Relaxed) == 0;
-            if let (true, Some(cap)) = (idle, &self.keys) {
-                cap.count.fetch_sub(1, Ordering::Relaxed);
+            if idle {
+                self.uncount_key();
             }
             idle
         });
+        std::mem::forget(removing);
+        drop(removed);
+    }
+
+    /// Drops the empty entries removals cut short by a panic left, if any;
+    /// whether there were any to look for. Holds no guard of the caller's.
+    fn purge(&self) -> bool {
+        if !self.stale.swap(false, Ordering::Acquire) {
+            return false;
+        }
+        // A key's `Drop` may panic in here too: the flag is set again.
+        let purging = Stale(&self.stale);
+        // `retain` write-locks one shard at a time; an entry it drops is
+        // taken out (and uncounted here) before its key is dropped.
+        self.counts.retain(|_, count| {
+            let idle = count.load(Ordering::Relaxed) == 0;
+            if idle {
+                self.uncount_key();
+            }
+            !idle
+        });
+        std::mem::forget(purging);
+        true
+    }
+}
+
+/// Sets its flag when dropped, which only an unwind does (the paths that
+/// complete forget it): a removal cut short left an empty entry.
+struct Stale<'a>(&'a AtomicBool);
+
+impl Drop for Stale<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 
@@ -391,8 +460,11 @@ impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
 ///
 /// The permit owns a clone of its key and an `Arc` of the limiter's state,
 /// so it can move into a spawned thread or task and outlive the limiter
-/// handle it came from. The release runs in `Drop`, unwinding included; it
-/// hashes and compares the key, so `K`'s `Hash` and `Eq` should not panic.
+/// handle it came from. The release runs in `Drop`, unwinding included, and
+/// returns the units without looking the key up; removing the key's emptied
+/// entry does, and if the key's `Hash` or `Eq` panics there, the empty entry
+/// is purged later (before a new key is refused at the cap, and before
+/// [`keys_in_flight`](KeyedConcurrencyLimiter::keys_in_flight) counts).
 ///
 /// ```
 /// use tollgate::concurrency::KeyedConcurrencyLimiter;
@@ -410,6 +482,8 @@ impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
 #[must_use = "dropping a permit releases its units at once"]
 pub struct KeyedPermit<K: Hash + Eq, S: BuildHasher + Clone = ahash::RandomState> {
     shared: Arc<Shared<K, S>>,
+    /// The key's count this permit's units are in.
+    count: Arc<AtomicU64>,
     key: K,
     weight: u64,
 }
@@ -444,7 +518,7 @@ impl<K: Hash + Eq, S: BuildHasher + Clone> KeyedPermit<K, S> {
 
 impl<K: Hash + Eq, S: BuildHasher + Clone> Drop for KeyedPermit<K, S> {
     fn drop(&mut self) {
-        self.shared.release(&self.key, self.weight);
+        self.shared.release(&self.key, &self.count, self.weight);
     }
 }
 

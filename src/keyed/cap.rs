@@ -90,7 +90,7 @@ impl KeyCap {
     /// At the cap, waits for a sweep in progress and counts in again. If
     /// still full and the sweep interval has passed since the last
     /// automatic sweep, runs `sweep(at)`, which drops what is full at `at`
-    /// and returns how many keys it dropped, and counts in once more. `at`
+    /// and uncounts it ([`Self::forget`]), and counts in once more. `at`
     /// is the caller's reading `now` when that is due: a sweep later than the
     /// reading the new key's decision is made on would start that key in
     /// debt. But a reading taken before a wait (or a preemption) may be
@@ -102,7 +102,7 @@ impl KeyCap {
         &self,
         now: u64,
         fresh: impl Fn() -> u64,
-        sweep: impl Fn(u64) -> usize,
+        sweep: impl Fn(u64),
     ) -> Option<Place<'_>> {
         if let Some(place) = self.count_in() {
             return Some(place);
@@ -119,20 +119,19 @@ impl KeyCap {
             false => Some(fresh()).filter(|&fresh| fresh >= *next_sweep)?,
         };
         let mut sweep_at = |at: u64| {
+            sweep(at);
+            // Scheduled once the sweep is done: one cut short by a panic
+            // (a key's `Drop`) is due again at once.
             *next_sweep = at.saturating_add(interval);
-            self.forget(sweep(at));
             self.count_in()
         };
         sweep_at(at).or_else(|| Some(fresh()).filter(|&later| later > at).and_then(sweep_at))
     }
 
-    /// Runs `sweep` as a sweep (an automatic one waits for it to end), and
-    /// uncounts the keys it returns as dropped.
-    pub fn sweep(&self, sweep: impl FnOnce() -> usize) -> usize {
+    /// Runs `sweep` as a sweep (an automatic one waits for it to end).
+    pub fn sweep<T>(&self, sweep: impl FnOnce() -> T) -> T {
         let _sweeping = self.lock_sweeps();
-        let dropped = sweep();
-        self.forget(dropped);
-        dropped
+        sweep()
     }
 
     /// Uncounts `dropped` keys taken out of the table.
@@ -142,7 +141,7 @@ impl KeyCap {
 
     fn lock_sweeps(&self) -> MutexGuard<'_, u64> {
         // A sweep that panicked (a key's `Drop` may) left the schedule
-        // whole: a plain number, written before the sweep starts.
+        // whole: a plain number, written after the sweep ends.
         lock(&self.sweeps)
     }
 }

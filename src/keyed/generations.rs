@@ -9,16 +9,20 @@
 //! generation's parity. A change writes the next generation's slot,
 //! publishes it as current, then walks every entry, converting those of the
 //! old generation by the continuity rule (`Gcra::carry`) one shard at a time;
-//! changes are serialised, so a slot is never rewritten while an entry of its
-//! generation exists. [`docs/design.md`](crate::guide::design), "Changing a
-//! keyed limiter's quota", has the argument.
+//! changes are serialised, and a walk cut short (a clock that panicked) is
+//! finished before the next change rewrites a slot, so a slot is never
+//! rewritten while an entry of its generation exists. Beside each
+//! generation's quota is its drop watermark: the state of a bucket full at
+//! the latest drop, carried into the next generation by the same rule.
+//! [`docs/design.md`](crate::guide::design), "Changing a keyed limiter's
+//! quota", has the argument.
 //!
 //! Written on the `crate::sync` shim so that the loom model in `loom-tests/`
 //! runs this very code against a stand-in table (dashmap is not loom-aware).
 
 use crossbeam_utils::CachePadded;
 
-use crate::gcra::{Gcra, WORDS};
+use crate::gcra::{Gcra, LAST, WORDS};
 use crate::state::{Admission, Tat};
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering, fence, lock};
 use crate::{AcquireError, InitialCredit, Quota};
@@ -39,13 +43,53 @@ pub struct Entry {
 }
 
 /// One generation's quota, in words a change may rewrite while decisions
-/// on the other generation read theirs.
+/// on the other generation read theirs, and its drop watermark.
 #[derive(Debug)]
 struct Slot {
     gcra: [AtomicU64; WORDS],
     tokens: AtomicU64,
     period_nanos: AtomicU64,
     initial: AtomicU64,
+    /// The state, in this generation's ticks, of a bucket full at the
+    /// latest drop of a bucket (a sweep's, an eviction's) in this
+    /// generation or, carried, an earlier one, as [`Marked`]: a new bucket
+    /// of the generation starts no fuller. Raised only under the overflow
+    /// bucket's read lock while this generation is current, and written
+    /// for the next generation under its write lock (`Change::publish`),
+    /// so that no raise is lost to a change.
+    dropped: AtomicU64,
+}
+
+/// A state that may be none, in a word: `0` is none, any other word the
+/// state one below it. None differs from every state, the state 0 (a full
+/// bucket on a clock still at its first reading) included: a carry of it
+/// may hold less than the next quota's capacity, and none constrains
+/// nothing.
+pub(crate) struct Marked;
+
+impl Marked {
+    pub(crate) const NONE: u64 = 0;
+
+    /// The mark of `state`, a state no later than [`LAST`] (a full bucket
+    /// at a clock reading saturated past the range is taken as `LAST`:
+    /// either admits nothing more).
+    #[inline]
+    pub(crate) fn of(state: u64) -> u64 {
+        state.min(LAST) + 1
+    }
+
+    /// The state marked, or `None`.
+    #[inline]
+    pub(crate) fn state(mark: u64) -> Option<u64> {
+        mark.checked_sub(1)
+    }
+
+    /// The state marked as a floor: none floors nothing, as the earliest
+    /// state (a full bucket at reading 0) does.
+    #[inline]
+    pub(crate) fn floor(mark: u64) -> u64 {
+        mark.saturating_sub(1)
+    }
 }
 
 /// [`InitialCredit`] in a word: a credit of tokens is at most the capacity,
@@ -61,6 +105,7 @@ impl Slot {
             tokens: AtomicU64::new(0),
             period_nanos: AtomicU64::new(0),
             initial: AtomicU64::new(0),
+            dropped: AtomicU64::new(Marked::NONE),
         };
         slot.store(quota);
         slot
@@ -120,8 +165,13 @@ pub struct Generations {
     /// under `changes` (and under the overflow bucket's write lock: see
     /// `KeyedLimiter::set_quota`).
     current: AtomicU64,
-    /// Held for the whole of each change.
-    changes: Mutex<()>,
+    /// Held for the whole of each change, and of each sweep: the
+    /// generation every entry has been walked into. Below `current` only
+    /// while a change walks, or after a walk was cut short by a panic (a
+    /// clock's): then whoever takes it next finishes that walk first.
+    /// Written only once a walk has converted every entry, so a panic
+    /// leaves it true.
+    walked: Mutex<u64>,
     /// The earliest clock reading (nanoseconds) from which every store
     /// lease was granted under its bucket's generation; `u64::MAX` while a
     /// change walks the tables. Leases granted before it are not given
@@ -130,13 +180,30 @@ pub struct Generations {
 }
 
 /// A change in progress: the next generation's quota is written, not yet
-/// published. Changes are serialised while it lives.
+/// published; or a walk cut short, being finished. Changes and sweeps are
+/// serialised while it lives.
 #[derive(Debug)]
 #[must_use = "a change is made by publishing it"]
 pub struct Change<'a> {
     generations: &'a Generations,
     next: u64,
-    _serialised: MutexGuard<'a, ()>,
+    walked: MutexGuard<'a, u64>,
+}
+
+/// Changes held off, every entry in the current generation: what a sweep
+/// runs under, so that it drops entries of one generation only, whose
+/// watermark it raised.
+#[derive(Debug)]
+pub struct Steady<'a> {
+    generation: u64,
+    _walked: MutexGuard<'a, u64>,
+}
+
+impl Steady<'_> {
+    /// The generation of every entry, and of every entry born meanwhile.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
 }
 
 /// What a decision reads of a key's bucket under its shard lock: the state
@@ -169,6 +236,12 @@ impl Entry {
         }
     }
 
+    /// The generation the entry's state is kept in.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// Whether the bucket holds its full capacity at the clock reading
     /// `nanos`, under its own generation's quota.
     pub(crate) fn is_full(&self, generations: &Generations, nanos: u64) -> bool {
@@ -197,7 +270,7 @@ impl Generations {
                 CachePadded::new(Slot::new(quota)),
             ],
             current: AtomicU64::new(0),
-            changes: Mutex::new(()),
+            walked: Mutex::new(0),
             leases_from: AtomicU64::new(0),
         }
     }
@@ -229,7 +302,7 @@ impl Generations {
 
     /// The generation new entries are born in.
     #[inline]
-    pub(crate) fn current(&self) -> u64 {
+    pub fn current(&self) -> u64 {
         self.current.load(Ordering::Acquire)
     }
 
@@ -249,15 +322,31 @@ impl Generations {
         }
     }
 
-    /// Starts a change to `quota`: waits for a change in progress, and
-    /// writes the next generation's slot. No entry of that generation
-    /// exists: the one before the current generation has been walked away.
-    pub fn begin(&self, quota: &Quota) -> Change<'_> {
-        let serialised = lock(&self.changes);
+    /// Takes the change lock, waiting for a change or sweep in progress;
+    /// if a walk was cut short, finishes it first with `walk` (which
+    /// converts every entry and returns a clock reading taken after).
+    fn settle(&self, walk: impl FnOnce(&Change<'_>) -> u64) -> MutexGuard<'_, u64> {
+        let walked = lock(&self.walked);
+        let current = self.current.load(Ordering::Relaxed);
+        if *walked == current {
+            return walked;
+        }
+        let pending = Change {
+            generations: self,
+            next: current,
+            walked,
+        };
+        let nanos = walk(&pending);
+        pending.complete(nanos)
+    }
+
+    /// Starts a change to `quota`: waits for a change or sweep in
+    /// progress, finishes a walk cut short (`walk`), and writes the next
+    /// generation's slot. No entry of that generation exists: the one
+    /// before the current generation has been walked away.
+    pub fn begin(&self, quota: &Quota, walk: impl FnOnce(&Change<'_>) -> u64) -> Change<'_> {
+        let walked = self.settle(walk);
         let next = self.current.load(Ordering::Relaxed) + 1;
-        // Leases decided from now on may be of either generation until the
-        // walk ends.
-        self.leases_from.store(u64::MAX, Ordering::Release);
         // A reader of `quota` that sees one of the slot's new words sees
         // the generation before this one published (the slot's readers
         // retry on a changed `current`).
@@ -266,8 +355,41 @@ impl Generations {
         Change {
             generations: self,
             next,
-            _serialised: serialised,
+            walked,
         }
+    }
+
+    /// Holds changes off for a sweep, once a walk cut short is finished
+    /// (`walk`, as for [`Self::begin`]): every entry is then in the
+    /// current generation until the hold ends.
+    pub fn steady(&self, walk: impl FnOnce(&Change<'_>) -> u64) -> Steady<'_> {
+        let walked = self.settle(walk);
+        Steady {
+            generation: *walked,
+            _walked: walked,
+        }
+    }
+
+    /// Raises `generation`'s drop watermark to `state`, a bucket full at a
+    /// drop: called while `generation` is current, under the overflow
+    /// bucket's read lock, before the bucket is dropped.
+    pub fn raise_dropped(&self, generation: u64, state: u64) {
+        self.slot(generation)
+            .dropped
+            .fetch_max(Marked::of(state), Ordering::AcqRel);
+    }
+
+    /// The state a new bucket of a live `generation` (quota `gcra`) starts
+    /// from at the clock reading `nanos`: its quota's initial credit, but no
+    /// fuller than the drop watermark. Read as [`Self::gcra`] is, under the
+    /// shard lock the bucket is inserted under, so after any drop from that
+    /// shard raised the watermark.
+    #[inline]
+    pub(crate) fn fresh(&self, generation: u64, gcra: &Gcra, nanos: u64) -> u64 {
+        let dropped = Marked::floor(self.slot(generation).dropped.load(Ordering::Acquire));
+        gcra.ticks(nanos)
+            .saturating_add(gcra.initial_tat(self.initial(generation)))
+            .max(dropped)
     }
 
     /// Whether a store lease granted at the clock reading `at_nanos` may be
@@ -278,17 +400,33 @@ impl Generations {
     }
 }
 
-impl Change<'_> {
+impl<'a> Change<'a> {
     /// The quotas converted from and to.
     pub(crate) fn gcras(&self) -> (Gcra, Gcra) {
         let generations = self.generations;
         (generations.gcra(self.next - 1), generations.gcra(self.next))
     }
 
-    /// Publishes the next generation: entries born from now on are born in
-    /// it.
-    pub fn publish(&self) {
-        self.generations.current.store(self.next, Ordering::Release);
+    /// Publishes the next generation at the clock reading `nanos`: carries
+    /// the drop watermark into it, and entries born from now on are born in
+    /// it. Called under the overflow bucket's write lock, so no raise of
+    /// the old watermark falls after its carry.
+    pub fn publish(&self, nanos: u64) {
+        let generations = self.generations;
+        let dropped = generations
+            .slot(self.next - 1)
+            .dropped
+            .load(Ordering::Acquire);
+        let carried = Marked::state(dropped)
+            .map_or(Marked::NONE, |state| Marked::of(self.carry(state, nanos)));
+        generations
+            .slot(self.next)
+            .dropped
+            .store(carried, Ordering::Release);
+        // Leases decided from now on may be of either generation until the
+        // walk ends.
+        generations.leases_from.store(u64::MAX, Ordering::Release);
+        generations.current.store(self.next, Ordering::Release);
     }
 
     /// Converts `entry` to the next generation at the clock reading
@@ -315,9 +453,21 @@ impl Change<'_> {
     /// before the clock reading `nanos`, taken after the walk, may have been
     /// granted under the old generation, and is not given back.
     pub fn finish(self, nanos: u64) {
-        self.generations
+        drop(self.complete(nanos));
+    }
+
+    /// [`Self::finish`], keeping the lock.
+    fn complete(self, nanos: u64) -> MutexGuard<'a, u64> {
+        let Change {
+            generations,
+            next,
+            mut walked,
+        } = self;
+        generations
             .leases_from
             .store(nanos.saturating_add(1), Ordering::Release);
+        *walked = next;
+        walked
     }
 }
 
@@ -325,10 +475,25 @@ impl Change<'_> {
 /// a stand-in table: the calls `table.rs` makes under the shard's lock.
 #[cfg(tollgate_loom)]
 impl Generations {
-    /// A new key's entry, full, born in the current generation: read, as
-    /// `insert_in` reads it, under the table's write lock.
-    pub fn born(&self) -> Entry {
-        Entry::new(self.current(), crate::gcra::FULL)
+    /// A new key's entry at the clock reading `nanos`, born in the current
+    /// generation (its initial credit, no fuller than the drop watermark):
+    /// read, as `insert_in` reads it, under the table's write lock.
+    pub fn born(&self, nanos: u64) -> Entry {
+        let generation = self.current();
+        let gcra = self.gcra(generation);
+        Entry::new(generation, self.fresh(generation, &gcra, nanos))
+    }
+
+    /// Whether a drop at `nanos` may take `entry` (held for writing): in
+    /// `generation`, the one being dropped from, and full.
+    pub fn droppable(&self, entry: &Entry, generation: u64, nanos: u64) -> bool {
+        entry.generation == generation && entry.is_full(self, nanos)
+    }
+
+    /// The state of a bucket full at `nanos` in `generation`'s ticks: what
+    /// a drop at `nanos` raises the watermark to.
+    pub fn full_at(&self, generation: u64, nanos: u64) -> u64 {
+        self.gcra(generation).ticks(nanos)
     }
 
     /// Takes `cost` tokens from `entry` (held for reading) at the clock
@@ -343,13 +508,5 @@ impl Generations {
     pub fn available(&self, entry: &Entry, nanos: u64) -> u64 {
         let held = entry.held(self);
         held.tat.available(&held.gcra, held.gcra.ticks(nanos))
-    }
-}
-
-#[cfg(tollgate_loom)]
-impl Entry {
-    /// The generation the entry's state is kept in.
-    pub fn generation(&self) -> u64 {
-        self.generation
     }
 }

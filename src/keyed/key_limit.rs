@@ -4,7 +4,7 @@ use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 use super::KeyRef;
-use crate::limit::{Limit, Shape, Taken, sealed};
+use crate::limit::{Identity, Limit, Shape, Taken, sealed};
 use crate::{AcquireError, Clock, KeyedLimiter};
 
 /// One key of a [`KeyedLimiter`] (or of a [`Tiered`](crate::Tiered)): a
@@ -60,6 +60,10 @@ where
 
     fn idle_reset(&self) -> Duration {
         self.limiter.quota().refill_interval()
+    }
+
+    fn identity(&self) -> Identity {
+        Identity::of_key(self.limiter, self.limiter.hasher().hash_one(self.key))
     }
 }
 

@@ -48,13 +48,13 @@ mod find {
             table: &'t DashMap<K, V, H>,
         ) -> Option<Ref<'t, K, V>>;
 
-        /// Removes `self`'s entry from `table` if `drop` says so; whether
-        /// it did.
+        /// Removes `self`'s entry from `table` if `drop` says so, and
+        /// returns it (for the caller to drop: a key's `Drop` may panic).
         fn remove_in_if<V, H: BuildHasher + Clone>(
             &self,
             table: &DashMap<K, V, H>,
             drop: impl FnOnce(&K, &V) -> bool,
-        ) -> bool;
+        ) -> Option<(K, V)>;
     }
 
     impl<K, Q> Find<K> for Q
@@ -74,8 +74,8 @@ mod find {
             &self,
             table: &DashMap<K, V, H>,
             drop: impl FnOnce(&K, &V) -> bool,
-        ) -> bool {
-            table.remove_if(self, drop).is_some()
+        ) -> Option<(K, V)> {
+            table.remove_if(self, drop)
         }
     }
 }

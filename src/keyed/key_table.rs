@@ -175,7 +175,7 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyTable<K, V, S> {
     }
 
     /// Drops `key`'s state from `table` if it is idle at `at`, as a sweep
-    /// would; the owner raises its watermarks to `at` first.
+    /// would (the owner's `is_idle` raises its watermarks first).
     pub(crate) fn forget_if_idle_in<M, Q, H, Cx>(
         &self,
         table: &DashMap<M, V, H>,
@@ -188,38 +188,66 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyTable<K, V, S> {
         H: BuildHasher + Clone,
         V: KeyState<Cx>,
     {
-        if key.remove_in_if(table, |_, state| state.is_idle(cx, at)) {
+        let removed = key.remove_in_if(table, |_, state| state.is_idle(cx, at));
+        if removed.is_some() {
             self.cap.forget(1);
-            self.counters.evicted_one();
+            self.counters.evicted(1);
         }
+        // Only now the key's `Drop`, which may panic: the count is right.
+        drop(removed);
     }
 
     /// Drops every state idle at `at` from both maps; how many. Run only as
-    /// a sweep of the cap, which uncounts them, after the owner raised its
-    /// watermarks to `at`.
+    /// a sweep of the cap, and uncounts them from it when it ends, a key's
+    /// `Drop` panicking in it or not.
     pub(crate) fn drop_idle<Cx>(&self, cx: &Cx, at: u64) -> usize
     where
         V: KeyState<Cx>,
     {
-        let dropped = drop_idle_in(&self.exact, cx, at) + drop_idle_in(&self.fingerprints, cx, at);
-        self.counters.swept(dropped);
-        dropped
+        self.counters.swept();
+        let mut dropped = Dropped {
+            cap: &self.cap,
+            counters: &self.counters,
+            count: 0,
+        };
+        drop_idle_in(&self.exact, cx, at, &mut dropped.count);
+        drop_idle_in(&self.fingerprints, cx, at, &mut dropped.count);
+        dropped.count
     }
 }
 
-/// Drops every state of `table` idle at `at`; how many.
-fn drop_idle_in<M, V, H, Cx>(table: &DashMap<M, V, H>, cx: &Cx, at: u64) -> usize
+/// The states a sweep has taken out of the table so far, uncounted from the
+/// cap (and counted as evicted) as the sweep ends, by return or by unwind:
+/// each key's `Drop` runs inside the sweep, and without this a panicking one
+/// would leave a count for every key dropped before it, holding places
+/// under the cap for good.
+struct Dropped<'a> {
+    cap: &'a KeyCap,
+    counters: &'a TableCounters,
+    count: usize,
+}
+
+impl Drop for Dropped<'_> {
+    fn drop(&mut self) {
+        self.cap.forget(self.count);
+        self.counters.evicted(self.count);
+    }
+}
+
+/// Drops every state of `table` idle at `at`, counting each in `dropped`
+/// before it goes.
+fn drop_idle_in<M, V, H, Cx>(table: &DashMap<M, V, H>, cx: &Cx, at: u64, dropped: &mut usize)
 where
     M: Hash + Eq,
     H: BuildHasher + Clone,
     V: KeyState<Cx>,
 {
-    let mut dropped = 0;
     // `retain` write-locks one shard at a time; no guard of ours is alive.
+    // A state it is told to drop is taken out of the map before its key and
+    // state are dropped, so a count made here is never of a key still in.
     table.retain(|_, state| {
         let idle = state.is_idle(cx, at);
-        dropped += usize::from(idle);
+        *dropped += usize::from(idle);
         !idle
     });
-    dropped
 }

@@ -27,7 +27,7 @@ pub use tiers::Tiered;
 #[cfg(tollgate_loom)]
 pub use cap::{KeyCap, Place};
 #[cfg(tollgate_loom)]
-pub use generations::{Change, Entry, Generations};
+pub use generations::{Change, Entry, Generations, Steady};
 
 use crate::gcra::Gcra;
 use crate::limit::Taken;
@@ -36,9 +36,9 @@ use crate::sync::{AtomicU64, Ordering, RwLock, read, write};
 use crate::timeline::{Reading, Timeline};
 use crate::{AcquireError, Clock, DefaultClock, Quota};
 use config::KeyBound;
-use generations::Held;
 #[cfg(not(tollgate_loom))]
-use generations::{Entry, Generations};
+use generations::{Change, Entry, Generations};
+use generations::{Held, Marked};
 pub(crate) use key_ref::Find;
 pub(crate) use key_table::{Found, KeyState, KeyTable, Located, in_table};
 
@@ -62,7 +62,8 @@ pub(crate) use key_table::{Found, KeyState, KeyTable, Located, in_table};
 /// refuses more. [`sweep`](Self::sweep) drops buckets that have refilled to
 /// full and nothing else; at the cap, new keys get the [`AtCapacity`]
 /// policy. No eviction ever gives a key credit it would not have had
-/// ([`docs/semantics.md`](crate::guide::semantics)). A dropped key that comes back starts with the
+/// ([`docs/semantics.md`](crate::guide::semantics)), across quota changes
+/// too. A dropped key that comes back starts with the
 /// quota's initial credit: with
 /// [`InitialCredit::Full`](crate::InitialCredit::Full) (the default) a sweep
 /// changes no decision; with less, a returning key gets less than it would
@@ -94,10 +95,6 @@ pub struct KeyedLimiter<K, C = DefaultClock, S = ahash::RandomState> {
     /// The quota every key gets, by generation (see `generations.rs`).
     generations: Generations,
     timeline: Timeline<C>,
-    /// The latest clock reading (nanoseconds, which every quota generation
-    /// shares) at which a sweep dropped full buckets. A new bucket starts
-    /// no fuller than a bucket full at that instant.
-    swept_at: AtomicU64,
     /// The shared bucket of [`AtCapacity::SharedOverflow`] and its floors,
     /// always in the current quota generation: decisions on it hold the
     /// lock for reading, a quota change converts it holding it for writing.
@@ -110,7 +107,8 @@ struct Overflow {
     tat: Tat,
     /// Under [`AtCapacity::SharedOverflow`], per slot of key hashes, the
     /// overflow state after the latest overflow decision for a key of that
-    /// slot: a key's own bucket starts no fuller than that, and keys that
+    /// slot (as a `Marked` state: none until one), carried at each quota
+    /// change: a key's own bucket starts no fuller than that, and keys that
     /// never spent from the overflow bucket (but for a 1-in-slots hash
     /// collision) do not inherit its debt. Empty under [`AtCapacity::Deny`].
     floors: Box<[AtomicU64]>,
@@ -191,13 +189,12 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         KeyedLimiter {
             table: KeyTable::new(hasher, bound),
             timeline: Timeline::new(clock),
-            swept_at: AtomicU64::new(0),
             overflow: CachePadded::new(RwLock::new(Overflow {
                 tat: Tat::new(quota.gcra().initial_tat(quota.initial_credit())),
                 floors: match bound.at_capacity {
                     AtCapacity::Deny => Box::default(),
                     AtCapacity::SharedOverflow => (0..OVERFLOW_FLOOR_SLOTS)
-                        .map(|_| AtomicU64::new(0))
+                        .map(|_| AtomicU64::new(Marked::NONE))
                         .collect(),
                 },
             })),
@@ -530,9 +527,11 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// Drops every bucket that has refilled to full, and returns how many.
     ///
     /// A bucket created after this sweep starts no fuller than the ones it
-    /// dropped; with full initial credit (the default) it makes the same
-    /// decisions a kept bucket would have. Each shard is write-locked while it is swept, so
-    /// decisions on keys of that shard wait for it.
+    /// dropped, now and after any later quota change; with full initial
+    /// credit (the default) it makes the same decisions a kept bucket would
+    /// have. Each shard is write-locked while it is swept, so decisions on
+    /// keys of that shard wait for it. A sweep and a quota change wait for
+    /// each other.
     ///
     /// ```
     /// use std::time::Duration;
@@ -667,15 +666,24 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// continuity rule of [`docs/semantics.md`](crate::guide::semantics)
     /// ("Changing a quota"): its whole tokens carry over, clipped to the new
     /// capacity, and a debt keeps the instant it is paid. Keys created from
-    /// now on get the new quota's initial credit. A receipt taken before the
-    /// change gives nothing back after it, nor does a store lease.
+    /// now on get the new quota's initial credit, but no more than a bucket
+    /// dropped full before the change would have carried, so that a sweep
+    /// between two changes gives no key back what it spent (after a raise
+    /// of the capacity, for at most the new quota's refill of the tokens
+    /// withheld; never if no bucket was ever dropped). A receipt taken
+    /// before the change gives nothing back after it, nor does a store
+    /// lease.
+    ///
+    /// A `Clock` that panics during the change leaves the keys it had not
+    /// reached under the old quota, each decided under it; the next change
+    /// or sweep converts them first.
     ///
     /// Decisions go on while it runs: it converts one shard of the table at
     /// a time, holding that shard for writing (a pause for the keys of that
     /// shard alone, measured in [`docs/benchmarks.md`](crate::guide::benchmarks)),
     /// and a decision on a bucket not converted yet is made under the old
-    /// quota. Changes are serialised; each returns once every bucket is
-    /// converted.
+    /// quota. Changes are serialised, with each other and with sweeps; each
+    /// returns once every bucket is converted.
     ///
     /// ```
     /// use std::time::Duration;
@@ -695,42 +703,50 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_quota(&self, quota: Quota) {
-        let change = self.generations.begin(&quota);
+        // A walk a panicking clock cut short is finished first: the slot
+        // this change rewrites is that walk's old generation's.
+        let change = self.generations.begin(&quota, |pending| self.walk(pending));
         {
-            // The overflow bucket and its floors are converted, and the new
-            // generation published, under the overflow bucket's write lock:
-            // a decision on it, or a new bucket reading a floor, sees both
-            // before or both after.
+            // The overflow bucket, its floors and the drop watermark are
+            // converted, and the new generation published, under the
+            // overflow bucket's write lock: a decision on it, a new bucket
+            // reading a floor, or a drop raising the watermark, sees all
+            // before or all after.
             let mut overflow = write(&self.overflow);
             let nanos = self.timeline.nanos();
             let overflow = &mut *overflow;
             let tat = std::mem::replace(&mut overflow.tat, Tat::new(0)).into_inner();
             overflow.tat = Tat::new(change.carry(tat, nanos));
-            let (old, _) = change.gcras();
             for floor in overflow.floors.iter() {
-                // A floor a full bucket has reached constrains nothing: a
-                // key of its slot starts as a new key would.
-                let at = floor.load(Ordering::Relaxed);
-                let carried = if at > old.ticks(nanos) {
-                    change.carry(at, nanos)
-                } else {
-                    0
-                };
+                // Carried like a state, full ones too: a floor a full
+                // bucket of the old quota has reached holds that quota's
+                // capacity, which may be less than the new one.
+                let mark = floor.load(Ordering::Relaxed);
+                let carried = Marked::state(mark)
+                    .map_or(Marked::NONE, |state| Marked::of(change.carry(state, nanos)));
                 floor.store(carried, Ordering::Relaxed);
             }
-            change.publish();
+            change.publish(nanos);
         }
-        // `iter_mut` write-locks one shard at a time; no guard of ours is
-        // alive. Each bucket is converted at a reading taken under its
-        // shard's lock, so no later than any decision made on it under the
-        // old quota.
+        let nanos = self.walk(&change);
+        change.finish(nanos);
+    }
+
+    /// Converts every entry not yet in `change`'s generation, and returns a
+    /// clock reading taken after. `iter_mut` write-locks one shard at a
+    /// time; no guard of ours is alive. Each bucket is converted at a
+    /// reading taken under its shard's lock, so no later than any decision
+    /// made on it under the old quota. A panicking clock stops it where it
+    /// is: the entries not reached stay in the old generation, decided
+    /// under its quota, until the next change or sweep finishes the walk.
+    fn walk(&self, change: &Change<'_>) -> u64 {
         for mut entry in self.table.exact.iter_mut() {
             change.convert(entry.value_mut(), self.timeline.nanos());
         }
         for mut entry in self.table.fingerprints.iter_mut() {
             change.convert(entry.value_mut(), self.timeline.nanos());
         }
-        change.finish(self.timeline.nanos());
+        self.timeline.nanos()
     }
 
     /// The clock every bucket reads.

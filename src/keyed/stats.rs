@@ -82,13 +82,12 @@ impl TableCounters {
         self.created.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn swept(&self, dropped: usize) {
+    pub(crate) fn swept(&self) {
         self.sweeps.fetch_add(1, Ordering::Relaxed);
-        self.evicted.fetch_add(dropped as u64, Ordering::Relaxed);
     }
 
-    pub(crate) fn evicted_one(&self) {
-        self.evicted.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn evicted(&self, dropped: usize) {
+        self.evicted.fetch_add(dropped as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn overflowed(&self) {

@@ -9,8 +9,10 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::VacantEntry;
 use dashmap::mapref::one::Ref;
 
+use std::cell::Cell;
+
 use super::cap::Place;
-use super::generations::{Entry, Generations, Held};
+use super::generations::{Entry, Held, Marked};
 use super::key_ref::{Find, KeyRef};
 use super::key_table::{Found, KeyState};
 use super::{AtCapacity, Decided, KeyedLimiter, Overflow};
@@ -23,11 +25,34 @@ use crate::{AcquireError, Clock};
 /// A key table: one bucket per stored key.
 pub(super) type Table<M, H> = DashMap<M, Entry, H>;
 
-/// A bucket is idle when full: a new one, with the sweep's watermark,
-/// starts no fuller.
-impl KeyState<Generations> for Entry {
-    fn is_idle(&self, generations: &Generations, nanos: u64) -> bool {
-        self.is_full(generations, nanos)
+/// A drop of buckets (a sweep, or the eviction of one key) in one quota
+/// generation: the one whose watermarks it raises, once, before the first
+/// bucket goes.
+pub(super) struct Dropping<'a, K, C, S> {
+    limiter: &'a KeyedLimiter<K, C, S>,
+    generation: u64,
+    /// Whether the watermarks are raised (`Some(true)`), or could not be
+    /// because a change published the next generation first.
+    raised: Cell<Option<bool>>,
+}
+
+/// A bucket is idle when full, in the generation being dropped from: a new
+/// one, with that generation's watermarks raised, starts no fuller. One of
+/// another generation (a change's walk has not reached it, or has converted
+/// it since the drop began) is left for later.
+impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyState<Dropping<'_, K, C, S>> for Entry {
+    fn is_idle(&self, dropping: &Dropping<'_, K, C, S>, nanos: u64) -> bool {
+        let limiter = dropping.limiter;
+        if self.generation() != dropping.generation || !self.is_full(&limiter.generations, nanos) {
+            return false;
+        }
+        // Run under the entry's shard write lock: whoever recreates the key
+        // reads the watermarks under the same lock, after this.
+        dropping.raised.get().unwrap_or_else(|| {
+            let raised = limiter.raise_watermarks(dropping.generation, nanos);
+            dropping.raised.set(Some(raised));
+            raised
+        })
     }
 }
 
@@ -91,12 +116,13 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 // before the overflow bucket is released, so in the same
                 // generation as its state.
                 if let Some(floor) = floor {
-                    overflow.floors[floor].fetch_max(admission.after, Ordering::AcqRel);
+                    overflow.floors[floor].fetch_max(Marked::of(admission.after), Ordering::AcqRel);
                 }
                 let gcra = held.gcra;
                 drop(overflow);
-                drop(absent);
                 self.table.counters.overflowed();
+                // Last, the key's owned copy, whose `Drop` may panic.
+                drop(absent);
                 Ok(Decided::new(admission, gcra, reading, true))
             }
         }
@@ -149,7 +175,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             // A cost no bucket could take creates nothing.
             AcquireError::check_cost(cost, gcra.capacity())?;
             let floor = overflow.as_ref().zip(floor).map_or(0, |(overflow, slot)| {
-                overflow.floors[slot].load(Ordering::Acquire)
+                Marked::floor(overflow.floors[slot].load(Ordering::Acquire))
             });
             Ok(Entry::new(
                 generation,
@@ -178,26 +204,28 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     // "Measured design choices").
     #[inline]
     fn take_place(&self, nanos: u64) -> Option<Place<'_>> {
-        self.table
-            .cap
-            .take_place(nanos, || self.timeline.nanos(), |at| self.drop_full_at(at))
+        self.table.cap.take_place(
+            nanos,
+            || self.timeline.nanos(),
+            |at| {
+                self.drop_full_at(at);
+            },
+        )
     }
 
     /// The state a new bucket of `generation` (quota `gcra`) starts from at
     /// the clock reading `nanos`: the quota's initial credit, but never
-    /// fuller than a bucket dropped by a sweep, nor (under
-    /// [`AtCapacity::SharedOverflow`]) than the overflow bucket after the
-    /// key's latest overflow decision, recorded in its `floor` (in the
+    /// fuller than a bucket dropped (by a sweep or an eviction, in this
+    /// generation or, carried by the continuity rule, an earlier one), nor
+    /// (under [`AtCapacity::SharedOverflow`]) than the overflow bucket after
+    /// the key's latest overflow decision, recorded in its `floor` (in the
     /// generation's ticks). A caller whose reading is older than the last
-    /// sweep thus sees a debt, as the dropped twin would have shown it.
+    /// drop thus sees a debt, as the dropped twin would have shown it, and
+    /// a key dropped before a raise of the capacity comes back with what it
+    /// carried, not the new capacity.
     #[inline]
     pub(super) fn fresh_tat(&self, gcra: &Gcra, generation: u64, floor: u64, nanos: u64) -> u64 {
-        let initial = gcra
-            .ticks(nanos)
-            .saturating_add(gcra.initial_tat(self.generations.initial(generation)));
-        initial
-            .max(gcra.ticks(self.swept_at.load(Ordering::Acquire)))
-            .max(floor)
+        self.generations.fresh(generation, gcra, nanos).max(floor)
     }
 
     /// The slot of `key`'s overflow floor among the slots of table hashes,
@@ -233,9 +261,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         let overflow = read(&self.overflow);
         let generation = self.generations.current();
         let gcra = self.generations.gcra(generation);
-        let floor = self
-            .overflow_floor_in(table, key)
-            .map_or(0, |slot| overflow.floors[slot].load(Ordering::Acquire));
+        let floor = self.overflow_floor_in(table, key).map_or(0, |slot| {
+            Marked::floor(overflow.floors[slot].load(Ordering::Acquire))
+        });
         let tat = self.fresh_tat(&gcra, generation, floor, nanos);
         (gcra, tat, gcra.ticks(nanos))
     }
@@ -271,7 +299,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// Drops `key`'s bucket if it is full, as a sweep would (losslessly,
     /// with the same watermarks), so that a key created by a request a later
     /// limit refused leaves no trace in the table: refusals elsewhere must
-    /// not fill this limiter's key cap.
+    /// not fill this limiter's key cap. Only a bucket of the current
+    /// generation is dropped: a change's walk owns the others.
     fn forget_if_full_in<M, Q, H>(&self, table: &Table<M, H>, key: &Q)
     where
         M: Hash + Eq,
@@ -279,31 +308,51 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         H: BuildHasher + Clone,
     {
         let nanos = self.timeline.nanos();
-        self.raise_watermarks(nanos);
-        self.table
-            .forget_if_idle_in(table, key, &self.generations, nanos);
+        let dropping = self.dropping(self.generations.current());
+        self.table.forget_if_idle_in(table, key, &dropping, nanos);
     }
 
-    /// Makes every bucket created from now on, the overflow bucket
-    /// included, no fuller than one full at the clock reading `nanos`:
-    /// published before a bucket full at `nanos` is dropped, since whoever
-    /// recreates it reads them under the same shard lock (see `fresh_tat`).
-    fn raise_watermarks(&self, nanos: u64) {
-        self.swept_at.fetch_max(nanos, Ordering::AcqRel);
+    /// A drop of buckets of `generation`.
+    fn dropping(&self, generation: u64) -> Dropping<'_, K, C, S> {
+        Dropping {
+            limiter: self,
+            generation,
+            raised: Cell::new(None),
+        }
+    }
+
+    /// Makes every bucket of `generation` created from now on, the overflow
+    /// bucket included, no fuller than one full at the clock reading
+    /// `nanos`, and so every bucket of a later generation no fuller than
+    /// that one carried: done before a bucket full at `nanos` is dropped,
+    /// since whoever recreates it reads them under the same shard lock (see
+    /// `fresh_tat`). Under the overflow bucket's read lock, so either
+    /// before the next generation's publication, which carries the raise,
+    /// or, if that came first, not at all (`false`): the bucket is then
+    /// not dropped.
+    fn raise_watermarks(&self, generation: u64, nanos: u64) -> bool {
+        let overflow = read(&self.overflow);
+        if self.generations.current() != generation {
+            return false;
+        }
+        let held = self.overflow_held(&overflow);
+        let full = held.gcra.ticks(nanos);
+        self.generations.raise_dropped(generation, full);
         // A dropped key may come back through the overflow bucket, so that
         // bucket, too, must be no fuller than one full at `nanos`: otherwise
         // a decision on an older reading would credit it the refill the
         // dropped bucket wasted while full.
-        let overflow = read(&self.overflow);
-        let held = self.overflow_held(&overflow);
-        held.tat.raise_to(held.gcra.ticks(nanos));
+        held.tat.raise_to(full);
+        true
     }
 
     /// Drops every bucket full at the clock reading `nanos` from both
-    /// tables; how many. Run only as a sweep of the cap, which uncounts
-    /// them.
+    /// tables; how many. Run only as a sweep of the cap, which it uncounts
+    /// them from. Changes are held off meanwhile, and a walk a panic cut
+    /// short is finished first, so every bucket is in one generation.
     pub(super) fn drop_full_at(&self, nanos: u64) -> usize {
-        self.raise_watermarks(nanos);
-        self.table.drop_idle(&self.generations, nanos)
+        let steady = self.generations.steady(|pending| self.walk(pending));
+        self.table
+            .drop_idle(&self.dropping(steady.generation()), nanos)
     }
 }

@@ -297,6 +297,31 @@ pub(crate) fn spread(
     Duration::from_nanos(u64::try_from(spread).unwrap_or(u64::MAX)).clamp(MIN_PAUSE, longest)
 }
 
+/// How long a caller refused with the store's `retry_after` sleeps before
+/// asking again, if that wait (at most 1 s of it, so that an endless one
+/// cannot park a caller under a wait with no deadline) fits before
+/// `deadline`: until the store's word ends (`word_ends`, if sooner than
+/// `retry_after`: a node trusts a long wait for 1 s, not seeing tokens
+/// given back meanwhile; zero for no word kept), spread by jitter, so that
+/// callers refused together do not come back together, and never past the
+/// deadline.
+pub(crate) fn pause_before_asking_again(
+    retry_after: Duration,
+    word_ends: Duration,
+    deadline: Option<Instant>,
+    jitter: &mut JitterGenerator,
+) -> Option<Duration> {
+    let left = match deadline {
+        Some(at) => at.saturating_duration_since(Instant::now()),
+        None => Duration::MAX,
+    };
+    let until = match word_ends {
+        Duration::ZERO => retry_after,
+        ends => retry_after.min(ends),
+    };
+    (retry_after.min(MAX_PAUSE) <= left).then(|| spread(until, MAX_PAUSE, jitter).min(left))
+}
+
 /// The pause after `failures` failed calls in a row (at least one): it
 /// doubles with each failure, from twice `lease_period / 4`, up to
 /// [`MAX_PAUSE`], so a store that fails fast is not asked once per request.
@@ -525,6 +550,29 @@ mod tests {
             .collect();
         assert!(draws.iter().all(|d| (50 * MS..=150 * MS).contains(d)));
         assert!(draws.iter().any(|d| *d != draws[0]));
+    }
+
+    #[test]
+    fn a_refused_caller_asks_again_when_the_stores_word_ends_within_its_deadline() {
+        let mut jitter = JitterGenerator::new(3);
+        let hour = Duration::from_secs(3600);
+        for _ in 0..100 {
+            // A wait of an hour trusted for 200 ms more: back by then.
+            let pause = pause_before_asking_again(hour, 200 * MS, None, &mut jitter).unwrap();
+            assert!((100 * MS..=300 * MS).contains(&pause), "{pause:?}");
+            // No word kept: the wait itself, at most a second of it.
+            let pause = pause_before_asking_again(hour, Duration::ZERO, None, &mut jitter).unwrap();
+            assert!((500 * MS..=MAX_PAUSE).contains(&pause), "{pause:?}");
+        }
+        // A wait that does not fit the deadline is no reason to sleep.
+        let soon = Instant::now() + 100 * MS;
+        assert_eq!(
+            pause_before_asking_again(500 * MS, 500 * MS, Some(soon), &mut jitter),
+            None
+        );
+        let later = Instant::now() + 2 * MAX_PAUSE;
+        let pause = pause_before_asking_again(hour, 300 * MS, Some(later), &mut jitter);
+        assert!(pause.is_some_and(|pause| pause <= 450 * MS));
     }
 
     #[test]

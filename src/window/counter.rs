@@ -7,7 +7,7 @@ use crossbeam_utils::CachePadded;
 use super::frame::Frame;
 use super::state::WindowState;
 use super::{WindowKind, WindowQuota};
-use crate::limit::{Limit, Shape, Taken, sealed};
+use crate::limit::{Identity, Limit, Shape, Taken, sealed};
 use crate::{AcquireError, Clock, DefaultClock, QuotaError};
 
 /// A window limit in one cache-padded `AtomicU64`: a [`FixedWindow`](super::FixedWindow)
@@ -212,6 +212,10 @@ impl<K: WindowKind, C: Clock> sealed::Sealed for WindowCounter<K, C> {
     fn idle_reset(&self) -> Duration {
         let at = self.now();
         self.frame.until_end(&self.state.view(&self.frame, at), at)
+    }
+
+    fn identity(&self) -> Identity {
+        Identity::of(self)
     }
 }
 

@@ -11,7 +11,7 @@ use super::{Fixed, Sliding, WindowKind, WindowQuota};
 use crate::keyed::{
     AtCapacity, Find, Found, KeyRef, KeyTable, KeyTableStats, KeyedBuilder, in_table,
 };
-use crate::limit::{Limit, Shape, Taken, sealed};
+use crate::limit::{Identity, Limit, Shape, Taken, sealed};
 use crate::{AcquireError, Clock, DefaultClock, QuotaError};
 
 /// A window counter per key ([`FixedWindow`](super::FixedWindow) or
@@ -220,10 +220,13 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
         Q: KeyRef<M> + ?Sized,
         H: BuildHasher + Clone,
     {
-        let place = self
-            .table
-            .cap
-            .take_place(at, || self.now(), |at| self.drop_idle_at(at));
+        let place = self.table.cap.take_place(
+            at,
+            || self.now(),
+            |at| {
+                self.drop_idle_at(at);
+            },
+        );
         // Made under the shard's write lock: a sweep that dropped this key
         // from the shard published its reading first.
         let make = || Ok(WindowState::starting(self.keys.fresh_word(at)));
@@ -457,6 +460,11 @@ where
         let at = self.limiter.now();
         let view = self.limiter.view(self.key, at);
         self.limiter.keys.frame.until_end(&view, at)
+    }
+
+    fn identity(&self) -> Identity {
+        let key = self.limiter.table.exact.hasher().hash_one(self.key);
+        Identity::of_key(self.limiter, key)
     }
 }
 

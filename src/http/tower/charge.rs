@@ -10,9 +10,9 @@ use smallvec::SmallVec;
 
 use super::rule::Bound;
 use super::shared::{Outcome, Receipt, SharedBound};
-use crate::hierarchy::{Taken, take_all};
+use crate::hierarchy::{Taken, combined_cost, take_all};
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
-use crate::limit::Shape;
+use crate::limit::{Identity, Shape};
 use crate::{AcquireError, HierarchyError, Limit, Step, try_acquire_all};
 
 /// The charges of one request, on the stack for a layer of up to four
@@ -168,11 +168,12 @@ impl<'a> Charge<'a> {
         }
     }
 
-    /// The wait until this charge's limit would take its cost, if this
-    /// node can tell: zero if it fits now.
-    fn wait(&self) -> Option<Duration> {
+    /// The wait until this charge's limit would take `cost` (what the
+    /// request charges it in all), if this node can tell: zero if it fits
+    /// now.
+    fn wait(&self, cost: u64) -> Option<Duration> {
         match &self.limit {
-            Charged::Local { bound, .. } => bound.get().retry_after(self.cost).ok(),
+            Charged::Local { bound, .. } => bound.get().retry_after(cost).ok(),
             Charged::Shared { outcome, .. } => match outcome {
                 Outcome::Refused(AcquireError::Insufficient { retry_after }) => Some(*retry_after),
                 _ => None,
@@ -180,10 +181,13 @@ impl<'a> Charge<'a> {
         }
     }
 
-    /// Whether this charge's limit would refuse its cost now: every such
-    /// limit is violated, not only the first one that refused.
-    pub(super) fn violated(&self) -> bool {
-        self.cost > 0 && self.wait().is_some_and(|wait| wait > Duration::ZERO)
+    /// Which limit this charge's is: a shared limit's charge is its own
+    /// (its wait is the store's answer, whatever else the request charges).
+    fn identity(&self) -> Identity {
+        match &self.limit {
+            Charged::Local { bound, .. } => bound.get().identity(),
+            Charged::Shared { bound, .. } => Identity::of(&**bound),
+        }
     }
 
     /// The partition key this charge is advertised under, if keyed.
@@ -197,6 +201,36 @@ impl<'a> Charge<'a> {
             Charged::Shared { bound, .. } => Some(bound.partition(keys, name)),
         }
     }
+}
+
+/// For each of `charges`, the wait until its limit would take what the
+/// request charges it in all (its cost and that of every other charge on
+/// the same limit, through whichever rule: see `Identity`), if this node
+/// can tell: zero if it fits now. Read on a refusal only.
+fn waits(charges: &[Charge<'_>]) -> SmallVec<[Option<Duration>; 4]> {
+    let charged: SmallVec<[(Identity, u64); 4]> = charges
+        .iter()
+        .map(|charge| (charge.identity(), charge.cost))
+        .collect();
+    charges
+        .iter()
+        .enumerate()
+        .map(|(index, charge)| {
+            // Past `u64::MAX`, more than any capacity: no wait.
+            charge.wait(combined_cost(&charged, index).unwrap_or(u64::MAX))
+        })
+        .collect()
+}
+
+/// For each of `charges`, whether its limit would refuse what the request
+/// charges it in all now: every such limit is violated, not only the first
+/// one that refused.
+pub(super) fn violated(charges: &[Charge<'_>]) -> SmallVec<[bool; 4]> {
+    charges
+        .iter()
+        .zip(waits(charges))
+        .map(|(charge, wait)| charge.cost > 0 && wait.is_some_and(|wait| wait > Duration::ZERO))
+        .collect()
 }
 
 /// An in-process rule bound for the length of `call`: its index, its limit
@@ -413,8 +447,9 @@ fn record(
 
 /// Gives back every charge (latest first) once the shared limit at `index`
 /// refused with `error`, and reports the refusal: for a shortage, with the
-/// longest wait among the limits that would refuse now, so a client that
-/// waits it out does not run into the next one at once.
+/// longest wait among the limits that would refuse now what the request
+/// charges each in all, so a client that waits it out does not run into
+/// the next one at once.
 fn give_all_back(charges: &mut [Charge<'_>], index: usize, error: AcquireError) -> HierarchyError {
     for charge in charges.iter_mut().rev() {
         charge.give_back();
@@ -423,8 +458,9 @@ fn give_all_back(charges: &mut [Charge<'_>], index: usize, error: AcquireError) 
         AcquireError::Insufficient { retry_after } => AcquireError::Insufficient {
             retry_after: charges
                 .iter()
-                .filter(|charge| charge.cost > 0)
-                .filter_map(Charge::wait)
+                .zip(waits(charges))
+                .filter(|(charge, _)| charge.cost > 0)
+                .filter_map(|(_, wait)| wait)
                 .fold(retry_after, Duration::max),
         },
         other => other,

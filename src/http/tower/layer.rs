@@ -19,6 +19,7 @@ use tower::{Layer, Service};
 use super::body::{BodyKind, EitherBody, InnerBody};
 use super::charge::{
     Charge, Link, Progress, charge_chain, charge_local, charge_shared_now, charge_shared_waiting,
+    violated,
 };
 use super::length::Framing;
 use super::rule::{Binder, Rule};
@@ -634,10 +635,10 @@ impl Config {
         }
         // Every limit that would refuse its cost now is violated, not only
         // the first one that did.
-        let violated = charges
-            .iter()
+        let violated = violated(charges)
+            .into_iter()
             .zip(&policies)
-            .filter(|(charge, _)| charge.violated())
+            .filter(|(violated, _)| *violated)
             .map(|(_, policy)| policy.name().clone())
             .collect::<Vec<_>>();
         Refusal::from_hierarchy(&refused, &policies)

@@ -14,7 +14,7 @@ use super::per_key::PerKey;
 use super::shared::SharedSource;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName, RateLimitPolicy};
 use crate::limit::sealed::Sealed;
-use crate::limit::{Shape, Taken};
+use crate::limit::{Identity, Shape, Taken};
 use crate::shared::{KeyedAllowance, Store};
 use crate::sync::unmodelled::Arc;
 use crate::{AcquireError, Limit, Quota};
@@ -179,10 +179,14 @@ impl Rule {
     /// A shared rule is charged after every in-process rule, whatever the
     /// order rules were added in. A key this node holds a lease of is
     /// decided in `call` (one compare-and-swap); any other key, or a lease
-    /// that ran short while its refill is on the way, is decided by the
-    /// response future, which waits for the store or the refill within the
-    /// layer's [`store_wait`](super::RateLimitLayerBuilder::store_wait):
-    /// a node's empty lease is never taken for the fleet's empty budget. A
+    /// that ran short, is decided by the response future, which waits for
+    /// the store's word (a store decision, or a refill moved earlier so
+    /// that it answers in time) within the layer's
+    /// [`store_wait`](super::RateLimitLayerBuilder::store_wait): a node's
+    /// empty lease is never taken for the store's empty budget, and a 429
+    /// comes only on the store's word, with its wait as Retry-After
+    /// ([`docs/http.md`](crate::guide::http), "What a shared rule's refusal
+    /// means"). A
     /// refusal by any rule gives back what every rule took for the request,
     /// in-process and shared, and so does a response in
     /// [`give_back_on`](Self::give_back_on) for this rule: each through
@@ -607,6 +611,9 @@ where
     fn idle_reset(&self) -> Duration {
         self.limiter.limit_of(self.key).idle_reset()
     }
+    fn identity(&self) -> Identity {
+        self.limiter.limit_of(self.key).identity()
+    }
 }
 
 impl<L, K> Limit for KeyedRef<'_, L, K>
@@ -661,6 +668,9 @@ where
     }
     fn idle_reset(&self) -> Duration {
         self.view().idle_reset()
+    }
+    fn identity(&self) -> Identity {
+        self.view().identity()
     }
 }
 

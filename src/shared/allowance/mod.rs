@@ -3,21 +3,26 @@
 //!
 //! [`LocalAllowance`] (this file) is the handle callers hold; `state.rs`
 //! what its handle and tasks share; `refill.rs` the refill task;
-//! `returns.rs` the returns of unused tokens; `config.rs` and `stats.rs`
-//! what a caller sets and reads.
+//! `returns.rs` the returns of unused tokens; `word.rs` and `empty.rs`
+//! the store's word a caller waits for before it is refused; `config.rs`
+//! and `stats.rs` what a caller sets and reads.
 
 mod config;
+mod empty;
 mod refill;
 mod returns;
 mod state;
 mod stats;
+mod word;
 
 use std::time::Duration;
 
 use tokio::runtime::Handle;
 
 use crate::AcquireError;
+use crate::retry::JitterGenerator;
 use crate::shared::Store;
+use crate::shared::pacing;
 use crate::shared::pool::Take;
 use crate::sync::Ordering;
 use crate::sync::unmodelled::Arc;
@@ -26,6 +31,7 @@ use returns::watch_idle;
 use state::Inner;
 
 pub use config::{AllowanceConfig, AllowanceError, FailurePolicy};
+pub(crate) use empty::{EmptyUntil, wait_for};
 pub use refill::RefillError;
 pub use stats::AllowanceStats;
 pub(crate) use stats::add;
@@ -165,10 +171,20 @@ impl<S: Store> LocalAllowance<S> {
     /// Takes `cost` tokens, waiting up to `max_wait` for refills to land
     /// when the pool is short: for callers that prefer a short delay to a
     /// refusal, and for sparse traffic, whose pool is often empty (idle
-    /// returns give tokens back between requests). Refuses as
-    /// [`try_acquire`](Self::try_acquire) does once `max_wait` has passed
-    /// (`Duration::MAX`: no deadline; a store failure or a cost above the
-    /// capacity still ends the wait); cancelling the future takes nothing.
+    /// returns give tokens back between requests).
+    ///
+    /// A refusal is the store's word, never the pool's alone: the store
+    /// said it had no token until later (refused at once with the rest of
+    /// its wait, or, if that fits in `max_wait`, asked again after it), or
+    /// a refill that answered during this wait left the store short of the
+    /// cost (refused once `max_wait` has passed). A refill that the pacing
+    /// rule holds until after `max_wait` is moved earlier so that it
+    /// answers within it; if the store is slower than that, the call
+    /// outlasts `max_wait` by that one answer (bounded by the store
+    /// timeout). `Duration::MAX`: no deadline. A store failure, a refusal
+    /// of the key or a cost above the capacity ends the wait as
+    /// [`try_acquire`](Self::try_acquire) says; cancelling the future
+    /// takes nothing.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -185,31 +201,63 @@ impl<S: Store> LocalAllowance<S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn acquire(&self, cost: u64, max_wait: Duration) -> Result<Source, AcquireError> {
+        let inner = &self.inner;
+        let began = tokio::time::Instant::now();
         // None past the end of tokio's clock: no deadline at all.
-        let deadline = tokio::time::Instant::now().checked_add(max_wait);
+        let deadline = began.checked_add(max_wait);
+        // Drawn only once the store's word makes this caller wait.
+        let mut jitter: Option<JitterGenerator> = None;
         loop {
             // Registered before the attempt, so a landing between the
             // attempt and the wait still wakes this caller. A refusal for
             // want of tokens always has a landing to come: the attempt
             // either claimed a refill or saw one in flight (`LeasePool`),
             // and one that has landed since has already notified.
-            let landed = self.inner.landed.notified();
+            let landed = inner.landed.notified();
             match self.try_acquire(cost) {
-                Err(AcquireError::Insufficient { .. })
-                    if deadline.is_none_or(|at| tokio::time::Instant::now() < at) =>
-                {
-                    match deadline {
-                        Some(at) => {
-                            if tokio::time::timeout_at(at, landed).await.is_err() {
-                                return self.try_acquire(cost);
-                            }
-                        }
-                        None => landed.await,
-                    }
-                }
+                Err(AcquireError::Insufficient { .. }) => {}
                 outcome => return outcome,
             }
+            let now = tokio::time::Instant::now();
+            if let Some(retry_after) = inner.refused_by_the_store(cost, now) {
+                let jitter = jitter.get_or_insert_with(JitterGenerator::from_entropy);
+                let word_ends = inner.empty.holds_for(now - inner.epoch);
+                match pacing::pause_before_asking_again(retry_after, word_ends, deadline, jitter) {
+                    Some(pause) => tokio::time::sleep(pause).await,
+                    None => return Err(AcquireError::Insufficient { retry_after }),
+                }
+                continue;
+            }
+            match deadline {
+                Some(at) if now < at => {
+                    // Once the store has answered short during this wait,
+                    // the paced refill (or the deadline) is soon enough:
+                    // that answer already stands for a refusal.
+                    if inner.drained_since(began, cost, now).is_none() {
+                        inner.hurry(cost, at, now);
+                    }
+                    // Woken by a landing, or at the deadline to look again.
+                    let _ = tokio::time::timeout_at(at, landed).await;
+                }
+                Some(at) => {
+                    if let Some(retry_after) = inner.drained_since(began, cost, now) {
+                        return Err(AcquireError::Insufficient { retry_after });
+                    }
+                    // No word yet: the refill in flight (or one now) gives it.
+                    inner.hurry(cost, at, now);
+                    landed.await;
+                }
+                None => landed.await,
+            }
         }
+    }
+
+    /// The store's wait for `cost` tokens while its last empty answer to
+    /// this pool's refills holds: a caller the pool cannot serve may be
+    /// refused with it, on the store's word.
+    pub(crate) fn refused_by_the_store(&self, cost: u64) -> Option<Duration> {
+        self.inner
+            .refused_by_the_store(cost, tokio::time::Instant::now())
     }
 
     /// Asks the store for a lease now and waits for it, unless a refill is

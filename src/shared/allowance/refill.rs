@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::state::{Inner, POOL_LIMIT};
+use super::state::{Answer, Inner, POOL_LIMIT};
 use super::stats::add;
 use crate::clock::saturating_nanos;
 #[cfg(doc)]
@@ -28,10 +28,17 @@ struct Claim<'a, S: Store> {
 }
 
 impl<S: Store> Claim<'_, S> {
-    fn land(self, granted: u64) {
+    /// Ends the refill with the `granted` tokens and the store's `answer`
+    /// to it, told to waiting callers only once the tokens are in the
+    /// pool: a caller never reads an answer whose tokens are still on
+    /// their way.
+    fn land(self, granted: u64, answer: Option<Answer>) {
         let inner = self.inner;
         std::mem::forget(self);
         inner.pool.land(granted);
+        if answer.is_some() {
+            inner.lock_books().last_answer = answer;
+        }
         inner.landed.notify_waiters();
     }
 }
@@ -79,14 +86,21 @@ impl<S: Store> Inner<S> {
             store_called: false,
             unavailable: true,
         };
-        let not_before = self.lock_books().next_refill;
-        if not_before > tokio::time::Instant::now() {
-            tokio::time::sleep_until(not_before).await;
+        // Until the next refill time, which a waiting caller may move
+        // earlier (`hurry`): registered before reading it, so a move in
+        // between wakes this.
+        loop {
+            let hurried = self.hurried.notified();
+            let not_before = self.lock_books().next_refill;
+            if not_before <= tokio::time::Instant::now() || self.closed.load(Ordering::Acquire) {
+                break;
+            }
+            let _ = tokio::time::timeout_at(not_before, hurried).await;
         }
         // Only the claimant adds to the pool: what fits now fits at landing.
         let want = self.lease_size().min(POOL_LIMIT - self.pool.tokens());
-        if want == 0 {
-            claim.land(0);
+        if want == 0 || self.closed.load(Ordering::Acquire) {
+            claim.land(0, None);
             return Ok(0);
         }
         let started = Instant::now();
@@ -96,8 +110,8 @@ impl<S: Store> Inner<S> {
         add(&self.stats.leases, 1);
         match call.await {
             Ok(Ok(grant)) => {
-                let granted = self.accept(grant, want, started, since_last_call);
-                claim.land(granted);
+                let (granted, answer) = self.accept(grant, want, started, since_last_call);
+                claim.land(granted, Some(answer));
                 Ok(granted)
             }
             // Either way the store may have debited a lease we will never
@@ -116,7 +130,7 @@ impl<S: Store> Inner<S> {
     }
 
     /// Books what the store answered to a request for `want` tokens and
-    /// returns the tokens for the pool. Nothing the store says is trusted
+    /// returns the tokens for the pool, and the answer for waiting callers. Nothing the store says is trusted
     /// beyond what was asked: at most `want` tokens enter the pool (any
     /// excess is stranded), the receipt kept for returns covers at most
     /// those, and the pause a scarce grant sets (`pacing`) is at least 1 ms
@@ -128,7 +142,7 @@ impl<S: Store> Inner<S> {
         want: u64,
         started: Instant,
         since_last_call: Option<Duration>,
-    ) -> u64 {
+    ) -> (u64, Answer) {
         self.degraded.store(false, Ordering::Release);
         self.refused.store(false, Ordering::Release);
         let largest = self.config.max_lease.min(grant.capacity).min(POOL_LIMIT);
@@ -139,8 +153,18 @@ impl<S: Store> Inner<S> {
         self.stats
             .largest_lease
             .fetch_max(tokens, Ordering::Relaxed);
+        let now = tokio::time::Instant::now();
+        // The store's word, for callers the pool cannot serve: an empty
+        // grant's wait is exact; any grant ends an earlier word.
+        if tokens == 0 {
+            self.empty
+                .learn(now - self.epoch, grant.retry_after, grant.refill_interval);
+        } else {
+            self.empty.forget();
+        }
         let mut books = self.lock_books();
         books.failures = 0;
+        books.last_call = started.elapsed();
         if tokens > 0 {
             books.last_lease = Lease {
                 granted: grant.lease.granted.min(tokens),
@@ -170,7 +194,15 @@ impl<S: Store> Inner<S> {
         };
         self.retry_hint
             .store(saturating_nanos(hint), Ordering::Relaxed);
-        tokens
+        let answer = Answer {
+            at: now,
+            left: grant
+                .remaining
+                .unwrap_or(if tokens < want { 0 } else { u64::MAX }),
+            first_token: (tokens == 0).then_some(grant.retry_after),
+            refill_interval: grant.refill_interval,
+        };
+        (tokens, answer)
     }
 
     /// Records a failed refill: the failure policy comes into force, and

@@ -69,10 +69,16 @@ impl<S: Store> Inner<S> {
         lease.granted
     }
 
-    /// The final return of a dropped allowance: waits for a refill in
-    /// flight to land (bounded by its pause and the store timeout), so that
-    /// its lease goes back too instead of landing in a pool nobody reads.
+    /// The final return of a dropped allowance: the pool's tokens go back
+    /// at once (a dropped pool is a demoted key, whose tokens the rest of
+    /// the fleet is refused while they sit here); a refill still waiting
+    /// out its pause ends without asking the store, and one already asking
+    /// is waited for (bounded by the store timeout), so that its lease goes
+    /// back too instead of landing in a pool nobody reads.
     pub(super) async fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.hurried.notify_waiters();
+        self.return_unused().await;
         loop {
             // Registered before the check, so a landing in between wakes it.
             let landed = self.landed.notified();

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
+use super::empty::{EmptyUntil, wait_for};
 use super::stats::{Stats, add};
 use super::{AllowanceConfig, FailurePolicy, Source};
 use crate::shared::pacing::{MIN_PAUSE, Pacer};
@@ -49,6 +50,17 @@ pub(super) struct Inner<S: Store> {
     pub(super) shortfall: AtomicU64,
     /// Woken whenever a refill ends, for callers of `acquire`.
     pub(super) landed: tokio::sync::Notify,
+    /// Woken when a waiting caller moves the next refill earlier, for a
+    /// refill that waits out its pause.
+    pub(super) hurried: tokio::sync::Notify,
+    /// The store's last word that the key had no token: until then a
+    /// caller is refused with the store's wait (`empty` counts from
+    /// `epoch`).
+    pub(super) empty: EmptyUntil,
+    pub(super) epoch: tokio::time::Instant,
+    /// The allowance was dropped: a refill not yet at the store ends
+    /// without asking it.
+    pub(super) closed: AtomicBool,
     pub(super) runtime: Handle,
     /// Cold-path state: the last lease (for returns), demand sampling.
     pub(super) books: Mutex<Books>,
@@ -74,6 +86,51 @@ pub(super) struct Books {
     /// pause), and the tokens spent by then.
     pub(super) sampled_at: tokio::time::Instant,
     pub(super) spent_by_then: u64,
+    /// The store's last answer to a refill, if any.
+    pub(super) last_answer: Option<Answer>,
+    /// How long the last store call took: a waiting caller has its refill
+    /// start this long (twice) before its deadline.
+    pub(super) last_call: Duration,
+}
+
+/// What the store's answer to one refill said of the key.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Answer {
+    pub(super) at: tokio::time::Instant,
+    /// Whole tokens the store held right after it: what it said, or, from
+    /// a store that cannot tell, none after a short grant and plenty after
+    /// a full one.
+    pub(super) left: u64,
+    /// The store's exact wait for its next token, after an empty grant.
+    pub(super) first_token: Option<Duration>,
+    pub(super) refill_interval: Duration,
+}
+
+impl Answer {
+    /// When `cost` tokens could be in the store by this answer: exact
+    /// after an empty grant; otherwise at most one refill interval late
+    /// (the part of a token the store held is not told); `None` if the
+    /// answer left them.
+    pub(super) fn due(&self, cost: u64) -> Option<tokio::time::Instant> {
+        if self.left >= cost {
+            return None;
+        }
+        let wait = match self.first_token {
+            Some(first) => wait_for(cost, 0, first, self.refill_interval),
+            None => wait_for(
+                cost - self.left,
+                0,
+                self.refill_interval,
+                self.refill_interval,
+            ),
+        };
+        Some(self.at.checked_add(wait).unwrap_or_else(far_future))
+    }
+}
+
+/// An instant past every wait: tokio's far future.
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365 * 30)
 }
 
 impl<S: Store> Inner<S> {
@@ -103,6 +160,10 @@ impl<S: Store> Inner<S> {
             fallback,
             shortfall: AtomicU64::new(0),
             landed: tokio::sync::Notify::new(),
+            hurried: tokio::sync::Notify::new(),
+            empty: EmptyUntil::default(),
+            epoch: tokio::time::Instant::now(),
+            closed: AtomicBool::new(false),
             runtime,
             books: Mutex::new(Books {
                 last_lease: Lease::NONE,
@@ -111,6 +172,8 @@ impl<S: Store> Inner<S> {
                 pacer: Pacer::new(config.max_lease),
                 sampled_at: tokio::time::Instant::now(),
                 spent_by_then: 0,
+                last_answer: None,
+                last_call: Duration::ZERO,
             }),
             stats: Stats::default(),
         }

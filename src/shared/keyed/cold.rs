@@ -145,23 +145,6 @@ async fn decide<S: Store>(key: Arc<ColdKey<S>>, cost: u64, reply: oneshot::Sende
     });
 }
 
-/// The wait until `cost` tokens could fit in a bucket that `had` tokens
-/// and (if it had none) would have its first in `first_token`: the rest
-/// refill one `refill_interval` each after that.
-pub(crate) fn wait_for(
-    cost: u64,
-    had: u64,
-    first_token: Duration,
-    refill_interval: Duration,
-) -> Duration {
-    let counted = had.max(1).min(cost);
-    let missing = u32::try_from(cost - counted).unwrap_or(u32::MAX);
-    let rest = refill_interval
-        .checked_mul(missing)
-        .unwrap_or(Duration::MAX);
-    first_token.saturating_add(rest)
-}
-
 /// Returns `tokens` nobody will admit to the store against their receipt
 /// `lease`, once (the store credits them by the one rule); the result is
 /// the tokens the store confirmed taking back (the rule may keep part of

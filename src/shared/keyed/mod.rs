@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 
 use crate::retry::JitterGenerator;
-use crate::shared::allowance::add;
+use crate::shared::allowance::{add, wait_for};
 use crate::shared::pacing::{self, MIN_PAUSE};
 use crate::shared::{
     AllowanceConfig, AllowanceError, FailurePolicy, LocalAllowance, Source, Store,
@@ -166,10 +166,13 @@ impl<S: Store> KeyedAllowance<S> {
     /// Takes `cost` tokens of `key`'s budget from its local lease now, or
     /// refuses; never waits, never calls the store. A cold key (or a cost
     /// above `max_lease`) is refused with [`AcquireError::NotLocal`]:
-    /// route it to [`acquire`](Self::acquire). A hot key answers as
-    /// [`LocalAllowance::try_acquire`]. A cold key the store found empty
-    /// on this node's last call is refused here, with the wait for its
-    /// next token (at most 1 s ahead), and one above its capacity too.
+    /// route it to [`acquire`](Self::acquire). A hot key answers from its
+    /// pool; a pool short of the cost is not the store out of it, so it is
+    /// `NotLocal` too, unless the store's last word was that the key had no
+    /// token yet. A key the store found empty on this node's last call
+    /// (cold, or hot through its pool's refill) is refused here, with the
+    /// store's wait for its next token (the word trusted until that token,
+    /// at most 1 s), and one above its capacity too.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -256,7 +259,8 @@ impl<S: Store> KeyedAllowance<S> {
 
     /// Takes `cost` tokens of `key`'s budget, waiting up to `max_wait` for
     /// them. A hot key waits for its refills as
-    /// [`LocalAllowance::acquire`]; a cold key is one store decision for
+    /// [`LocalAllowance::acquire`] (refused only on the store's word, a
+    /// paced refill moved earlier to give it); a cold key is one store decision for
     /// exactly `cost` (bounded by the store timeout, whatever `max_wait`),
     /// asked again after the store's wait (spread by jitter, at most 1 s at
     /// a time) while that wait fits in `max_wait`. A grant short of the cost is returned to the store at once
@@ -379,7 +383,10 @@ impl<S: Store> KeyedAllowance<S> {
                 Err(refused) => return Err(refused),
             };
             let jitter = jitter.get_or_insert_with(JitterGenerator::from_entropy);
-            let Some(pause) = pause_before_asking_again(retry_after, deadline, jitter) else {
+            let word_ends = inner.table.word_holds_for(&name);
+            let Some(pause) =
+                pacing::pause_before_asking_again(retry_after, word_ends, deadline, jitter)
+            else {
                 return Err(AcquireError::Insufficient { retry_after });
             };
             tokio::time::sleep(pause).await;
@@ -505,6 +512,7 @@ impl<S: Store> Inner<S> {
         }
         match decided {
             Decided::Granted(lease) => {
+                self.table.learn_grant(name);
                 add(&self.counters.cold_admitted, cost);
                 Ok((Source::Lease, Origin::Store(lease)))
             }
@@ -519,7 +527,7 @@ impl<S: Store> Inner<S> {
                 if cost > capacity {
                     Err(AcquireError::ExceedsCapacity { cost, capacity })
                 } else {
-                    let retry_after = cold::wait_for(cost, had, first_token, refill_interval);
+                    let retry_after = wait_for(cost, had, first_token, refill_interval);
                     Err(AcquireError::Insufficient {
                         retry_after: retry_after.max(MIN_PAUSE),
                     })
@@ -546,24 +554,6 @@ impl<S: Store> Inner<S> {
             _ => Err(AcquireError::StoreUnavailable),
         }
     }
-}
-
-/// How long a refused cold request sleeps before asking again, if the
-/// store's `retry_after` (at most 1 s of it, so that an endless one cannot
-/// park a caller under a wait with no deadline) fits before `deadline`:
-/// spread by jitter, so that callers refused together do not come back
-/// together, and never past the deadline.
-fn pause_before_asking_again(
-    retry_after: Duration,
-    deadline: Option<tokio::time::Instant>,
-    jitter: &mut JitterGenerator,
-) -> Option<Duration> {
-    let left = match deadline {
-        Some(at) => at.saturating_duration_since(tokio::time::Instant::now()),
-        None => Duration::MAX,
-    };
-    (retry_after.min(pacing::MAX_PAUSE) <= left)
-        .then(|| pacing::spread(retry_after, pacing::MAX_PAUSE, jitter).min(left))
 }
 
 /// Samples every tracked key's demand each `every`, switching keys

@@ -31,8 +31,9 @@ pub struct KeyedAllowanceStats {
     /// Cold requests the store refused (too few tokens, or a cost above
     /// the key's capacity).
     pub cold_refused: u64,
-    /// Cold requests refused without a store call: the store had said the
-    /// key had no token until later.
+    /// Requests refused without a store call: the store had said the key
+    /// had no token until later (to a cold call; or to a hot key's refill,
+    /// for a refusal by `try_acquire`).
     pub refused_locally: u64,
     /// Tokens of grants short of the cost, of grants whose caller had
     /// gone, or of undone cold receipts, returned to the store.

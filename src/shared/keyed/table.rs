@@ -9,15 +9,12 @@ use dashmap::mapref::entry::Entry;
 use tokio::time::Instant;
 
 use super::batch::Batched;
-use super::cold::wait_for;
 use super::config::KeyedAllowanceConfig;
 use super::demand::{Demand, Switch};
 use super::receipt::Pool;
 use super::stats::{Counters, KeyedAllowanceStats, sum};
 use crate::AcquireError;
-use crate::clock::saturating_nanos;
-use crate::shared::allowance::add;
-use crate::shared::pacing;
+use crate::shared::allowance::{EmptyUntil, add};
 use crate::shared::{AllowanceStats, LocalAllowance, Source, Store};
 use crate::sync::unmodelled::{Arc, Weak};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
@@ -59,12 +56,10 @@ struct Tracked<S: Store> {
     hot_samples: u32,
     /// The key's capacity as the store last told it (`u64::MAX`: unknown).
     capacity: AtomicU64,
-    /// After the store had no token for the key: when its next one
-    /// refills, in nanoseconds since the table's epoch (0: no such
-    /// refusal), and the key's refill interval in nanoseconds. Requests
-    /// before then are refused here, without a round trip.
-    empty_until: AtomicU64,
-    refill_interval: AtomicU64,
+    /// The store's last word that the key had no token, in time since
+    /// the table's epoch: requests while it holds are refused here, with
+    /// the store's wait, without a round trip.
+    empty: EmptyUntil,
 }
 
 impl<S: Store> Tracked<S> {
@@ -85,7 +80,7 @@ pub(crate) struct Table<S: Store> {
     max_keys: usize,
     max_bytes: usize,
     max_hot: usize,
-    /// What `empty_until` counts from.
+    /// What `empty` counts from.
     epoch: Instant,
     counters: Arc<Counters>,
 }
@@ -166,6 +161,17 @@ impl<S: Store> Table<S> {
         match pool.try_acquire(cost) {
             Ok(source) => Ok(admitted(pool, source)),
             Err(AcquireError::StoreUnavailable) => when_down().map(|source| admitted(pool, source)),
+            // A pool short of the cost is not the store out of it: refused
+            // here only on the store's word, otherwise left to `take`,
+            // which waits for that word (and counts the demand if refused).
+            Err(AcquireError::Insufficient { .. }) => match pool.refused_by_the_store(cost) {
+                Some(retry_after) => {
+                    add(&tracked.asked, cost);
+                    add(&self.counters.refused_locally, 1);
+                    Err(AcquireError::Insufficient { retry_after })
+                }
+                None => Err(AcquireError::NotLocal),
+            },
             Err(refused) => {
                 add(&tracked.asked, cost);
                 Err(refused)
@@ -266,8 +272,7 @@ impl<S: Store> Table<S> {
                     idle_for: Duration::ZERO,
                     hot_samples: 0,
                     capacity: AtomicU64::new(u64::MAX),
-                    empty_until: AtomicU64::new(0),
-                    refill_interval: AtomicU64::new(0),
+                    empty: EmptyUntil::default(),
                 });
             }
         }
@@ -294,13 +299,17 @@ impl<S: Store> Table<S> {
         };
         tracked.capacity.store(capacity, Ordering::Relaxed);
         if had == 0 {
-            let until = (Instant::now() + first_token.min(pacing::MAX_PAUSE)) - self.epoch;
             tracked
-                .empty_until
-                .store(saturating_nanos(until), Ordering::Relaxed);
-            tracked
-                .refill_interval
-                .store(saturating_nanos(refill_interval), Ordering::Relaxed);
+                .empty
+                .learn(Instant::now() - self.epoch, first_token, refill_interval);
+        }
+    }
+
+    /// The store granted the key's cost: its last word of emptiness no
+    /// longer holds.
+    pub(crate) fn learn_grant(&self, name: &str) {
+        if let Some(tracked) = self.keys.get(name) {
+            tracked.empty.forget();
         }
     }
 
@@ -317,14 +326,16 @@ impl<S: Store> Table<S> {
         wait
     }
 
+    /// How long the store's last word that the key was empty still holds
+    /// (zero for an untracked key or no such word).
+    pub(crate) fn word_holds_for(&self, name: &str) -> Duration {
+        self.keys.get(name).map_or(Duration::ZERO, |tracked| {
+            tracked.empty.holds_for(Instant::now() - self.epoch)
+        })
+    }
+
     fn empty_for(&self, tracked: &Tracked<S>, cost: u64) -> Option<Duration> {
-        let until = Duration::from_nanos(tracked.empty_until.load(Ordering::Relaxed));
-        // Zero (never refused, or the token is due now): nothing to wait.
-        let first_token = until
-            .checked_sub(Instant::now() - self.epoch)
-            .filter(|wait| !wait.is_zero())?;
-        let interval = Duration::from_nanos(tracked.refill_interval.load(Ordering::Relaxed));
-        Some(wait_for(cost, 0, first_token, interval).max(pacing::MIN_PAUSE))
+        tracked.empty.refuses(Instant::now() - self.epoch, cost)
     }
 
     /// One demand sample over `over`: switches keys, forgets idle ones, and

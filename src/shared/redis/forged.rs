@@ -45,15 +45,26 @@ async fn forged_quotas_and_generations_are_refused_without_touching_the_key() {
     let server = start_server!("forged_quotas_and_generations_are_refused");
     let store = store(&server).await;
     let last = EXACT_LIMIT - 11 * HOUR;
-    // epoch, d, T, BT, last, generation, D, B, want
-    let forged: [[u64; 9]; 16] = [
-        [EPOCH_UNIX_SECS, 1, 0, 0, last, 0, 1, 0, 1], // zero quota
-        [EPOCH_UNIX_SECS, 0, HOUR, 10 * HOUR, last, 0, 1, 10, 1], // zero tick
-        [EPOCH_UNIX_SECS, 9, HOUR, 10 * HOUR, last, 0, 1, 10, 1], // tick finer than 1/8 µs
-        [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR + 1, last, 0, 1, 10, 1], // B*T not a whole B
-        [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0, 1, 9, 1], // B*T not this B
-        [EPOCH_UNIX_SECS, 1, HOUR, EXACT_LIMIT, last, 0, 1, 2, 1], // refill past 2^53
-        [EPOCH_UNIX_SECS, 1, 7, 3, last, 0, 1, 0, 1], // B < 1
+    // epoch, d, T, BT, last, generation, D, B, want, fresh
+    let forged: [[u64; 10]; 16] = [
+        [EPOCH_UNIX_SECS, 1, 0, 0, last, 0, 1, 0, 1, 10], // zero quota
+        [EPOCH_UNIX_SECS, 0, HOUR, 10 * HOUR, last, 0, 1, 10, 1, 10], // zero tick
+        [EPOCH_UNIX_SECS, 9, HOUR, 10 * HOUR, last, 0, 1, 10, 1, 10], // tick finer than 1/8 µs
+        [
+            EPOCH_UNIX_SECS,
+            1,
+            HOUR,
+            10 * HOUR + 1,
+            last,
+            0,
+            1,
+            10,
+            1,
+            10,
+        ], // B*T not a whole B
+        [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0, 1, 9, 1, 10], // B*T not this B
+        [EPOCH_UNIX_SECS, 1, HOUR, EXACT_LIMIT, last, 0, 1, 2, 1, 10], // refill past 2^53
+        [EPOCH_UNIX_SECS, 1, 7, 3, last, 0, 1, 0, 1, 10], // B < 1
         [
             EPOCH_UNIX_SECS,
             1,
@@ -64,20 +75,24 @@ async fn forged_quotas_and_generations_are_refused_without_touching_the_key() {
             1,
             10,
             1,
+            10,
         ], // generation past 2^53
-        [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0, 1, 10, 0], // want of nothing
-        [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0, 0, 10, 1], // D = 0
+        [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0, 1, 10, 0, 10], // want of nothing
+        [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0, 0, 10, 1, 10], // D = 0
         // Charged per request: 10 tokens of 1000/1024 ticks, L = 10 or 11.
-        [EPOCH_UNIX_SECS, 8, 1000, 12, last, 0, 1024, 10, 1], // L too large
-        [EPOCH_UNIX_SECS, 8, 1000, 9, last, 0, 1024, 10, 1],  // L too small
-        [EPOCH_UNIX_SECS, 8, 1000, 0, last, 0, 1024, 10, 1],  // L = 0
-        [EPOCH_UNIX_SECS, 8, 1000, 1, last, 0, 1 << 52, 10, 1], // D past 2^51
-        [EPOCH_UNIX_SECS, 8, 1 << 52, 20, last, 0, 1 << 51, 10, 1], // T past 2^52
-        [EPOCH_UNIX_SECS, 8, 1, 2, last, 0, 1 << 51, 1 << 51, 1], // B of 2^51
+        [EPOCH_UNIX_SECS, 8, 1000, 12, last, 0, 1024, 10, 1, 10], // L too large
+        [EPOCH_UNIX_SECS, 8, 1000, 9, last, 0, 1024, 10, 1, 10],  // L too small
+        [EPOCH_UNIX_SECS, 8, 1000, 0, last, 0, 1024, 10, 1, 10],  // L = 0
+        [EPOCH_UNIX_SECS, 8, 1000, 1, last, 0, 1 << 52, 10, 1, 10], // D past 2^51
+        [EPOCH_UNIX_SECS, 8, 1 << 52, 20, last, 0, 1 << 51, 10, 1, 10], // T past 2^52
+        [EPOCH_UNIX_SECS, 8, 1, 2, last, 0, 1 << 51, 1 << 51, 1, 10], // B of 2^51
     ];
     for argv in forged {
         assert_eq!(eval(&store, &ACQUIRE, &argv).await[0], -4, "{argv:?}");
     }
+    // A sane quota, without the most an absent key starts with.
+    let without_fresh = [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0, 1, 10, 1];
+    assert_eq!(eval(&store, &ACQUIRE, &without_fresh).await[0], -4);
     let release = [EPOCH_UNIX_SECS, 1, 0, 0, last, 0, 1, 0, 1, 0, 1];
     assert_eq!(eval(&store, &RELEASE, &release).await[0], -4);
     let mut admin = admin(&server).await;
@@ -100,14 +115,25 @@ async fn a_quota_change_while_the_clock_stepped_back_carries_the_debt_as_time() 
     let last = EXACT_LIMIT - 11 * HOUR;
     let old = [EPOCH_UNIX_SECS, 1, HOUR, 10 * HOUR, last, 0, 1, 10];
     // Empty the bucket of 10: tat = now + 10 h.
-    let grant = eval(&store, &ACQUIRE, &[&old[..], &[10]].concat()).await;
+    let grant = eval(&store, &ACQUIRE, &[&old[..], &[10, 10]].concat()).await;
     assert_eq!((grant[0], grant[3]), (10, 0), "{grant:?}");
     let emptied_at = u64::try_from(grant[2]).unwrap();
     // One second earlier (epoch + 1 s), a quota of 4 per 2 h (T = 30 min,
     // capacity 4) at generation 1: the old state owes 1 s beyond empty, so
     // the new one is empty until then, and its first token comes 30 min
     // after that.
-    let new = [EPOCH_UNIX_SECS + 1, 1, HOUR / 2, 2 * HOUR, last, 1, 1, 4, 1];
+    let new = [
+        EPOCH_UNIX_SECS + 1,
+        1,
+        HOUR / 2,
+        2 * HOUR,
+        last,
+        1,
+        1,
+        4,
+        1,
+        4,
+    ];
     let refused = eval(&store, &ACQUIRE, &new).await;
     let now = u64::try_from(refused[2]).unwrap();
     assert!(now < emptied_at, "the clock did not step back");
@@ -119,7 +145,7 @@ async fn a_quota_change_while_the_clock_stepped_back_carries_the_debt_as_time() 
     assert_eq!(&refused[4..], [1, 4, 1, HOUR as i64 / 2, 1]);
     // Back at the present, at the old generation: decided under the stored
     // quota of generation 1, still nothing.
-    let stale = eval(&store, &ACQUIRE, &[&old[..], &[10]].concat()).await;
+    let stale = eval(&store, &ACQUIRE, &[&old[..], &[10, 10]].concat()).await;
     assert_eq!((stale[0], stale[4], stale[5]), (0, 1, 4), "{stale:?}");
     // A lease of the old state, given back while the clock is behind its
     // grant: nothing (the time held is unknown), and the state is kept.

@@ -267,7 +267,14 @@ end
     };
 }
 
-/// `acquire`: `ARGV[9]` is `want`, `1 <= want <= B`.
+/// `acquire`: `ARGV[9]` is `want`, `1 <= want <= B`; `ARGV[10]` is
+/// `fresh`, the most tokens an absent key starts with (clipped to `B`).
+///
+/// An absent key is a full bucket, but one that expired full under a
+/// smaller quota than the caller's was full of less: the caller, which
+/// knows the quotas it changed from, sends what such a key would have
+/// carried to now (`RedisStore`'s `expired` bucket), and the key starts
+/// with no more.
 ///
 /// Decides under the key's stored quota, after converting the state to
 /// the caller's quota if the caller's generation is newer (the state's
@@ -290,12 +297,18 @@ pub(super) const ACQUIRE: &str = concat!(
     r#"
 local want = tonumber(ARGV[9])
 if not (want and want >= 1 and want == math.floor(want)) then return {-4, 0, 0} end
+local fresh = tonumber(ARGV[10])
+if not whole(fresh) then return {-4, 0, 0} end
 local s = load(KEYS[1])
 local converted = false
 if s == nil then return {-2, 0, now_us} end
 if not s then
-  -- An absent key is a full bucket, born now, under the caller's quota.
-  s = keep({tat = now, born = now_us, gen = gen}, caller)
+  -- An absent key is a full bucket, born now, under the caller's quota,
+  -- holding at most fresh tokens: as a full bucket from which the others
+  -- were just admitted (charge(caller, k) <= BT: within the range).
+  local tat = now
+  if fresh < caller.B then tat = now + charge(caller, caller.B - fresh) end
+  s = keep({tat = tat, born = now_us, gen = gen}, caller)
 elseif s.gen < gen then
   s.tat = convert(s, caller)
   converted = true

@@ -26,7 +26,7 @@ mod scale;
 
 use std::fmt;
 use std::future::Future;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use ::redis::{Cmd, RedisError, Script, Value};
 
@@ -44,9 +44,11 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(lua::ACQUIRE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(lua::RELEASE));
 
 /// The most tokens one call asks for or gives back: every count a script
-/// reads stays exact as a Lua number, and no bucket the scripts accept
-/// holds more.
-const MAX_ASK: u64 = 1 << 52;
+/// reads stays exact as a Lua number (below `2^53`), and no bucket the
+/// scripts accept holds more (`sane` in `lua.rs`: `B * T + T < 2^53`
+/// with `T >= 1`, or `B < 2^51` per request), so a full bucket of any
+/// capacity grants it whole in one call.
+const MAX_ASK: u64 = scale::EXACT_LIMIT - 1;
 
 /// Why a [`RedisStore`] could not be built or a call failed.
 ///
@@ -217,6 +219,26 @@ struct Setting {
     generation: u64,
     /// The newest generation a reply was decided under.
     stored: u64,
+    /// A bucket full at every instant this node has known, in `quota`'s
+    /// ticks since `origin`, carried by the continuity rule at each of its
+    /// quota changes: a key may have expired full at any instant (an
+    /// absent key is a full bucket of the quota it was kept under), so an
+    /// absent key starts with no more than this holds. Full, so no limit,
+    /// until a change raises the capacity; then it refills at the new rate.
+    expired: u64,
+    origin: Instant,
+}
+
+impl Setting {
+    /// The most tokens an absent key starts with now.
+    fn fresh(&self) -> u64 {
+        let gcra = self.quota.gcra();
+        gcra.available(self.expired, gcra.ticks(self.elapsed()))
+    }
+
+    fn elapsed(&self) -> u64 {
+        crate::clock::saturating_nanos(self.origin.elapsed())
+    }
 }
 
 impl RedisStore {
@@ -270,6 +292,8 @@ impl RedisStore {
                 scale,
                 generation: 0,
                 stored: 0,
+                expired: crate::gcra::FULL,
+                origin: Instant::now(),
             })),
             prefix,
             timeout,
@@ -478,6 +502,10 @@ impl RedisStore {
         }
         let (scale, _) = validate(&quota, String::new(), self.timeout)?;
         let mut setting = lock(&self.setting);
+        let (from, to) = (*setting.quota.gcra(), *quota.gcra());
+        if from != to {
+            setting.expired = from.carry(setting.expired, setting.elapsed(), &to);
+        }
         setting.quota = quota;
         setting.scale = scale;
         setting.generation = generation;
@@ -515,7 +543,7 @@ impl RedisStore {
     /// later for whole-microsecond intervals and small buckets.
     ///
     /// ```no_run
-    /// # use std::time::{Duration, SystemTime};
+    /// # use std::time::{Duration, Instant, SystemTime};
     /// # use tollgate::Quota;
     /// # use tollgate::shared::RedisStore;
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -615,7 +643,9 @@ impl RedisStore {
         // The script grants at most the stored quota's capacity, which this
         // node may not know: the ask is only kept exact.
         let want = want.min(MAX_ASK);
-        let reply = self.run(&setting, &ACQUIRE, key, &[want]).await?;
+        let reply = self
+            .run(&setting, &ACQUIRE, key, &[want, setting.fresh()])
+            .await?;
         self.grant(want, reply)
     }
 
@@ -629,9 +659,10 @@ impl RedisStore {
             .filter(|&(_, &(_, want))| want > 0)
             .map(|(i, &(_, want))| (i, want.min(MAX_ASK)))
             .collect();
+        let fresh = setting.fresh();
         let calls: Vec<Cmd> = asked
             .iter()
-            .map(|&(i, want)| self.call(&setting, &ACQUIRE, requests[i].0, &[want]))
+            .map(|&(i, want)| self.call(&setting, &ACQUIRE, requests[i].0, &[want, fresh]))
             .collect();
         let replies = self
             .connection
@@ -1038,6 +1069,7 @@ mod tests {
             }
         }
         assert!(lua::ACQUIRE.contains("local want = tonumber(ARGV[9])"));
+        assert!(lua::ACQUIRE.contains("local fresh = tonumber(ARGV[10])"));
         assert!(lua::RELEASE.contains("local granted = tonumber(ARGV[9])"));
         assert!(lua::RELEASE.contains("local at = tonumber(ARGV[10])"));
         assert!(lua::RELEASE.contains("local unused = tonumber(ARGV[11])"));

@@ -85,8 +85,10 @@ async fn the_scripts_give_back_by_the_in_process_rule() {
         let now = if outstanding.is_empty() || rng.below(5) < 3 {
             let want = 1 + rng.below(6);
             let setting = redis.setting();
-            let [granted, wait, now, left, ..]: [u64; 9] =
-                redis.run(&setting, &ACQUIRE, KEY, &[want]).await.unwrap();
+            let [granted, wait, now, left, ..]: [u64; 9] = redis
+                .run(&setting, &ACQUIRE, KEY, &[want, setting.fresh()])
+                .await
+                .unwrap();
             follow(now);
             let grant = local.acquire(KEY, want).await.unwrap();
             assert_eq!(grant.tokens, granted, "step {step}: grant of {want}");
@@ -266,7 +268,7 @@ async fn per_request_scripts_match_their_rust_mirror_across_quota_changes() {
                     .collect();
                 let calls: Vec<_> = wants
                     .iter()
-                    .map(|&want| store.call(&setting, &ACQUIRE, KEY, &[want]))
+                    .map(|&want| store.call(&setting, &ACQUIRE, KEY, &[want, setting.fresh()]))
                     .collect();
                 let replies = store
                     .connection
