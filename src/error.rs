@@ -67,9 +67,12 @@ pub enum QuotaError {
     },
 }
 
-/// Why a request for tokens was refused.
+/// Why a limit refused a request for tokens: what a limit itself decides.
 ///
-/// A refusal never changes the bucket: no credit is spent.
+/// A refusal never changes the bucket: no credit is spent. What surrounds a
+/// limit has errors of its own, each wrapping this one: a chain of limits
+/// ([`HierarchyError`](crate::HierarchyError)) and a budget shared through
+/// a store (`shared::BudgetError`, feature `keyed`).
 ///
 /// ```
 /// use std::time::Duration;
@@ -117,36 +120,6 @@ pub enum AcquireError {
         /// The limiter's key cap.
         max_keys: usize,
     },
-    /// A local allowance ran out of leased tokens while its shared store was
-    /// unreachable, and its failure policy is to fail closed
-    /// (`shared::FailurePolicy::Closed`). A server would answer 503 rather
-    /// than 429: the client did nothing wrong.
-    #[error("the shared budget's store is unreachable and the local allowance is spent")]
-    StoreUnavailable,
-    /// A chain given to [`try_acquire_all`](crate::try_acquire_all) had more
-    /// than `max` steps ([`MAX_STEPS`](crate::MAX_STEPS)). A server
-    /// misconfiguration, not the client's doing: nothing was spent.
-    #[error("a chain of limits may have at most {max} steps")]
-    TooManySteps {
-        /// The most steps a chain may have.
-        max: usize,
-    },
-    /// A non-blocking call on a keyed shared budget
-    /// (`shared::KeyedAllowance::try_acquire`) found no local lease for the
-    /// key: the key is cold, and its decision is a store call that only the
-    /// async path (`acquire`) makes. Nothing was spent and nothing was
-    /// refused: the caller routes the request to the async path. Answering
-    /// a client with it is a server bug (the HTTP layer maps it to 500),
-    /// never a 429.
-    #[error("the key has no local lease: decide it on the async path")]
-    NotLocal,
-    /// A shared budget's store answered, but refused this key (it cannot
-    /// track it, or the key holds a value the store did not write):
-    /// not an outage, so no failure policy admits it and other keys are
-    /// unaffected (`shared::Store::unavailable`). A server answers 503:
-    /// the client did nothing wrong, and nothing was spent locally.
-    #[error("the shared budget's store refused this key")]
-    StoreRefused,
 }
 
 impl AcquireError {
@@ -174,11 +147,7 @@ impl AcquireError {
             AcquireError::Insufficient { retry_after } => Some(*retry_after),
             AcquireError::ExceedsCapacity { .. }
             | AcquireError::ZeroCost
-            | AcquireError::TooManyKeys { .. }
-            | AcquireError::StoreUnavailable
-            | AcquireError::StoreRefused
-            | AcquireError::TooManySteps { .. }
-            | AcquireError::NotLocal => None,
+            | AcquireError::TooManyKeys { .. } => None,
         }
     }
 }

@@ -62,41 +62,71 @@ impl std::fmt::Debug for Step<'_> {
     }
 }
 
-/// Why [`try_acquire_all`] refused, and which limit refused.
+/// Why [`try_acquire_all`] refused: which limit refused and why, or a chain
+/// too long to take.
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Limit, ManualClock, Quota, TokenBucket, try_acquire_all};
+/// use tollgate::{AcquireError, HierarchyError, Limit, ManualClock, Quota, TokenBucket, try_acquire_all};
 ///
 /// let clock = ManualClock::new();
 /// let per_account = TokenBucket::with_clock(Quota::per_second(10)?, &clock);
 /// let global = TokenBucket::with_clock(Quota::per_second(1)?, &clock);
 /// try_acquire_all(&[per_account.cost(1), global.cost(1)])?;
 /// let denied = try_acquire_all(&[per_account.cost(1), global.cost(1)]).unwrap_err();
-/// assert_eq!(denied.limit, 1);
-/// assert_eq!(denied.error.retry_after(), Some(Duration::from_secs(1)));
+/// let HierarchyError::Refused { limit, error } = denied else { panic!("{denied}") };
+/// assert_eq!(limit, 1);
+/// assert_eq!(error, AcquireError::Insufficient { retry_after: Duration::from_secs(1) });
 /// assert_eq!(per_account.available(), 9); // the denial spent nothing there
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("limit {limit} of the hierarchy refused: {error}")]
-pub struct HierarchyError {
-    /// The index, in the steps given, of the limit that refused: the first
-    /// that refused in evaluation order; or, when no wait can cure the
-    /// chain, the first step whose limit it charges beyond its capacity (or
-    /// at a cost of zero).
-    pub limit: usize,
-    /// The refusal. Steps that name one limit, through one handle or
-    /// several (a bucket and a [`Counted`](crate::Counted) around it, two
-    /// views of one key), charge it their combined cost: a chain whose
-    /// combined cost on a limit exceeds its capacity is
-    /// [`AcquireError::ExceedsCapacity`], with that combined cost
-    /// (`u64::MAX` for a sum past it). For
-    /// [`AcquireError::Insufficient`], `retry_after` is the longest wait
-    /// among the limits for what the chain charges each in all, looked at
-    /// once the taken steps are undone: a client that waits it out is
-    /// admitted, unless others spend the tokens first.
-    pub error: AcquireError,
+#[non_exhaustive]
+pub enum HierarchyError {
+    /// A step's limit refused, and nothing stays spent anywhere.
+    #[error("limit {limit} of the hierarchy refused: {error}")]
+    Refused {
+        /// The index, in the steps given, of the limit that refused: the
+        /// first that refused in evaluation order; or, when no wait can
+        /// cure the chain, the first step whose limit it charges beyond its
+        /// capacity (or at a cost of zero).
+        limit: usize,
+        /// The refusal. Steps that name one limit, through one handle or
+        /// several (a bucket and a [`Counted`](crate::Counted) around it,
+        /// two views of one key), charge it their combined cost: a chain
+        /// whose combined cost on a limit exceeds its capacity is
+        /// [`AcquireError::ExceedsCapacity`], with that combined cost
+        /// (`u64::MAX` for a sum past it). For
+        /// [`AcquireError::Insufficient`], `retry_after` is the longest
+        /// wait among the limits for what the chain charges each in all,
+        /// looked at once the taken steps are undone: a client that waits
+        /// it out is admitted, unless others spend the tokens first.
+        error: AcquireError,
+    },
+    /// The chain had more than `max` steps ([`MAX_STEPS`]): a server
+    /// misconfiguration, not the client's doing. Nothing was charged.
+    #[error("a chain of limits may have at most {max} steps")]
+    TooManySteps {
+        /// The most steps a chain may have.
+        max: usize,
+    },
+}
+
+impl HierarchyError {
+    /// The wait after which the same chain would be admitted, if one
+    /// exists: a refusal's [`AcquireError::retry_after`].
+    ///
+    /// ```
+    /// use tollgate::{HierarchyError, MAX_STEPS};
+    ///
+    /// assert_eq!(HierarchyError::TooManySteps { max: MAX_STEPS }.retry_after(), None);
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            HierarchyError::Refused { error, .. } => error.retry_after(),
+            HierarchyError::TooManySteps { .. } => None,
+        }
+    }
 }
 
 /// Admits a request through every step, or through none.
@@ -111,7 +141,7 @@ pub struct HierarchyError {
 /// ([`HierarchyError`]). A refused request's cost counts in no limit. Nothing is allocated: the
 /// receipts of a chain live on the stack, one small frame per step, so a
 /// chain has at most [`MAX_STEPS`] steps, and a longer one is refused,
-/// spending nothing, with [`AcquireError::TooManySteps`].
+/// spending nothing, with [`HierarchyError::TooManySteps`].
 ///
 /// Order the steps from the most selective to the most shared (per address,
 /// per account, then global): a request refused early never touches the
@@ -129,7 +159,7 @@ pub struct HierarchyError {
 ///
 /// ```
 /// # #[cfg(feature = "keyed")] {
-/// use tollgate::{KeyedLimiter, Limit, ManualClock, Quota, TokenBucket, try_acquire_all};
+/// use tollgate::{AcquireError, HierarchyError, KeyedLimiter, Limit, ManualClock, Quota, TokenBucket, try_acquire_all};
 ///
 /// let clock = ManualClock::new();
 /// let per_address = KeyedLimiter::builder(Quota::per_second(2)?).clock(&clock).build::<u32>();
@@ -143,8 +173,11 @@ pub struct HierarchyError {
 /// // Two steps on one key cost it 3, more than it can ever hold.
 /// let key = per_address.key(&4);
 /// assert_eq!(
-///     try_acquire_all(&[key.cost(2), global.cost(1), per_address.key(&4).cost(1)]).unwrap_err().error,
-///     tollgate::AcquireError::ExceedsCapacity { cost: 3, capacity: 2 },
+///     try_acquire_all(&[key.cost(2), global.cost(1), per_address.key(&4).cost(1)]),
+///     Err(HierarchyError::Refused {
+///         limit: 0,
+///         error: AcquireError::ExceedsCapacity { cost: 3, capacity: 2 },
+///     }),
 /// );
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -159,12 +192,11 @@ pub fn try_acquire_all(steps: &[Step<'_>]) -> Result<(), HierarchyError> {
 /// The most steps [`try_acquire_all`] takes in one chain.
 ///
 /// ```
-/// use tollgate::{AcquireError, Limit, MAX_STEPS, Quota, TokenBucket, try_acquire_all};
+/// use tollgate::{HierarchyError, Limit, MAX_STEPS, Quota, TokenBucket, try_acquire_all};
 ///
 /// let bucket = TokenBucket::new(Quota::per_second(1000)?);
 /// let steps = vec![bucket.cost(1); MAX_STEPS + 1];
-/// let refused = try_acquire_all(&steps).unwrap_err();
-/// assert_eq!(refused.error, AcquireError::TooManySteps { max: MAX_STEPS });
+/// assert_eq!(try_acquire_all(&steps), Err(HierarchyError::TooManySteps { max: MAX_STEPS }));
 /// assert_eq!(bucket.available(), 1000);
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
@@ -185,10 +217,7 @@ pub(crate) fn take_all(
     mut keep: impl FnMut(usize, &Taken),
 ) -> Result<(), HierarchyError> {
     if steps.len() > MAX_STEPS {
-        return Err(HierarchyError {
-            limit: MAX_STEPS,
-            error: AcquireError::TooManySteps { max: MAX_STEPS },
-        });
+        return Err(HierarchyError::TooManySteps { max: MAX_STEPS });
     }
     let mut refused = None;
     take_from(steps, 0, &mut refused, &mut keep).map_err(|limit| {
@@ -268,12 +297,12 @@ fn refusal(steps: &[Step<'_>], index: usize, error: AcquireError) -> HierarchyEr
         };
         match look {
             Ok(wait) => longest = longest.max(wait),
-            Err(error) => return HierarchyError { limit, error },
+            Err(error) => return HierarchyError::Refused { limit, error },
         }
     }
     // The limit that refused may have changed quota since: its own error
     // stands.
-    HierarchyError {
+    HierarchyError::Refused {
         limit: index,
         error: match error {
             AcquireError::Insufficient { .. } => AcquireError::Insufficient {

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
+use tollgate::shared::BudgetError;
 use tollgate::shared::{
     AllowanceConfig, FailurePolicy, Grant, Lease, LocalAllowance, LocalStore, Source, Store,
 };
@@ -110,7 +111,7 @@ async fn the_pool_refills_in_the_background_and_never_twice_at_once() {
     for _ in 0..5 {
         assert!(matches!(
             node.try_acquire(1),
-            Err(AcquireError::Insufficient { .. })
+            Err(BudgetError::Limit(AcquireError::Insufficient { .. }))
         ));
     }
     settle().await;
@@ -127,13 +128,16 @@ async fn the_pool_refills_in_the_background_and_never_twice_at_once() {
 async fn bad_costs_are_typed_errors() {
     let store = Arc::new(LocalStore::new(Quota::per_second(100).unwrap()));
     let node = LocalAllowance::new(store, KEY, config(FailurePolicy::Closed)).unwrap();
-    assert_eq!(node.try_acquire(0), Err(AcquireError::ZeroCost));
+    assert_eq!(
+        node.try_acquire(0),
+        Err(BudgetError::Limit(AcquireError::ZeroCost))
+    );
     assert_eq!(
         node.try_acquire(11),
-        Err(AcquireError::ExceedsCapacity {
+        Err(BudgetError::Limit(AcquireError::ExceedsCapacity {
             cost: 11,
             capacity: 10
-        })
+        }))
     );
     let bounds = AllowanceConfig {
         min_lease: 5,
@@ -279,7 +283,7 @@ async fn fail_closed_denies_once_the_pool_is_spent() {
     }
     settle().await;
     assert!(node.stats().store_errors >= 1);
-    assert_eq!(node.try_acquire(1), Err(AcquireError::StoreUnavailable));
+    assert_eq!(node.try_acquire(1), Err(BudgetError::StoreUnavailable));
     // The refused call started a refill, which waits out the backoff after
     // the failure; the store comes back meanwhile, and service resumes.
     store.failing.store(false, Ordering::SeqCst);
@@ -311,7 +315,7 @@ async fn fallback_admits_within_its_own_quota() {
     assert_eq!(node.try_acquire(1), Ok(Source::Fallback));
     assert!(matches!(
         node.try_acquire(1),
-        Err(AcquireError::Insufficient { .. })
+        Err(BudgetError::Limit(AcquireError::Insufficient { .. }))
     ));
     assert_eq!(node.stats().fallback, 2);
 }
@@ -329,7 +333,7 @@ async fn a_timed_out_lease_counts_as_spent() {
         Err(tollgate::shared::RefillError::Timeout)
     ));
     assert_eq!(node.stats().store_errors, 1);
-    assert_eq!(node.try_acquire(1), Err(AcquireError::StoreUnavailable));
+    assert_eq!(node.try_acquire(1), Err(BudgetError::StoreUnavailable));
 }
 
 /// A reply lost after the store debited the lease strands its tokens: the
@@ -344,7 +348,7 @@ async fn a_lost_lease_reply_strands_tokens_and_admits_nothing_extra() {
     let debited = 10 - store.inner.limiter().available(KEY);
     assert!(debited >= 1);
     assert_eq!(node.pooled(), 0);
-    assert_eq!(node.try_acquire(1), Err(AcquireError::StoreUnavailable));
+    assert_eq!(node.try_acquire(1), Err(BudgetError::StoreUnavailable));
 }
 
 /// The lease size follows demand: a node that spends fast asks for more per
@@ -516,7 +520,7 @@ async fn a_failing_store_is_asked_with_backoff() {
         assert!(
             matches!(
                 outcome,
-                Ok(Source::FailedOpen) | Err(AcquireError::Insufficient { .. })
+                Ok(Source::FailedOpen) | Err(BudgetError::Limit(AcquireError::Insufficient { .. }))
             ),
             "{outcome:?}"
         );
@@ -578,14 +582,14 @@ async fn acquire_accepts_a_wait_of_duration_max() {
     assert_eq!(node.acquire(1, Duration::MAX).await, Ok(Source::Lease));
     assert_eq!(
         node.acquire(0, Duration::MAX).await,
-        Err(AcquireError::ZeroCost)
+        Err(BudgetError::Limit(AcquireError::ZeroCost))
     );
     // The store fails: the wait ends with the failure policy's answer.
     store.failing.store(true, Ordering::SeqCst);
     while node.try_acquire(1).is_ok() {}
     assert_eq!(
         node.acquire(1, Duration::MAX).await,
-        Err(AcquireError::StoreUnavailable)
+        Err(BudgetError::StoreUnavailable)
     );
 }
 
@@ -600,10 +604,10 @@ async fn a_cost_above_the_store_capacity_is_refused_as_exceeding_it() {
     let quota = Quota::new(3, 1, Duration::from_secs(3600)).unwrap();
     let store = Flaky::new(quota, &clock);
     let node = LocalAllowance::new(Arc::clone(&store), KEY, config(FailurePolicy::Closed)).unwrap();
-    let exceeds = Err(AcquireError::ExceedsCapacity {
+    let exceeds = Err(BudgetError::Limit(AcquireError::ExceedsCapacity {
         cost: 5,
         capacity: 3,
-    });
+    }));
     assert_eq!(node.acquire(5, Duration::from_secs(1)).await, exceeds);
     assert_eq!(node.try_acquire(5), exceeds);
     assert_eq!(node.acquire(5, Duration::MAX).await, exceeds);
@@ -638,10 +642,10 @@ async fn a_zero_timeout_is_a_typed_error_and_other_extremes_are_accepted() {
     assert_eq!(node.refill().await.unwrap(), 10, "a lease of the capacity");
     assert_eq!(
         node.try_acquire(u64::MAX),
-        Err(AcquireError::ExceedsCapacity {
+        Err(BudgetError::Limit(AcquireError::ExceedsCapacity {
             cost: u64::MAX,
             capacity: 10
-        })
+        }))
     );
     assert_eq!(node.try_acquire(10), Ok(Source::Lease));
     let tiny = AllowanceConfig {
@@ -804,15 +808,15 @@ proptest! {
                         }
                         Ok(Source::FailedOpen) => assert!(open),
                         Ok(Source::Fallback) => panic!("no fallback configured"),
-                        Err(AcquireError::ZeroCost) => assert_eq!(cost, 0),
-                        Err(AcquireError::ExceedsCapacity { cost: c, capacity: limit }) => {
+                        Err(BudgetError::Limit(AcquireError::ZeroCost)) => assert_eq!(cost, 0),
+                        Err(BudgetError::Limit(AcquireError::ExceedsCapacity { cost: c, capacity: limit })) => {
                             assert_eq!(c, cost);
                             assert!(cost > limit && limit <= max_lease);
                         }
-                        Err(AcquireError::Insufficient { retry_after }) => {
+                        Err(BudgetError::Limit(AcquireError::Insufficient { retry_after })) => {
                             assert!(!retry_after.is_zero());
                         }
-                        Err(AcquireError::StoreUnavailable) => assert!(!open),
+                        Err(BudgetError::StoreUnavailable) => assert!(!open),
                         Err(other) => panic!("unexpected {other:?}"),
                     }
                 }
@@ -886,10 +890,10 @@ async fn an_allowance_follows_its_local_stores_quota_change() {
     assert!(node.pooled() <= 4);
     assert_eq!(
         node.try_acquire(5),
-        Err(AcquireError::ExceedsCapacity {
+        Err(BudgetError::Limit(AcquireError::ExceedsCapacity {
             cost: 5,
             capacity: 4
-        })
+        }))
     );
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 mod common;
-use common::{Envelope, admitted_at_first_poll};
+use common::{Envelope, RefusedBy, admitted_at_first_poll};
 use tollgate::concurrency::{ConcurrencyLimiter, KeyedConcurrencyLimiter, LimitError};
 use tollgate::{
     AcquireError, Clock, Counted, FixedWindow, InitialCredit, KeyedFixedWindow, KeyedLimiter,
@@ -423,7 +423,7 @@ fn a_chain_whose_costs_sum_past_u64_max_exceeds_every_capacity() {
     let largest = Quota::new(u64::MAX, u64::MAX, Duration::from_secs(1)).unwrap();
     let bucket = TokenBucket::with_clock(largest, ManualClock::new());
     for tail in [1, u64::MAX] {
-        let refused = try_acquire_all(&[bucket.cost(u64::MAX), bucket.cost(tail)]).unwrap_err();
+        let refused = try_acquire_all(&[bucket.cost(u64::MAX), bucket.cost(tail)]).refused_by();
         assert_eq!(
             refused.error,
             AcquireError::ExceedsCapacity {
@@ -443,7 +443,8 @@ fn a_chain_whose_costs_sum_past_u64_max_exceeds_every_capacity() {
 #[tokio::test(start_paused = true)]
 async fn keyed_allowances_of_extreme_configurations_are_built_or_refused() {
     use tollgate::shared::{
-        AllowanceError, FailurePolicy, KeyedAllowance, KeyedAllowanceConfig, LocalStore,
+        AllowanceError, BudgetError, FailurePolicy, KeyedAllowance, KeyedAllowanceConfig,
+        LocalStore,
     };
 
     let store = Arc::new(LocalStore::new(Quota::per_second(10).unwrap()));
@@ -463,10 +464,13 @@ async fn keyed_allowances_of_extreme_configurations_are_built_or_refused() {
                 };
                 let store = Arc::new(LocalStore::new(Quota::per_second(10).unwrap()));
                 let node = KeyedAllowance::new(store, config).unwrap();
-                assert_eq!(node.try_acquire("k", 0), Err(AcquireError::ZeroCost));
+                assert_eq!(node.try_acquire("k", 0), Err(AcquireError::ZeroCost.into()));
                 let far = node.acquire("far", u64::MAX, Duration::MAX).await;
                 assert!(
-                    matches!(far, Err(AcquireError::ExceedsCapacity { .. })),
+                    matches!(
+                        far,
+                        Err(BudgetError::Limit(AcquireError::ExceedsCapacity { .. }))
+                    ),
                     "{far:?}"
                 );
                 assert!(node.acquire("k", 1, Duration::ZERO).await.is_ok());

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_server::RedisServer;
-use tollgate::AcquireError;
 use tollgate::http::{PolicyName, RateLimitPolicy, Refusal};
+use tollgate::shared::BudgetError;
 use tollgate::shared::RedisStore;
 
 /// The Redis a node process serves from, set by the test for its nodes.
@@ -64,14 +64,14 @@ fn main() {
 /// refusal the layer builds for the per-key rule's unreachable store.
 fn the_client_knows_the_failure_policy_from_other_503s() {
     let policy = RateLimitPolicy::new(PolicyName::new(server::PER_KEY_POLICY).unwrap(), 10);
-    let outage = Refusal::from_acquire(&AcquireError::StoreUnavailable, &policy).into_response();
+    let outage = Refusal::from_budget(&BudgetError::StoreUnavailable, &policy).into_response();
     assert_eq!(outage.status(), 503);
     assert!(client::is_store_outage(
         std::str::from_utf8(outage.body()).unwrap()
     ));
     let other = RateLimitPolicy::new(PolicyName::new("per-address").unwrap(), 10);
     for refusal in [
-        Refusal::from_acquire(&AcquireError::StoreUnavailable, &other),
+        Refusal::from_budget(&BudgetError::StoreUnavailable, &other),
         Refusal::load_shed(None),
     ] {
         let response = refusal.into_response();

@@ -14,7 +14,7 @@ use tollgate::{
 };
 
 mod common;
-use common::Envelope;
+use common::{ChainRefused, Envelope, RefusedBy};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -37,7 +37,7 @@ fn a_refusal_leaves_every_earlier_limit_as_it_was() {
     let refused = try_acquire_all(&[address.cost(2), account.cost(1), global.cost(1)]);
     assert_eq!(
         refused,
-        Err(HierarchyError {
+        Err(HierarchyError::Refused {
             limit: 2,
             error: AcquireError::Insufficient {
                 retry_after: SECOND
@@ -63,7 +63,7 @@ fn the_refusal_carries_the_longest_wait_among_the_limits_that_refuse() {
     clock.advance(SECOND / 4);
     // `second` refuses first (0.25 s to go); `third`, never reached, would
     // refuse for 0.75 s. `first` passes and is undone.
-    let refused = try_acquire_all(&[first.cost(1), second.cost(1), third.cost(1)]).unwrap_err();
+    let refused = try_acquire_all(&[first.cost(1), second.cost(1), third.cost(1)]).refused_by();
     assert_eq!(refused.limit, 1);
     assert_eq!(refused.error.retry_after(), Some(SECOND * 3 / 4));
     assert_eq!(first.available(), 1);
@@ -74,10 +74,10 @@ fn a_cost_one_limit_can_never_admit_is_reported_over_any_wait() {
     let clock = ManualClock::new();
     let (small, tiny) = (bucket(5, 1, &clock), bucket(2, 1, &clock));
     small.try_acquire(5).unwrap();
-    let refused = try_acquire_all(&[small.cost(3), tiny.cost(3)]).unwrap_err();
+    let refused = try_acquire_all(&[small.cost(3), tiny.cost(3)]).refused_by();
     assert_eq!(
         refused,
-        HierarchyError {
+        ChainRefused {
             limit: 1,
             error: AcquireError::ExceedsCapacity {
                 cost: 3,
@@ -86,7 +86,7 @@ fn a_cost_one_limit_can_never_admit_is_reported_over_any_wait() {
         }
     );
     assert_eq!(
-        try_acquire_all(&[small.cost(0)]).unwrap_err().error,
+        try_acquire_all(&[small.cost(0)]).refused_by().error,
         AcquireError::ZeroCost
     );
 }
@@ -103,11 +103,11 @@ fn keyed_and_single_limits_mix_in_one_chain() {
         try_acquire_all(&[per_address.key(address).cost(1), global.cost(1)]).unwrap();
     }
     // "a" is refused by its own limit, before the global one is touched.
-    let refused = try_acquire_all(&[per_address.key("a").cost(1), global.cost(1)]).unwrap_err();
+    let refused = try_acquire_all(&[per_address.key("a").cost(1), global.cost(1)]).refused_by();
     assert_eq!(refused.limit, 0);
     // "c" passes its own limit, the global one refuses, and "c" keeps its
     // credit: a refused request's cost counts nowhere.
-    let refused = try_acquire_all(&[per_address.key("c").cost(1), global.cost(1)]).unwrap_err();
+    let refused = try_acquire_all(&[per_address.key("c").cost(1), global.cost(1)]).refused_by();
     assert_eq!(refused.limit, 1);
     assert_eq!(per_address.available("c"), 2);
 }
@@ -122,12 +122,12 @@ fn the_longest_wait_is_looked_at_once_the_taken_steps_are_undone() {
     // first step is undone before the wait is read, so the wait is the
     // 100 ms `a` lacks for 3 tokens once this request holds nothing, not
     // the 200 ms it would lack while the first step still held a token.
-    let refused = try_acquire_all(&[a.cost(1), b.cost(1), a.cost(2)]).unwrap_err();
+    let refused = try_acquire_all(&[a.cost(1), b.cost(1), a.cost(2)]).refused_by();
     assert_eq!(refused.limit, 1);
     assert_eq!(refused.error.retry_after(), Some(SECOND / 10));
     assert_eq!(a.available(), 2);
     // When the first step refuses, the later ones are looked at too.
-    let refused = try_acquire_all(&[a.cost(3), b.cost(1)]).unwrap_err();
+    let refused = try_acquire_all(&[a.cost(3), b.cost(1)]).refused_by();
     assert_eq!(refused.limit, 0);
     assert_eq!(refused.error.retry_after(), Some(SECOND / 10));
 }
@@ -143,7 +143,7 @@ fn a_chain_charging_one_limit_beyond_its_capacity_exceeds_it() {
     for _ in 0..3 {
         assert_eq!(
             try_acquire_all(&[b.cost(3), b.cost(3)]),
-            Err(HierarchyError {
+            Err(HierarchyError::Refused {
                 limit: 0,
                 error: AcquireError::ExceedsCapacity {
                     cost: 6,
@@ -168,7 +168,7 @@ fn one_limit_through_different_handles_is_charged_once_in_all() {
     let exceeds = |steps: &[tollgate::Step<'_>]| {
         matches!(
             try_acquire_all(steps),
-            Err(HierarchyError {
+            Err(HierarchyError::Refused {
                 error: AcquireError::ExceedsCapacity {
                     cost: 6,
                     capacity: 5
@@ -202,7 +202,7 @@ fn one_key_through_different_handles_is_charged_once_in_all() {
     let exceeds = |steps: &[tollgate::Step<'_>]| {
         matches!(
             try_acquire_all(steps),
-            Err(HierarchyError {
+            Err(HierarchyError::Refused {
                 error: AcquireError::ExceedsCapacity {
                     cost: 6,
                     capacity: 5
@@ -252,7 +252,7 @@ fn a_refused_chain_passes_once_its_wait_is_waited_out() {
     let (b, other) = (bucket(5, 5, &clock), bucket(1, 10, &clock));
     b.try_acquire(2).unwrap();
     other.try_acquire(1).unwrap();
-    let refused = try_acquire_all(&[b.cost(2), other.cost(1), b.cost(2)]).unwrap_err();
+    let refused = try_acquire_all(&[b.cost(2), other.cost(1), b.cost(2)]).refused_by();
     assert_eq!(refused.limit, 1);
     let wait = refused.error.retry_after().unwrap();
     assert_eq!(wait, SECOND / 5, "the 200 ms b lacks for 4 tokens");
@@ -276,16 +276,16 @@ fn a_step_that_can_never_admit_wins_over_a_key_cap() {
         .build::<u32>();
     per_key.try_acquire(&1, 1).unwrap();
     let tiny = bucket(2, 1, &clock);
-    let refused = try_acquire_all(&[per_key.key(&2).cost(1), tiny.cost(3)]).unwrap_err();
+    let refused = try_acquire_all(&[per_key.key(&2).cost(1), tiny.cost(3)]).refused_by();
     assert_eq!(refused.limit, 1);
     assert!(matches!(
         refused.error,
         AcquireError::ExceedsCapacity { cost: 3, .. }
     ));
-    let refused = try_acquire_all(&[per_key.key(&2).cost(1), tiny.cost(1)]).unwrap_err();
+    let refused = try_acquire_all(&[per_key.key(&2).cost(1), tiny.cost(1)]).refused_by();
     assert_eq!(
         refused,
-        HierarchyError {
+        ChainRefused {
             limit: 0,
             error: AcquireError::TooManyKeys { max_keys: 1 }
         }
@@ -326,7 +326,7 @@ fn refused_requests_leave_no_keys_behind() {
     try_acquire_all(&[per_account.key(&0).cost(1), global.cost(1)]).unwrap();
     for account in 1..10 {
         let refused = try_acquire_all(&[per_account.key(&account).cost(1), global.cost(1)]);
-        assert_eq!(refused.unwrap_err().limit, 1, "account {account}");
+        assert_eq!(refused.refused_by().limit, 1, "account {account}");
     }
     assert_eq!(per_account.len(), 1);
     // The account that was admitted keeps its spent bucket.
@@ -387,6 +387,7 @@ proptest! {
                             }
                         }
                         Err(refused) => {
+                            let refused = Err(refused).refused_by();
                             let after: Vec<u64> = limits.iter().map(|l| l.available()).collect();
                             prop_assert_eq!(before, after, "a refusal spent credit");
                             prop_assert!(refused.limit < len);
@@ -488,6 +489,7 @@ proptest! {
             match try_acquire_all(&steps) {
                 Ok(()) => prop_assert!(too_much.is_none()),
                 Err(refused) => {
+                    let refused = Err(refused).refused_by();
                     let after: Vec<u64> = handles.iter().map(|h| h.available()).collect();
                     prop_assert_eq!(&before, &after, "a refusal spent credit");
                     match refused.error {

@@ -11,6 +11,7 @@ use tollgate::http::{
     ServiceLimit, delay_seconds, parse_rate_limit, parse_rate_limit_policy,
     rate_limit_policy_value, rate_limit_value, rate_limit_wait,
 };
+use tollgate::shared::BudgetError;
 use tollgate::{
     AcquireError, HierarchyError, Limit, ManualClock, Quota, TokenBucket, try_acquire_all,
 };
@@ -65,7 +66,7 @@ fn shedding_and_unavailable_stores_are_503() {
     let policy = RateLimitPolicy::new(name("shared"), 100);
     for response in [
         Refusal::load_shed(None).into_response(),
-        Refusal::from_acquire(&AcquireError::StoreUnavailable, &policy).into_response(),
+        Refusal::from_budget(&BudgetError::StoreUnavailable, &policy).into_response(),
         Refusal::from_acquire(&AcquireError::TooManyKeys { max_keys: 4 }, &policy).into_response(),
     ] {
         assert_eq!(response.status(), 503);

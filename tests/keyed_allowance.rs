@@ -12,6 +12,7 @@ use tollgate::shared::{
     AllowanceConfig, FailurePolicy, Grant, KeyedAllowance, KeyedAllowanceConfig, KeyedReceipt,
     Lease, LocalStore, Source, Store, store_key,
 };
+use tollgate::shared::{BudgetError, HotAnswer};
 use tollgate::{AcquireError, Clock, KeyedLimiter, Quota};
 
 mod common;
@@ -210,7 +211,7 @@ async fn cold_keys_take_one_store_decision_each_and_lease_nothing() {
     let node = KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed)).unwrap();
     for i in 0..100 {
         let key = format!("client-{i}");
-        assert_eq!(node.try_acquire(&key, 1), Err(AcquireError::NotLocal));
+        assert_eq!(node.try_acquire(&key, 1), Ok(HotAnswer::AskStore));
         assert_eq!(
             node.acquire(&key, 3, Duration::ZERO).await,
             Ok(Source::Lease)
@@ -237,9 +238,9 @@ async fn a_grant_short_of_the_cost_is_given_back_and_the_request_refused() {
     // The wait is the refill of the missing token: 200 ms at 5 a second.
     assert_eq!(
         refused,
-        Err(AcquireError::Insufficient {
+        Err(BudgetError::Limit(AcquireError::Insufficient {
             retry_after: Duration::from_millis(200)
-        })
+        }))
     );
     assert_eq!(store.books("k"), (5, 2));
     assert_eq!(store.available("k"), 2);
@@ -257,12 +258,15 @@ async fn a_grant_short_of_the_cost_is_given_back_and_the_request_refused() {
     let too_large = node.acquire("k", 6, Duration::ZERO).await;
     assert_eq!(
         too_large,
-        Err(AcquireError::ExceedsCapacity {
+        Err(BudgetError::Limit(AcquireError::ExceedsCapacity {
             cost: 6,
             capacity: 5
-        })
+        }))
     );
-    assert_eq!(node.try_acquire("k", 6), too_large.map(|_| Source::Lease));
+    assert_eq!(
+        node.try_acquire("k", 6),
+        too_large.map(|_| HotAnswer::Admitted(Source::Lease))
+    );
     // Once told, the node asks the store no more for what cannot fit.
     let calls = store.calls.load(Ordering::SeqCst);
     assert_eq!(
@@ -295,9 +299,9 @@ async fn a_cold_acquire_waits_for_the_stores_retry_after_within_max_wait() {
     // Empty: the first token in 100 ms, two more 100 ms apart.
     assert_eq!(
         node.acquire("k", 3, Duration::ZERO).await,
-        Err(AcquireError::Insufficient {
+        Err(BudgetError::Limit(AcquireError::Insufficient {
             retry_after: Duration::from_millis(300)
-        })
+        }))
     );
     let start = tokio::time::Instant::now();
     assert_eq!(
@@ -319,25 +323,28 @@ async fn a_cold_acquire_waits_for_the_stores_retry_after_within_max_wait() {
 #[tokio::test(start_paused = true)]
 async fn an_empty_cold_key_is_refused_locally_until_its_next_token() {
     let (store, node) = cold_key_spent().await;
-    let refused = Err(AcquireError::Insufficient {
+    let refused = Err(BudgetError::Limit(AcquireError::Insufficient {
         retry_after: Duration::from_millis(100),
-    });
+    }));
     assert_eq!(node.acquire("k", 1, Duration::ZERO).await, refused);
     let calls = store.calls.load(Ordering::SeqCst);
-    assert_eq!(node.try_acquire("k", 1), refused.map(|_| Source::Lease));
+    assert_eq!(
+        node.try_acquire("k", 1),
+        refused.map(|_| HotAnswer::Admitted(Source::Lease))
+    );
     assert_eq!(node.acquire("k", 1, Duration::ZERO).await, refused);
     tokio::time::sleep(Duration::from_millis(60)).await;
     // Two tokens: the first in 40 ms, the second 100 ms after it.
     assert_eq!(
         node.try_acquire("k", 2),
-        Err(AcquireError::Insufficient {
+        Err(BudgetError::Limit(AcquireError::Insufficient {
             retry_after: Duration::from_millis(140)
-        })
+        }))
     );
     assert_eq!(store.calls.load(Ordering::SeqCst), calls);
     assert_eq!(node.stats().refused_locally, 3);
     tokio::time::sleep(Duration::from_millis(40)).await;
-    assert_eq!(node.try_acquire("k", 1), Err(AcquireError::NotLocal));
+    assert_eq!(node.try_acquire("k", 1), Ok(HotAnswer::AskStore));
     assert_eq!(
         node.acquire("k", 1, Duration::ZERO).await,
         Ok(Source::Lease)
@@ -381,7 +388,7 @@ async fn a_key_goes_hot_with_demand_and_cold_again_without() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     settle().await;
     assert!(!node.is_hot("busy"));
-    assert_eq!(node.try_acquire("busy", 1), Err(AcquireError::NotLocal));
+    assert_eq!(node.try_acquire("busy", 1), Ok(HotAnswer::AskStore));
     let stats = node.stats();
     assert_eq!(stats.became_cold, 1);
     let (granted, sent_back) = store.books(&store_key("busy"));
@@ -417,10 +424,13 @@ async fn nodes_and_keys_in_random_interleavings_stay_within_each_keys_envelope()
             let key = &keys[rng.below(12).min(rng.below(12)) as usize];
             let cost = 1 + rng.below(3);
             let taken = match rng.below(14) {
-                0..=4 => nodes[node].try_take(key, cost),
+                0..=4 => match nodes[node].try_take(key, cost) {
+                    Ok(HotAnswer::Admitted(receipt)) => Some(receipt),
+                    Ok(HotAnswer::AskStore) | Err(_) => None,
+                },
                 5..=7 => {
                     let wait = Duration::from_millis(rng.below(3) * 10);
-                    nodes[node].take(key, cost, wait).await
+                    nodes[node].take(key, cost, wait).await.ok()
                 }
                 12..=13 => {
                     if held.is_empty() {
@@ -458,7 +468,7 @@ async fn nodes_and_keys_in_random_interleavings_stay_within_each_keys_envelope()
                     continue;
                 }
             };
-            if let Ok(receipt) = taken {
+            if let Some(receipt) = taken {
                 if receipt.source() == Source::Lease {
                     *admitted.entry(key).or_default() += cost;
                     busiest += if *key == keys[0] { cost } else { 0 };
@@ -529,7 +539,7 @@ async fn a_flood_of_a_million_keys_keeps_local_state_bounded() {
         key.clear();
         key.push_str(if i % 2 == 0 { "short-" } else { &long });
         key.push_str(&i.to_string());
-        assert_eq!(node.try_acquire(&key, 1), Err(AcquireError::NotLocal));
+        assert_eq!(node.try_acquire(&key, 1), Ok(HotAnswer::AskStore));
         if i % 10 == 0 {
             assert!(node.acquire(&key, 1, Duration::ZERO).await.is_ok());
             let stats = node.stats();
@@ -571,7 +581,7 @@ async fn hostile_keys_each_get_their_own_budget_and_no_more() {
         );
         assert!(matches!(
             node.acquire(key, 1, Duration::ZERO).await,
-            Err(AcquireError::Insufficient { .. })
+            Err(BudgetError::Limit(AcquireError::Insufficient { .. }))
         ));
     }
     assert_eq!(store.books.lock().unwrap().len(), keys.len());
@@ -655,7 +665,7 @@ async fn the_failure_policy_applies_to_each_cold_key() {
     let closed = KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed)).unwrap();
     assert_eq!(
         closed.acquire("k", 1, Duration::from_secs(1)).await,
-        Err(AcquireError::StoreUnavailable)
+        Err(BudgetError::StoreUnavailable)
     );
     let open = KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Open)).unwrap();
     assert_eq!(
@@ -719,7 +729,7 @@ async fn a_cost_above_the_lease_size_on_a_hot_key_is_decided_by_the_store() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // `max_lease` is 10 in this configuration.
-    assert_eq!(node.try_acquire("k", 11), Err(AcquireError::NotLocal));
+    assert_eq!(node.try_acquire("k", 11), Ok(HotAnswer::AskStore));
     let calls = node.stats().cold_calls;
     assert_eq!(
         node.acquire("k", 11, Duration::ZERO).await,
@@ -793,8 +803,9 @@ async fn ten_thousand_keys_of_zipf_demand() {
             ideal_admitted += 1;
         }
         let outcome = match node.try_acquire(&names[rank], 1) {
-            Err(AcquireError::NotLocal) => node.acquire(&names[rank], 1, Duration::ZERO).await,
-            answered => answered,
+            Ok(HotAnswer::AskStore) => node.acquire(&names[rank], 1, Duration::ZERO).await,
+            Ok(HotAnswer::Admitted(answer)) => Ok(answer),
+            Err(refused) => Err(refused),
         };
         if outcome == Ok(Source::Lease) {
             admitted[rank] += 1;
@@ -881,10 +892,11 @@ fn real_threads_as_nodes_hold_each_keys_bounds() {
                         };
                         let key = &keys[index];
                         let taken = match node.try_take(key, 1) {
-                            Err(AcquireError::NotLocal) => {
+                            Ok(HotAnswer::AskStore) => {
                                 node.take(key, 1, Duration::from_millis(2)).await
                             }
-                            answered => answered,
+                            Ok(HotAnswer::Admitted(answer)) => Ok(answer),
+                            Err(refused) => Err(refused),
                         };
                         let Ok(receipt) = taken else {
                             tokio::task::yield_now().await;
@@ -983,8 +995,9 @@ async fn nodes_over_a_real_redis_hold_each_keys_envelope() {
                 };
                 let key = &keys[index];
                 let outcome = match node.try_acquire(key, 1) {
-                    Err(AcquireError::NotLocal) => node.acquire(key, 1, Duration::ZERO).await,
-                    answered => answered,
+                    Ok(HotAnswer::AskStore) => node.acquire(key, 1, Duration::ZERO).await,
+                    Ok(HotAnswer::Admitted(answer)) => Ok(answer),
+                    Err(refused) => Err(refused),
                 };
                 if outcome == Ok(Source::Lease) {
                     admitted[index] += 1;
@@ -1053,14 +1066,14 @@ async fn a_hot_receipt_goes_back_into_its_pool_and_no_further() {
     let pooled = node.pooled("busy");
     assert!(pooled >= 3, "{pooled}");
     let books = store.books(&store_key("busy"));
-    let receipt = node.try_take("busy", 3).unwrap();
+    let receipt = leased(node.try_take("busy", 3));
     assert_eq!(node.pooled("busy"), pooled - 3);
     assert_eq!(receipt.undo().await, 3);
     // Back in the pool, exactly; nothing asked of or sent to the store.
     assert_eq!(node.pooled("busy"), pooled);
     assert_eq!(store.books(&store_key("busy")), books);
     // And spent from there first: the pool's own tokens are untouched.
-    let again = node.try_take("busy", 3).unwrap();
+    let again = leased(node.try_take("busy", 3));
     assert_eq!(node.pooled("busy"), pooled - 3);
     again.keep();
     node.shutdown().await;
@@ -1073,9 +1086,9 @@ async fn a_receipt_undone_after_its_key_was_demoted_forgotten_or_repromoted_mint
     let store = Ledger::new(Quota::per_second(1000).unwrap());
     let node = KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed)).unwrap();
     make_hot(&node, "busy").await;
-    let demoted = node.try_take("busy", 2).unwrap();
-    let forgotten = node.try_take("busy", 1).unwrap();
-    let repromoted = node.try_take("busy", 1).unwrap();
+    let demoted = leased(node.try_take("busy", 2));
+    let forgotten = leased(node.try_take("busy", 1));
+    let repromoted = leased(node.try_take("busy", 1));
     // Silence: the key goes cold and its pool goes back to the store.
     tokio::time::sleep(Duration::from_millis(400)).await;
     settle().await;
@@ -1182,14 +1195,15 @@ async fn steady_demand(clients: usize, seconds: u64) -> (Arc<Ledger>, Refusals) 
                 let mut admitted = 0;
                 while tokio::time::Instant::now() < until {
                     let outcome = match node.try_acquire(&key, 1) {
-                        Err(AcquireError::NotLocal) => {
+                        Ok(HotAnswer::AskStore) => {
                             node.acquire(&key, 1, Duration::from_millis(100)).await
                         }
-                        answered => answered,
+                        Ok(HotAnswer::Admitted(answer)) => Ok(answer),
+                        Err(refused) => Err(refused),
                     };
                     match outcome {
                         Ok(Source::Lease) => admitted += 1,
-                        Err(AcquireError::Insufficient { retry_after }) => {
+                        Err(BudgetError::Limit(AcquireError::Insufficient { retry_after })) => {
                             let wait = store.inner.limiter().retry_after(&key, 1).unwrap();
                             let held = (store.available(&key), node.pooled(&key));
                             seen.push((retry_after, wait, held.0, held.1));
@@ -1281,9 +1295,9 @@ async fn a_give_back_by_another_node_is_seen_once_the_stores_word_runs_out() {
         KeyedAllowance::new(Arc::clone(&store), always_cold()).unwrap(),
     );
     let held = there.take("k", 2, Duration::ZERO).await.unwrap();
-    let refused = Err(AcquireError::Insufficient {
+    let refused = Err(BudgetError::Limit(AcquireError::Insufficient {
         retry_after: Duration::from_millis(600),
-    });
+    }));
     assert_eq!(here.acquire("k", 1, Duration::ZERO).await, refused);
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(held.undo().await, 2);
@@ -1293,20 +1307,30 @@ async fn a_give_back_by_another_node_is_seen_once_the_stores_word_runs_out() {
     let calls = store.calls.load(Ordering::SeqCst);
     assert_eq!(
         here.try_acquire("k", 1),
-        Err(AcquireError::Insufficient {
+        Err(BudgetError::Limit(AcquireError::Insufficient {
             retry_after: Duration::from_millis(500)
-        })
+        }))
     );
     tokio::time::sleep(Duration::from_millis(499)).await;
     assert!(matches!(
         here.try_acquire("k", 1),
-        Err(AcquireError::Insufficient { .. })
+        Err(BudgetError::Limit(AcquireError::Insufficient { .. }))
     ));
     assert_eq!(store.calls.load(Ordering::SeqCst), calls);
     tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(here.try_acquire("k", 1), Err(AcquireError::NotLocal));
+    assert_eq!(here.try_acquire("k", 1), Ok(HotAnswer::AskStore));
     assert_eq!(
         here.acquire("k", 2, Duration::ZERO).await,
         Ok(Source::Lease)
     );
+}
+
+/// What a hot key's lease admitted, failing the test on any other answer.
+#[track_caller]
+fn leased<T>(answer: Result<HotAnswer<T>, BudgetError>) -> T {
+    match answer {
+        Ok(HotAnswer::Admitted(taken)) => taken,
+        Ok(HotAnswer::AskStore) => panic!("the key's lease could not decide"),
+        Err(refused) => panic!("refused: {refused}"),
+    }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tollgate::shared::BudgetError;
 use tollgate::shared::{
     AllowanceConfig, FailurePolicy, Grant, Lease, LocalAllowance, LocalStore, Store,
 };
@@ -298,7 +299,7 @@ async fn a_store_saying_retry_never_does_not_stall_nodes() {
     // count it only sometimes.
     for _ in 0..61_000 {
         let refused = node.try_acquire(1);
-        let Err(AcquireError::Insufficient { retry_after }) = refused else {
+        let Err(BudgetError::Limit(AcquireError::Insufficient { retry_after })) = refused else {
             panic!("{refused:?}");
         };
         assert!(retry_after >= Duration::from_millis(1), "{retry_after:?}");

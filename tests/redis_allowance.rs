@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_server::RedisServer;
+use tollgate::shared::BudgetError;
 use tollgate::shared::{AllowanceConfig, FailurePolicy, LocalAllowance, RedisStore, Source};
 use tollgate::{AcquireError, Quota};
 
@@ -130,7 +131,7 @@ async fn each_failure_policy_holds_while_the_server_is_down() {
         }
         assert!(node.stats().store_errors >= 1);
     }
-    assert_eq!(closed.try_acquire(1), Err(AcquireError::StoreUnavailable));
+    assert_eq!(closed.try_acquire(1), Err(BudgetError::StoreUnavailable));
     assert_eq!(open.try_acquire(1), Ok(Source::FailedOpen));
     // The fallback bucket admits its 3 tokens (one may already have gone to
     // the call that ended the spending loop above), then refuses.
@@ -138,7 +139,7 @@ async fn each_failure_policy_holds_while_the_server_is_down() {
     assert_eq!(local.stats().fallback, 3);
     assert!(matches!(
         local.try_acquire(1),
-        Err(AcquireError::Insufficient { .. })
+        Err(BudgetError::Limit(AcquireError::Insufficient { .. }))
     ));
 
     server.restart().expect("restart the server on its port");
@@ -171,10 +172,10 @@ async fn a_cost_above_the_redis_capacity_is_refused_as_exceeding_it() {
     };
     let quota = Quota::new(3, 1, Duration::from_secs(3600)).unwrap();
     let node = node(&server, quota, FailurePolicy::Closed).await;
-    let exceeds = Err(AcquireError::ExceedsCapacity {
+    let exceeds = Err(BudgetError::Limit(AcquireError::ExceedsCapacity {
         cost: 5,
         capacity: 3,
-    });
+    }));
     assert_eq!(node.acquire(5, Duration::from_secs(5)).await, exceeds);
     assert_eq!(node.try_acquire(5), exceeds);
     assert_eq!(node.try_acquire(3), Ok(Source::Lease));

@@ -16,11 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_cluster::RedisCluster;
+use tollgate::Quota;
+use tollgate::shared::BudgetError;
 use tollgate::shared::{
     AllowanceConfig, FailurePolicy, LocalAllowance, RedisConfig, RedisStore, RedisStoreError,
     Source, Store,
 };
-use tollgate::{AcquireError, Quota};
 
 const TIMEOUT: Duration = Duration::from_millis(500);
 /// Ten tokens, one refilled an hour: nothing refills during a test, so
@@ -324,7 +325,7 @@ async fn a_killed_master_fails_only_its_keys_and_service_resumes_when_it_returns
     };
     let closed = LocalAllowance::new(Arc::clone(&store), dead, config).unwrap();
     assert!(closed.refill().await.is_err());
-    assert_eq!(closed.try_acquire(1), Err(AcquireError::StoreUnavailable));
+    assert_eq!(closed.try_acquire(1), Err(BudgetError::StoreUnavailable));
     let served = LocalAllowance::new(Arc::clone(&store), &keys[1][1], config).unwrap();
     assert!(served.refill().await.expect("another master") >= 1);
     assert_eq!(served.try_acquire(1), Ok(Source::Lease));

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use tollgate::shared::BudgetError;
 use tollgate::shared::{
     AllowanceConfig, FailurePolicy, Grant, KeyedAllowance, KeyedAllowanceConfig, Lease, LocalStore,
     Store,
@@ -397,7 +398,7 @@ async fn a_pool_whose_key_the_store_refuses_is_refused_not_failed_open() {
     .unwrap();
     assert!(pool.refill().await.is_err());
     for _ in 0..10 {
-        assert_eq!(pool.try_acquire(1), Err(AcquireError::StoreRefused));
+        assert_eq!(pool.try_acquire(1), Err(BudgetError::StoreRefused));
         assert_ne!(
             pool.acquire(1, Duration::from_secs(5)).await,
             Ok(Source::FailedOpen)
@@ -414,7 +415,7 @@ fn a_store_refusal_of_a_key_is_a_503() {
     use tollgate::http::{PolicyName, RateLimitPolicy, Refusal};
 
     let policy = RateLimitPolicy::from_quota(PolicyName::new("per-key").unwrap(), &hourly(3));
-    let response = Refusal::from_acquire(&AcquireError::StoreRefused, &policy).into_response();
+    let response = Refusal::from_budget(&BudgetError::StoreRefused, &policy).into_response();
     assert_eq!(response.status(), 503);
 }
 

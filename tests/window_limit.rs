@@ -9,6 +9,9 @@ use tollgate::{
     TokenBucket, WindowQuota, try_acquire_all,
 };
 
+mod common;
+use common::RefusedBy;
+
 const SECOND: Duration = Duration::from_secs(1);
 
 fn window<K: WindowKind>(limit: u64, clock: &ManualClock) -> WindowCounter<K, ManualClock> {
@@ -121,14 +124,14 @@ fn a_hierarchy_with_a_window_and_a_bucket_is_all_or_nothing() {
 
     try_acquire_all(&[fixed.cost(1), scarce.cost(1)]).unwrap();
     // The bucket refuses: the window's unit goes back.
-    let refused = try_acquire_all(&[fixed.cost(1), scarce.cost(1)]).unwrap_err();
+    let refused = try_acquire_all(&[fixed.cost(1), scarce.cost(1)]).refused_by();
     assert_eq!((refused.limit, refused.error), (1, insufficient(SECOND)));
     assert_eq!(fixed.available(), 1);
 
     // The window refuses: the bucket's token goes back.
     fixed.try_acquire(1).unwrap();
     clock.set(SECOND / 4);
-    let refused = try_acquire_all(&[plenty.cost(1), fixed.cost(1)]).unwrap_err();
+    let refused = try_acquire_all(&[plenty.cost(1), fixed.cost(1)]).refused_by();
     assert_eq!(
         (refused.limit, refused.error),
         (1, insufficient(SECOND * 3 / 4))
@@ -141,7 +144,7 @@ fn a_hierarchy_reports_the_window_step_that_can_never_admit() {
     let clock = ManualClock::new();
     let sliding = window::<Sliding>(2, &clock);
     let bucket = TokenBucket::with_clock(Quota::per_second(10).unwrap(), clock.clone());
-    let refused = try_acquire_all(&[bucket.cost(3), sliding.cost(3)]).unwrap_err();
+    let refused = try_acquire_all(&[bucket.cost(3), sliding.cost(3)]).refused_by();
     assert_eq!(
         (refused.limit, refused.error),
         (
@@ -174,7 +177,7 @@ fn bad_costs_are_typed_errors_everywhere<K: WindowKind>() {
     );
     assert_eq!(Receipt::take(&limiter, 4).unwrap_err(), above);
     assert_eq!(
-        try_acquire_all(&[limiter.cost(0)]).unwrap_err().error,
+        try_acquire_all(&[limiter.cost(0)]).refused_by().error,
         AcquireError::ZeroCost
     );
     assert_eq!(limiter.available(), 3, "no bad request counted anything");

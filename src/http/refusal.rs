@@ -21,15 +21,48 @@ use crate::{AcquireError, HierarchyError};
 /// [`Refusal::with_retry_after`].
 pub const DEFAULT_UNAVAILABLE_RETRY: Duration = Duration::from_secs(1);
 
+/// Why a request was refused, as the HTTP side answers it: a limit's own
+/// refusal, or what surrounds the limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// A limit refused.
+    Limit(AcquireError),
+    /// A shared budget's store is unreachable, or refused the key.
+    Store,
+    /// The server's configuration cannot charge the request (a chain too
+    /// long to take).
+    Misconfigured,
+}
+
+impl Cause {
+    /// The wait after which the request would fit, if one exists.
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Cause::Limit(error) => error.retry_after(),
+            Cause::Store | Cause::Misconfigured => None,
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl From<crate::shared::BudgetError> for Cause {
+    fn from(error: crate::shared::BudgetError) -> Cause {
+        use crate::shared::BudgetError;
+        match error {
+            BudgetError::Limit(error) => Cause::Limit(error),
+            BudgetError::StoreUnavailable | BudgetError::StoreRefused => Cause::Store,
+        }
+    }
+}
+
 /// A refusal, ready to become a response.
 ///
 /// | refusal | status | problem type | Retry-After |
 /// |---|---|---|---|
 /// | `Insufficient { retry_after }` | 429 | quota-exceeded | `retry_after`, rounded up |
 /// | `ExceedsCapacity` | 413 | quota-exceeded | none: waiting cannot help |
-/// | `StoreUnavailable`, `StoreRefused`, `TooManyKeys`, load shedding | 503 | temporary-reduced-capacity | 1 s unless set |
-/// | `ZeroCost` (a mis-computed cost: the server's bug) | 500 | about:blank | none |
-/// | `NotLocal` (a cold shared key not routed to the async path: the server's bug) | 500 | about:blank | none |
+/// | `TooManyKeys`, a shared budget's `StoreUnavailable` and `StoreRefused`, load shedding | 503 | temporary-reduced-capacity | 1 s unless set |
+/// | `ZeroCost` (a mis-computed cost), a chain's `TooManySteps`: the server's bug | 500 | about:blank | none |
 ///
 /// Every response carries `Cache-Control: no-store` (a refusal is about this
 /// client at this moment, and a cache must not replay it to anyone) and a
@@ -73,12 +106,36 @@ impl Refusal {
     /// use tollgate::http::{PolicyName, RateLimitPolicy, Refusal};
     ///
     /// let policy = RateLimitPolicy::new(PolicyName::new("global")?, 100);
-    /// let refusal = Refusal::from_acquire(&AcquireError::StoreUnavailable, &policy);
+    /// let refusal = Refusal::from_acquire(&AcquireError::TooManyKeys { max_keys: 10 }, &policy);
     /// assert_eq!(refusal.status(), 503);
     /// # Ok::<(), tollgate::http::HttpError>(())
     /// ```
     pub fn from_acquire(error: &AcquireError, policy: &RateLimitPolicy) -> Refusal {
-        let mut refusal = Refusal::of(error, policy.name());
+        Refusal::of_policy(Cause::Limit(*error), policy)
+    }
+
+    /// The refusal of a shared budget, advertised as `policy`: a limit's
+    /// refusal as [`from_acquire`](Self::from_acquire) answers it; a store
+    /// that is down or refuses the key a 503, the client having done
+    /// nothing wrong.
+    ///
+    /// ```
+    /// use tollgate::http::{PolicyName, RateLimitPolicy, Refusal};
+    /// use tollgate::shared::BudgetError;
+    ///
+    /// let policy = RateLimitPolicy::new(PolicyName::new("fleet")?, 100);
+    /// let refusal = Refusal::from_budget(&BudgetError::StoreUnavailable, &policy);
+    /// assert_eq!(refusal.status(), 503);
+    /// assert_eq!(refusal.retry_after_seconds(), Some(1));
+    /// # Ok::<(), tollgate::http::HttpError>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub fn from_budget(error: &crate::shared::BudgetError, policy: &RateLimitPolicy) -> Refusal {
+        Refusal::of_policy(Cause::from(*error), policy)
+    }
+
+    fn of_policy(cause: Cause, policy: &RateLimitPolicy) -> Refusal {
+        let mut refusal = Refusal::of(cause, policy.name());
         refusal.policies.push(policy.clone());
         refusal
     }
@@ -108,9 +165,26 @@ impl Refusal {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn from_hierarchy(error: &HierarchyError, policies: &[RateLimitPolicy]) -> Refusal {
-        let mut refusal = match policies.get(error.limit) {
-            Some(policy) => Refusal::of(&error.error, policy.name()),
-            None => Refusal::of_unnamed(&error.error),
+        match *error {
+            HierarchyError::Refused { limit, error } => {
+                Refusal::of_chain(Some(limit), Cause::Limit(error), policies)
+            }
+            HierarchyError::TooManySteps { .. } => {
+                Refusal::of_chain(None, Cause::Misconfigured, policies)
+            }
+        }
+    }
+
+    /// The refusal of a chain whose limits are advertised as `policies`:
+    /// `cause`, at the limit of index `limit` if one refused.
+    pub(crate) fn of_chain(
+        limit: Option<usize>,
+        cause: Cause,
+        policies: &[RateLimitPolicy],
+    ) -> Refusal {
+        let mut refusal = match limit.and_then(|limit| policies.get(limit)) {
+            Some(policy) => Refusal::of(cause, policy.name()),
+            None => Refusal::of_unnamed(cause),
         };
         refusal.policies.extend(policies.iter().cloned());
         refusal
@@ -141,8 +215,8 @@ impl Refusal {
         }
     }
 
-    fn of(error: &AcquireError, policy: &PolicyName) -> Refusal {
-        let mut refusal = Refusal::of_unnamed(error);
+    fn of(cause: Cause, policy: &PolicyName) -> Refusal {
+        let mut refusal = Refusal::of_unnamed(cause);
         if refusal.kind != ProblemType::Blank {
             refusal.violated.push(policy.clone());
             refusal.detail = format!(
@@ -153,34 +227,32 @@ impl Refusal {
         refusal
     }
 
-    fn of_unnamed(error: &AcquireError) -> Refusal {
-        let (status, kind, title, detail, retry_after) = match *error {
-            AcquireError::Insufficient { retry_after } => (
+    fn of_unnamed(cause: Cause) -> Refusal {
+        let (status, kind, title, detail, retry_after) = match cause {
+            Cause::Limit(AcquireError::Insufficient { retry_after }) => (
                 StatusCode::TOO_MANY_REQUESTS,
                 ProblemType::QuotaExceeded,
                 "Quota Exceeded",
                 "The request exceeds the quota; retry after the advertised delay.",
                 Some(retry_after),
             ),
-            AcquireError::ExceedsCapacity { .. } => (
+            Cause::Limit(AcquireError::ExceedsCapacity { .. }) => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 ProblemType::QuotaExceeded,
                 "Quota Exceeded",
                 "The request costs more than the quota can ever hold; retrying cannot help.",
                 None,
             ),
-            AcquireError::ZeroCost | AcquireError::TooManySteps { .. } | AcquireError::NotLocal => {
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    ProblemType::Blank,
-                    "Internal Server Error",
-                    "The server's rate-limit configuration could not charge this request.",
-                    None,
-                )
-            }
-            // A full key table, an unreachable store, and whatever a future
-            // version adds: the client did nothing wrong, so 503.
-            _ => (
+            Cause::Limit(AcquireError::ZeroCost) | Cause::Misconfigured => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ProblemType::Blank,
+                "Internal Server Error",
+                "The server's rate-limit configuration could not charge this request.",
+                None,
+            ),
+            // A full key table, an unreachable or refusing store: the
+            // client did nothing wrong, so 503.
+            Cause::Limit(AcquireError::TooManyKeys { .. }) | Cause::Store => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 ProblemType::TemporaryReducedCapacity,
                 "Temporary Reduced Capacity",
@@ -272,8 +344,8 @@ impl Refusal {
     /// use tollgate::AcquireError;
     /// use tollgate::http::{PolicyName, RateLimitPolicy, Refusal};
     ///
-    /// let policy = RateLimitPolicy::new(PolicyName::new("shared")?, 100);
-    /// let refusal = Refusal::from_acquire(&AcquireError::StoreUnavailable, &policy)
+    /// let policy = RateLimitPolicy::new(PolicyName::new("per-key")?, 100);
+    /// let refusal = Refusal::from_acquire(&AcquireError::TooManyKeys { max_keys: 10 }, &policy)
     ///     .with_retry_after(Duration::from_secs(10));
     /// assert_eq!(refusal.retry_after_seconds(), Some(10));
     /// # Ok::<(), tollgate::http::HttpError>(())

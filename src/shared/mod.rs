@@ -6,6 +6,8 @@
 #[cfg(feature = "tokio")]
 mod allowance;
 #[cfg(feature = "tokio")]
+mod error;
+#[cfg(feature = "tokio")]
 mod keyed;
 mod local;
 #[cfg(feature = "tokio")]
@@ -22,9 +24,11 @@ pub use allowance::{
     Source,
 };
 #[cfg(feature = "tokio")]
+pub use error::BudgetError;
+#[cfg(feature = "tokio")]
 pub use keyed::{
-    KeyedAllowance, KeyedAllowanceConfig, KeyedAllowanceStats, KeyedReceipt, STORE_KEY_LITERAL_MAX,
-    store_key,
+    HotAnswer, KeyedAllowance, KeyedAllowanceConfig, KeyedAllowanceStats, KeyedReceipt,
+    STORE_KEY_LITERAL_MAX, store_key,
 };
 pub use local::LocalStore;
 pub use pool::{LeasePool, Take};

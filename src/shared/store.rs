@@ -163,7 +163,7 @@ pub trait Store: Send + Sync + 'static {
     /// unreachable store puts callers under their [`FailurePolicy`](crate::shared::FailurePolicy):
     /// a refusal about one key (a key the store cannot track, a stored
     /// value it did not write) refuses that key alone
-    /// ([`AcquireError::StoreRefused`](crate::AcquireError::StoreRefused)),
+    /// ([`BudgetError::StoreRefused`](crate::shared::BudgetError::StoreRefused)),
     /// so a client sending keys the store refuses can neither open other
     /// keys under `Open` nor close them under `Closed`. The default, for a
     /// store that cannot tell, is `true`.

@@ -5,13 +5,13 @@ use std::time::Duration;
 #[cfg(feature = "keyed")]
 use tollgate::KeyedLimiter;
 use tollgate::{
-    AcquireError, Clock, Limit, MAX_STEPS, ManualClock, Quota, Receipt, TokenBucket,
-    try_acquire_all,
+    AcquireError, Clock, HierarchyError, Limit, MAX_STEPS, ManualClock, Quota, Receipt,
+    TokenBucket, try_acquire_all,
 };
 
-use crate::common::Envelope;
 #[cfg(feature = "tokio")]
 use crate::common::poll_once;
+use crate::common::{Envelope, RefusedBy};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -33,15 +33,15 @@ fn a_chain_of_100_000_steps_is_refused_without_overflowing_a_small_stack() {
             let clock = ManualClock::new();
             let limit = bucket(1_000_000, &clock);
             let steps = vec![limit.cost(1); 100_000];
-            let refused = try_acquire_all(&steps).unwrap_err();
+            let refused = try_acquire_all(&steps);
             (refused, limit.available())
         })
         .unwrap()
         .join()
         .unwrap();
     assert_eq!(
-        refused.0.error,
-        AcquireError::TooManySteps { max: MAX_STEPS }
+        refused.0,
+        Err(HierarchyError::TooManySteps { max: MAX_STEPS })
     );
     assert_eq!(refused.1, 1_000_000, "a refused chain spent something");
 }
@@ -55,7 +55,7 @@ fn a_chain_of_max_steps_refused_at_its_last_step_spends_nothing() {
     let buckets: Vec<_> = (0..MAX_STEPS).map(|_| bucket(1, &clock)).collect();
     buckets[MAX_STEPS - 1].try_acquire(1).unwrap();
     let steps: Vec<_> = buckets.iter().map(|b| b.cost(1)).collect();
-    let refused = try_acquire_all(&steps).unwrap_err();
+    let refused = try_acquire_all(&steps).refused_by();
     assert_eq!(refused.limit, MAX_STEPS - 1);
     for b in &buckets[..MAX_STEPS - 1] {
         assert_eq!(b.available(), 1);
@@ -248,7 +248,7 @@ fn extreme_costs_and_waits_are_typed_answers() {
     assert_eq!(Receipt::take(&limit, u64::MAX).unwrap_err(), too_big);
     assert_eq!(
         try_acquire_all(&[limit.cost(1), limit.cost(u64::MAX)])
-            .unwrap_err()
+            .refused_by()
             .error,
         too_big
     );

@@ -16,6 +16,7 @@ use tollgate::shared::{
     AllowanceConfig, FailurePolicy, Grant, KeyedAllowance, KeyedAllowanceConfig, Lease, Source,
     Store,
 };
+use tollgate::shared::{BudgetError, HotAnswer};
 use tollgate::{AcquireError, Quota};
 
 use crate::common::poll_once;
@@ -58,7 +59,7 @@ async fn a_cold_grant_beyond_the_cost_admits_only_the_cost() {
 async fn a_hanging_store_ends_every_call_at_the_timeout() {
     let (store, _clock) = Rogue::hundred_a_second(Conduct::Hangs);
     let node = keyed(&store, FailurePolicy::Closed);
-    assert_eq!(node.try_acquire("k", 1), Err(AcquireError::NotLocal));
+    assert_eq!(node.try_acquire("k", 1), Ok(HotAnswer::AskStore));
     assert_eq!(store.calls(), 0);
     // Instants of tokio's paused clock, which only the awaited timers move:
     // the call ended exactly when the store timeout fired.
@@ -66,7 +67,7 @@ async fn a_hanging_store_ends_every_call_at_the_timeout() {
         tokio::time::Instant::now() + AllowanceConfig::new(FailurePolicy::Closed).timeout;
     assert_eq!(
         node.acquire("k", 1, Duration::MAX).await,
-        Err(AcquireError::StoreUnavailable)
+        Err(BudgetError::StoreUnavailable)
     );
     assert_eq!(tokio::time::Instant::now(), timed_out_at);
     assert_eq!(node.stats().store_errors, 1);
@@ -83,7 +84,7 @@ async fn a_failing_store_admits_nothing_when_closed_and_is_not_asked_per_request
         let key = format!("k{i}");
         assert_eq!(
             node.acquire(&key, 1, Duration::from_secs(1)).await,
-            Err(AcquireError::StoreUnavailable)
+            Err(BudgetError::StoreUnavailable)
         );
     }
     assert_eq!((store.calls(), node.stats().store_errors), (1, 1));
@@ -108,9 +109,9 @@ async fn refusals_with_zero_or_endless_waits_neither_spin_nor_hang() {
     let refused = node.acquire("k", 1, Duration::from_millis(10)).await;
     assert_eq!(
         refused,
-        Err(AcquireError::Insufficient {
+        Err(BudgetError::Limit(AcquireError::Insufficient {
             retry_after: Duration::from_millis(1)
-        })
+        }))
     );
     assert!(store.calls() <= 11, "{} calls", store.calls());
     store.behave(Conduct::Refuses(Duration::MAX));
@@ -120,7 +121,7 @@ async fn refusals_with_zero_or_endless_waits_neither_spin_nor_hang() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     assert!(matches!(
         node.acquire("k", 1, Duration::from_secs(3)).await,
-        Err(AcquireError::Insufficient { .. })
+        Err(BudgetError::Limit(AcquireError::Insufficient { .. }))
     ));
     assert!(tokio::time::Instant::now() <= deadline);
     // Pauses of 0.5 to 1 s (1 s spread by jitter, at most 1 s).
@@ -148,15 +149,15 @@ async fn a_store_with_no_capacity_is_refused_as_exceeding_it() {
         KeyedAllowanceConfig::new(FailurePolicy::Closed),
     )
     .unwrap();
-    let too_large = Err(AcquireError::ExceedsCapacity {
+    let too_large = Err(BudgetError::Limit(AcquireError::ExceedsCapacity {
         cost: 1,
         capacity: 0,
-    });
+    }));
     assert_eq!(
         node.acquire("k", 1, Duration::from_secs(1)).await,
         too_large
     );
-    assert_eq!(node.try_acquire("k", 1), too_large);
+    assert_eq!(node.try_acquire("k", 1), too_large.map(HotAnswer::Admitted));
 }
 
 /// An acquire dropped while its store call is in flight: the grant that
@@ -251,7 +252,9 @@ async fn the_fallback_of_cold_keys_is_bounded_under_a_key_flood() {
         {
             Ok(Source::Fallback) => admitted += 1,
             Ok(other) => panic!("{other:?} from a failing store"),
-            Err(AcquireError::TooManyKeys { .. } | AcquireError::Insufficient { .. }) => {}
+            Err(BudgetError::Limit(
+                AcquireError::TooManyKeys { .. } | AcquireError::Insufficient { .. },
+            )) => {}
             Err(other) => panic!("{other:?}"),
         }
     }

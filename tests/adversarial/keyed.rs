@@ -12,8 +12,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use tollgate::{
-    AcquireError, AtCapacity, Clock, KeyedLimiter, Limit, ManualClock, Quota, Tiered, TokenBucket,
-    try_acquire_all,
+    AcquireError, AtCapacity, Clock, HierarchyError, KeyedLimiter, Limit, ManualClock, Quota,
+    Tiered, TokenBucket, try_acquire_all,
 };
 
 use crate::common::{self, Envelope};
@@ -419,7 +419,10 @@ fn extreme_costs_get_typed_refusals_and_create_no_key() {
         assert_eq!(limiter.retry_after(key, u64::MAX).map(drop), too_much);
         assert_eq!(limiter.try_acquire(key, 0), Err(AcquireError::ZeroCost));
         assert_eq!(
-            try_acquire_all(&[limiter.key(key).cost(u64::MAX)]).map_err(|refused| refused.error),
+            try_acquire_all(&[limiter.key(key).cost(u64::MAX)]).map_err(|refused| match refused {
+                HierarchyError::Refused { error, .. } => error,
+                other => panic!("{other:?}"),
+            }),
             too_much
         );
         assert_eq!(limiter.len(), tracked);

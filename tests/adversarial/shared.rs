@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tollgate::shared::BudgetError;
 use tollgate::shared::{
     AllowanceConfig, FailurePolicy, Grant, Lease, LocalAllowance, LocalStore, RefillError, Source,
     Store,
@@ -269,7 +270,7 @@ async fn a_reply_after_the_timeout_is_stranded_never_pooled() {
     assert!(store.debited.load(Ordering::SeqCst) >= 1);
     advance(&clock, Duration::from_secs(2)).await;
     assert_eq!(node.pooled(), 0);
-    assert_eq!(node.try_acquire(1), Err(AcquireError::StoreUnavailable));
+    assert_eq!(node.try_acquire(1), Err(BudgetError::StoreUnavailable));
     assert_eq!(node.stats().store_errors, 1);
     store.assert_bound(0);
 }
@@ -286,7 +287,8 @@ async fn a_failing_store_admits_nothing_when_closed_and_is_asked_with_backoff() 
         assert!(
             matches!(
                 outcome,
-                Err(AcquireError::StoreUnavailable | AcquireError::Insufficient { .. })
+                Err(BudgetError::StoreUnavailable
+                    | BudgetError::Limit(AcquireError::Insufficient { .. }))
             ),
             "{outcome:?}"
         );
@@ -306,7 +308,7 @@ async fn a_store_that_never_answers_cannot_hang_a_caller_or_the_node() {
     let node = node(&store, config(FailurePolicy::Closed));
     assert_eq!(
         node.acquire(1, Duration::MAX).await,
-        Err(AcquireError::StoreUnavailable)
+        Err(BudgetError::StoreUnavailable)
     );
     for _ in 0..1_000 {
         let _ = node.try_acquire(1);
@@ -341,7 +343,7 @@ async fn a_zero_retry_after_does_not_turn_callers_into_store_calls() {
         for _ in 0..10 {
             let outcome = node.try_acquire(1);
             assert!(
-                matches!(outcome, Err(AcquireError::Insufficient { retry_after }) if !retry_after.is_zero()),
+                matches!(outcome, Err(BudgetError::Limit(AcquireError::Insufficient { retry_after })) if !retry_after.is_zero()),
                 "{outcome:?}"
             );
             settle().await;
@@ -364,7 +366,7 @@ async fn a_retry_after_of_duration_max_neither_panics_nor_stalls_the_node() {
     let node = node(&store, config(FailurePolicy::Closed));
     assert_eq!(node.refill().await.unwrap(), 0);
     match node.try_acquire(1) {
-        Err(AcquireError::Insufficient { retry_after }) => {
+        Err(BudgetError::Limit(AcquireError::Insufficient { retry_after })) => {
             assert!(retry_after >= Duration::from_secs(3600), "{retry_after:?}")
         }
         other => panic!("{other:?}"),
@@ -430,7 +432,10 @@ async fn cancelling_a_refill_at_any_await_point_leaks_no_claim_and_mints_nothing
         if !finished && store.calls() == calls {
             // Cancelled in the pause: the store was never called.
             assert!(
-                matches!(node.try_acquire(1), Err(AcquireError::Insufficient { .. })),
+                matches!(
+                    node.try_acquire(1),
+                    Err(BudgetError::Limit(AcquireError::Insufficient { .. }))
+                ),
                 "cancelled after {cancel_after_ms} ms: the pause passed for a failure"
             );
         }
@@ -576,7 +581,7 @@ async fn fallback_quotas_of_many_nodes_admit_at_most_nodes_times_the_fallback() 
                     admitted += 1;
                 }
                 Err(error) => assert!(
-                    matches!(error, AcquireError::Insufficient { .. }),
+                    matches!(error, BudgetError::Limit(AcquireError::Insufficient { .. })),
                     "{error:?}"
                 ),
             }

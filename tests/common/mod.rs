@@ -13,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use num_rational::Ratio;
-use tollgate::AcquireError;
+use tollgate::{AcquireError, HierarchyError};
 
 /// Exact rationals for the models the property tests compare to.
 pub type Q = Ratio<i128>;
@@ -237,5 +237,28 @@ impl tollgate::Clock for TokioClock {
     fn now_nanos(&self) -> u64 {
         let since = tokio::time::Instant::now().duration_since(self.0);
         u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// A chain refused by one of its limits: which one, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainRefused {
+    pub limit: usize,
+    pub error: AcquireError,
+}
+
+/// The refusal of a chain by one of its limits, failing the test on an
+/// admission or on a chain refused for its length.
+pub trait RefusedBy {
+    fn refused_by(self) -> ChainRefused;
+}
+
+impl RefusedBy for Result<(), HierarchyError> {
+    #[track_caller]
+    fn refused_by(self) -> ChainRefused {
+        match self {
+            Err(HierarchyError::Refused { limit, error }) => ChainRefused { limit, error },
+            other => panic!("expected a limit to refuse the chain, got {other:?}"),
+        }
     }
 }

@@ -11,8 +11,10 @@ use smallvec::SmallVec;
 use super::rule::Bound;
 use super::shared::{Outcome, Receipt, SharedBound};
 use crate::hierarchy::{Taken, combined_cost, take_all};
+use crate::http::refusal::Cause;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
 use crate::limit::{Identity, Shape};
+use crate::shared::{BudgetError, HotAnswer};
 use crate::{AcquireError, HierarchyError, Limit, Step, try_acquire_all};
 
 /// The charges of one request, on the stack for a layer of up to four
@@ -148,9 +150,9 @@ impl<'a> Charge<'a> {
                 Some((available, next_unit(bound, available)))
             }
             Charged::Shared { bound, outcome, .. } => match outcome {
-                Outcome::Refused(AcquireError::Insufficient { retry_after }) => {
-                    Some((0, *retry_after))
-                }
+                Outcome::Refused(BudgetError::Limit(AcquireError::Insufficient {
+                    retry_after,
+                })) => Some((0, *retry_after)),
                 _ => {
                     let pooled = bound.pooled();
                     (pooled > 0).then(|| (pooled, bound.quota().refill_interval()))
@@ -175,7 +177,9 @@ impl<'a> Charge<'a> {
         match &self.limit {
             Charged::Local { bound, .. } => bound.get().retry_after(cost).ok(),
             Charged::Shared { outcome, .. } => match outcome {
-                Outcome::Refused(AcquireError::Insufficient { retry_after }) => Some(*retry_after),
+                Outcome::Refused(BudgetError::Limit(AcquireError::Insufficient {
+                    retry_after,
+                })) => Some(*retry_after),
                 _ => None,
             },
         }
@@ -277,14 +281,40 @@ impl<'a> Link<'a> {
 /// Charges the in-process limits of `chain`, all or nothing, keeping no
 /// receipt: for a request none of whose charges outlives the call. The
 /// refusal's `limit` is an index into [`Link::charges`].
-pub(super) fn charge_chain(chain: Option<&Link<'_>>) -> Result<(), HierarchyError> {
+pub(super) fn charge_chain(chain: Option<&Link<'_>>) -> Result<(), Refused> {
     let steps = Link::collect(chain, |link| {
         (link.cost > 0).then(|| Step::new(link.limit, link.cost))
     });
-    try_acquire_all(&steps).map_err(|refused| HierarchyError {
-        limit: nth_with_cost(Link::collect(chain, |link| Some(link.cost)), refused.limit),
-        error: refused.error,
+    try_acquire_all(&steps).map_err(|refused| {
+        Refused::of_chain(refused, |step| {
+            nth_with_cost(Link::collect(chain, |link| Some(link.cost)), step)
+        })
     })
+}
+
+/// Why a request's charges were refused: the cause, and the index of the
+/// charge whose limit refused, if one did.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Refused {
+    pub(super) charge: Option<usize>,
+    pub(super) cause: Cause,
+}
+
+impl Refused {
+    /// A chain's refusal, its step's index turned into a charge's by
+    /// `charge`.
+    fn of_chain(refused: HierarchyError, charge: impl FnOnce(usize) -> usize) -> Refused {
+        match refused {
+            HierarchyError::Refused { limit, error } => Refused {
+                charge: Some(charge(limit)),
+                cause: Cause::Limit(error),
+            },
+            HierarchyError::TooManySteps { .. } => Refused {
+                charge: None,
+                cause: Cause::Misconfigured,
+            },
+        }
+    }
 }
 
 /// The index, among charges of `costs`, of the `step`th one with a cost
@@ -305,7 +335,7 @@ type Slot<'a> = (usize, &'a dyn Limit, u64, &'a Cell<Option<Taken>>);
 /// Charges every in-process step with a cost, all or nothing, and leaves
 /// each receipt in its charge. The refusal's `limit` is an index into
 /// `charges`.
-pub(super) fn charge_local(charges: &mut [Charge<'_>]) -> Result<(), HierarchyError> {
+pub(super) fn charge_local(charges: &mut [Charge<'_>]) -> Result<(), Refused> {
     // Zero-cost steps charge nothing (an empty body under a per-byte
     // limit), so they are left out rather than refused as `ZeroCost`.
     // Each step's receipt goes straight into its charge, through a `Cell`
@@ -331,10 +361,7 @@ pub(super) fn charge_local(charges: &mut [Charge<'_>]) -> Result<(), HierarchyEr
         .map(|(_, limit, cost, _)| Step::new(*limit, *cost))
         .collect();
     take_all(&steps, |index, receipt| limits[index].3.set(Some(*receipt))).map_err(|refused| {
-        HierarchyError {
-            limit: limits.get(refused.limit).map_or(0, |step| step.0),
-            error: refused.error,
-        }
+        Refused::of_chain(refused, |step| limits.get(step).map_or(0, |slot| slot.0))
     })
 }
 
@@ -346,19 +373,27 @@ pub(super) enum Progress {
     /// the ones after it, with [`charge_shared_waiting`].
     Waits(usize),
     /// A shared limit refused, and every in-process charge is given back.
-    Refused(HierarchyError),
+    Refused(Refused),
 }
 
-/// Whether a shared limit's answer without awaiting is worth waiting on
-/// instead: only its store can decide (a key this node holds no lease of),
-/// or its lease is short but a refill may land within `max_wait`. A node's
-/// empty pool is not the fleet's empty budget, so it is never a 429 while
-/// the wait could still admit.
-fn worth_waiting(attempt: &Result<Receipt, AcquireError>, max_wait: Duration) -> bool {
+/// A shared limit's answer without awaiting, as a decision; `None` if it is
+/// worth waiting on instead: only its store can decide (a key this node
+/// holds no lease of), or its lease is short but a refill may land within
+/// `max_wait`. A node's empty pool is not the fleet's empty budget, so it
+/// is never a 429 while the wait could still admit.
+fn decided_now(
+    attempt: Result<HotAnswer<Receipt>, BudgetError>,
+    max_wait: Duration,
+) -> Option<Result<Receipt, BudgetError>> {
     match attempt {
-        Err(AcquireError::NotLocal) => true,
-        Err(AcquireError::Insufficient { retry_after }) => *retry_after <= max_wait,
-        _ => false,
+        Ok(HotAnswer::Admitted(receipt)) => Some(Ok(receipt)),
+        Ok(HotAnswer::AskStore) => None,
+        Err(BudgetError::Limit(AcquireError::Insufficient { retry_after }))
+            if retry_after <= max_wait =>
+        {
+            None
+        }
+        Err(refused) => Some(Err(refused)),
     }
 }
 
@@ -372,10 +407,10 @@ pub(super) fn charge_shared_now(charges: &mut [Charge<'_>], max_wait: Duration) 
             }
             _ => continue,
         };
-        if worth_waiting(&attempt, max_wait) {
+        let Some(decided) = decided_now(attempt, max_wait) else {
             return Progress::Waits(index);
-        }
-        if let Err(refused) = record(charges, index, attempt) {
+        };
+        if let Err(refused) = record(charges, index, decided) {
             return Progress::Refused(refused);
         }
     }
@@ -391,7 +426,7 @@ pub(super) async fn charge_shared_waiting(
     charges: &mut [Charge<'static>],
     from: usize,
     max_wait: Duration,
-) -> Result<(), HierarchyError> {
+) -> Result<(), Refused> {
     let deadline = tokio::time::Instant::now().checked_add(max_wait);
     for index in from..charges.len() {
         let cost = charges[index].cost;
@@ -406,15 +441,16 @@ pub(super) async fn charge_shared_waiting(
         });
         // The first one is known to be worth waiting for; asking its lease
         // again would count its demand twice.
-        let mut attempt = if index == from {
-            Err(AcquireError::NotLocal)
+        let now = if index == from {
+            None
         } else {
-            bound.try_take(cost)
+            decided_now(bound.try_take(cost), left)
         };
-        if worth_waiting(&attempt, left) {
-            attempt = bound.take(cost, left).await;
-        }
-        record(charges, index, attempt)?;
+        let decided = match now {
+            Some(decided) => decided,
+            None => bound.take(cost, left).await,
+        };
+        record(charges, index, decided)?;
     }
     Ok(())
 }
@@ -424,8 +460,8 @@ pub(super) async fn charge_shared_waiting(
 fn record(
     charges: &mut [Charge<'_>],
     index: usize,
-    attempt: Result<Receipt, AcquireError>,
-) -> Result<(), HierarchyError> {
+    attempt: Result<Receipt, BudgetError>,
+) -> Result<(), Refused> {
     let Charged::Shared {
         outcome, receipt, ..
     } = &mut charges[index].limit
@@ -450,24 +486,26 @@ fn record(
 /// longest wait among the limits that would refuse now what the request
 /// charges each in all, so a client that waits it out does not run into
 /// the next one at once.
-fn give_all_back(charges: &mut [Charge<'_>], index: usize, error: AcquireError) -> HierarchyError {
+fn give_all_back(charges: &mut [Charge<'_>], index: usize, error: BudgetError) -> Refused {
     for charge in charges.iter_mut().rev() {
         charge.give_back();
     }
-    let error = match error {
-        AcquireError::Insufficient { retry_after } => AcquireError::Insufficient {
-            retry_after: charges
-                .iter()
-                .zip(waits(charges))
-                .filter(|(charge, _)| charge.cost > 0)
-                .filter_map(|(_, wait)| wait)
-                .fold(retry_after, Duration::max),
-        },
+    let cause = match Cause::from(error) {
+        Cause::Limit(AcquireError::Insufficient { retry_after }) => {
+            Cause::Limit(AcquireError::Insufficient {
+                retry_after: charges
+                    .iter()
+                    .zip(waits(charges))
+                    .filter(|(charge, _)| charge.cost > 0)
+                    .filter_map(|(_, wait)| wait)
+                    .fold(retry_after, Duration::max),
+            })
+        }
         other => other,
     };
-    HierarchyError {
-        limit: index,
-        error,
+    Refused {
+        charge: Some(index),
+        cause,
     }
 }
 

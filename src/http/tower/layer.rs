@@ -18,13 +18,12 @@ use tower::{Layer, Service};
 
 use super::body::{BodyKind, EitherBody, InnerBody};
 use super::charge::{
-    Charge, Link, Progress, charge_chain, charge_local, charge_shared_now, charge_shared_waiting,
-    violated,
+    Charge, Link, Progress, Refused, charge_chain, charge_local, charge_shared_now,
+    charge_shared_waiting, violated,
 };
 use super::length::Framing;
 use super::rule::{Binder, Rule};
 use super::{CostError, MissingKey};
-use crate::HierarchyError;
 use crate::http::fields::{ListWriter, PolicyText, RATELIMIT_NAME, RATELIMIT_POLICY_NAME};
 use crate::http::problem::client_error;
 use crate::http::{
@@ -623,15 +622,16 @@ impl Config {
         (policies, limits.finish())
     }
 
-    fn refusal(&self, charges: &[Charge<'_>], refused: HierarchyError) -> Response<Bytes> {
+    fn refusal(&self, charges: &[Charge<'_>], refused: Refused) -> Response<Bytes> {
         let (policies, limits) = self.advertised(charges);
-        if refused.error.retry_after().is_none() {
+        let refusal = Refusal::of_chain(refused.charge, refused.cause, &policies);
+        if refused.cause.retry_after().is_none() {
             // A refusal no wait can cure (a cost above the capacity) or one
             // that is the limiter's own shortage (a full key table, a store
             // down): the policies' windows say nothing about when to come
             // back, so they neither move Retry-After nor count as violated
             // by waiting.
-            return Refusal::from_hierarchy(&refused, &policies).into_response();
+            return refusal.into_response();
         }
         // Every limit that would refuse its cost now is violated, not only
         // the first one that did.
@@ -641,7 +641,7 @@ impl Config {
             .filter(|(violated, _)| *violated)
             .map(|(_, policy)| policy.name().clone())
             .collect::<Vec<_>>();
-        Refusal::from_hierarchy(&refused, &policies)
+        refusal
             .with_violated(violated)
             .with_service_limits(limits)
             .into_response()

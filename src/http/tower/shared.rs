@@ -9,16 +9,17 @@ use std::time::Duration;
 
 use http::request::Parts;
 
+use crate::Quota;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
+use crate::shared::{BudgetError, HotAnswer};
 use crate::shared::{KeyedAllowance, KeyedReceipt, Store};
 use crate::sync::unmodelled::Arc;
-use crate::{AcquireError, Quota};
 
 /// A shared admission's receipt, its store type erased.
 pub(super) type Receipt = Box<dyn GiveBack>;
 
 /// The future of a store decision.
-type Decision = Pin<Box<dyn Future<Output = Result<Receipt, AcquireError>> + Send>>;
+type Decision = Pin<Box<dyn Future<Output = Result<Receipt, BudgetError>> + Send>>;
 
 /// A [`KeyedReceipt`] as the layer uses it, its store type erased.
 pub(super) trait GiveBack: Send {
@@ -37,8 +38,8 @@ impl<S: Store> GiveBack for KeyedReceipt<S> {
 /// that rules over different stores sit in one list.
 trait SharedLimit: Send + Sync + 'static {
     /// Takes `cost` from the key's local lease now, or refuses; never
-    /// awaits. [`AcquireError::NotLocal`] means only the store can decide.
-    fn try_take(&self, key: &str, cost: u64) -> Result<Receipt, AcquireError>;
+    /// awaits. [`HotAnswer::AskStore`] means only the store can decide.
+    fn try_take(&self, key: &str, cost: u64) -> Result<HotAnswer<Receipt>, BudgetError>;
     /// Takes `cost`, going to the store if need be, waiting at most
     /// `max_wait`.
     fn take(&self, key: String, cost: u64, max_wait: Duration) -> Decision;
@@ -47,9 +48,11 @@ trait SharedLimit: Send + Sync + 'static {
 }
 
 impl<S: Store> SharedLimit for KeyedAllowance<S> {
-    fn try_take(&self, key: &str, cost: u64) -> Result<Receipt, AcquireError> {
-        let receipt = KeyedAllowance::try_take(self, key, cost)?;
-        Ok(Box::new(receipt))
+    fn try_take(&self, key: &str, cost: u64) -> Result<HotAnswer<Receipt>, BudgetError> {
+        Ok(match KeyedAllowance::try_take(self, key, cost)? {
+            HotAnswer::Admitted(receipt) => HotAnswer::Admitted(Box::new(receipt)),
+            HotAnswer::AskStore => HotAnswer::AskStore,
+        })
     }
 
     fn take(&self, key: String, cost: u64, max_wait: Duration) -> Decision {
@@ -132,8 +135,8 @@ pub(super) struct SharedBound {
 
 impl SharedBound {
     /// Takes `cost` from this node's lease of the key, or refuses with
-    /// [`AcquireError::NotLocal`] when only the store can decide.
-    pub(super) fn try_take(&self, cost: u64) -> Result<Receipt, AcquireError> {
+    /// answers [`HotAnswer::AskStore`] when only the store can decide.
+    pub(super) fn try_take(&self, cost: u64) -> Result<HotAnswer<Receipt>, BudgetError> {
         self.limit.try_take(&self.stored, cost)
     }
 
@@ -166,5 +169,5 @@ pub(super) enum Outcome {
     /// failure policy while the store is down.
     Taken,
     /// Refused.
-    Refused(AcquireError),
+    Refused(BudgetError),
 }

@@ -5,10 +5,7 @@ use std::time::Duration;
 
 use crate::Quota;
 #[cfg(doc)]
-use crate::{
-    AcquireError,
-    shared::{AllowanceStats, LocalAllowance},
-};
+use crate::shared::{AllowanceStats, LocalAllowance};
 
 /// What a [`LocalAllowance`] does when its pool is empty and its store could
 /// not be reached on the last attempt. A caller's explicit choice: there is
@@ -23,7 +20,7 @@ use crate::{
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailurePolicy {
-    /// Deny ([`AcquireError::StoreUnavailable`]): the shared bound is never
+    /// Deny ([`BudgetError::StoreUnavailable`](crate::shared::BudgetError::StoreUnavailable)): the shared bound is never
     /// exceeded, at the price of an outage while the store is down.
     Closed,
     /// Admit everything: availability over the bound. Counted in

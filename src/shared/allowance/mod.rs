@@ -21,6 +21,7 @@ use tokio::runtime::Handle;
 
 use crate::AcquireError;
 use crate::jitter::JitterGenerator;
+use crate::shared::BudgetError;
 use crate::shared::Store;
 use crate::shared::pacing;
 use crate::shared::pool::Take;
@@ -130,23 +131,24 @@ impl<S: Store> LocalAllowance<S> {
     /// let store = Arc::new(LocalStore::new(Quota::per_second(5)?));
     /// let node = LocalAllowance::new(store, "k", AllowanceConfig::new(FailurePolicy::Closed))?;
     /// // The pool starts empty: the first call starts a refill and is refused.
-    /// assert!(matches!(node.try_acquire(1), Err(AcquireError::Insufficient { .. })));
+    /// assert!(matches!(node.try_acquire(1), Err(BudgetError::Limit(AcquireError::Insufficient { .. }))));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[inline]
-    pub fn try_acquire(&self, cost: u64) -> Result<Source, AcquireError> {
+    pub fn try_acquire(&self, cost: u64) -> Result<Source, BudgetError> {
         let inner = &self.inner;
         if cost == 0 {
-            return Err(AcquireError::ZeroCost);
+            return Err(AcquireError::ZeroCost.into());
         }
         let largest = inner.largest_cost.load(Ordering::Relaxed);
         if cost > largest {
             return Err(AcquireError::ExceedsCapacity {
                 cost,
                 capacity: largest,
-            });
+            }
+            .into());
         }
         match inner
             .pool
@@ -200,7 +202,7 @@ impl<S: Store> LocalAllowance<S> {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn acquire(&self, cost: u64, max_wait: Duration) -> Result<Source, AcquireError> {
+    pub async fn acquire(&self, cost: u64, max_wait: Duration) -> Result<Source, BudgetError> {
         let inner = &self.inner;
         let began = tokio::time::Instant::now();
         // None past the end of tokio's clock: no deadline at all.
@@ -215,7 +217,7 @@ impl<S: Store> LocalAllowance<S> {
             // and one that has landed since has already notified.
             let landed = inner.landed.notified();
             match self.try_acquire(cost) {
-                Err(AcquireError::Insufficient { .. }) => {}
+                Err(BudgetError::Limit(AcquireError::Insufficient { .. })) => {}
                 outcome => return outcome,
             }
             let now = tokio::time::Instant::now();
@@ -224,7 +226,7 @@ impl<S: Store> LocalAllowance<S> {
                 let word_ends = inner.empty.holds_for(now - inner.epoch);
                 match pacing::pause_before_asking_again(retry_after, word_ends, deadline, jitter) {
                     Some(pause) => tokio::time::sleep(pause).await,
-                    None => return Err(AcquireError::Insufficient { retry_after }),
+                    None => return Err(AcquireError::Insufficient { retry_after }.into()),
                 }
                 continue;
             }
@@ -241,7 +243,7 @@ impl<S: Store> LocalAllowance<S> {
                 }
                 Some(at) => {
                     if let Some(retry_after) = inner.drained_since(began, cost, now) {
-                        return Err(AcquireError::Insufficient { retry_after });
+                        return Err(AcquireError::Insufficient { retry_after }.into());
                     }
                     // No word yet: the refill in flight (or one now) gives it.
                     inner.hurry(cost, at, now);

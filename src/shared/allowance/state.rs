@@ -8,6 +8,7 @@ use tokio::runtime::Handle;
 use super::empty::{EmptyUntil, wait_for};
 use super::stats::{Stats, add};
 use super::{AllowanceConfig, FailurePolicy, Source};
+use crate::shared::BudgetError;
 use crate::shared::pacing::{MIN_PAUSE, Pacer};
 use crate::shared::pool::LeasePool;
 use crate::shared::{Lease, Store};
@@ -38,7 +39,7 @@ pub(super) struct Inner<S: Store> {
     pub(super) degraded: AtomicBool,
     /// Whether the last store call was refused for this key
     /// ([`Store::unavailable`] false): callers the pool cannot serve get
-    /// [`AcquireError::StoreRefused`], never the failure policy.
+    /// [`BudgetError::StoreRefused`], never the failure policy.
     pub(super) refused: AtomicBool,
     /// How long a denied caller should wait, in nanoseconds: the store's
     /// last `retry_after`, or the last refill's duration.
@@ -181,16 +182,17 @@ impl<S: Store> Inner<S> {
 
     /// The refusal or admission for a caller the pool could not serve.
     #[cold]
-    pub(super) fn when_short(&self, cost: u64) -> Result<Source, AcquireError> {
+    pub(super) fn when_short(&self, cost: u64) -> Result<Source, BudgetError> {
         if self.refused.load(Ordering::Acquire) {
-            return Err(AcquireError::StoreRefused);
+            return Err(BudgetError::StoreRefused);
         }
         if !self.degraded.load(Ordering::Acquire) {
             // Never zero: a refused caller told to retry at once would spin.
             let hint = Duration::from_nanos(self.retry_hint.load(Ordering::Relaxed));
             return Err(AcquireError::Insufficient {
                 retry_after: hint.max(MIN_PAUSE),
-            });
+            }
+            .into());
         }
         match (self.config.on_failure, &self.fallback) {
             (FailurePolicy::Open, _) => {
@@ -202,7 +204,7 @@ impl<S: Store> Inner<S> {
                 add(&self.stats.fallback, cost);
                 Ok(Source::Fallback)
             }
-            _ => Err(AcquireError::StoreUnavailable),
+            _ => Err(BudgetError::StoreUnavailable),
         }
     }
 

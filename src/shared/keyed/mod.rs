@@ -6,6 +6,7 @@ mod batch;
 mod cold;
 mod config;
 mod demand;
+mod hot_answer;
 mod outage;
 mod receipt;
 mod stats;
@@ -18,6 +19,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 
 use crate::jitter::JitterGenerator;
+use crate::shared::BudgetError;
 use crate::shared::allowance::{add, wait_for};
 use crate::shared::pacing::{self, MIN_PAUSE};
 use crate::shared::{
@@ -28,6 +30,7 @@ use crate::{AcquireError, KeyedLimiter};
 use batch::Batched;
 use cold::{ColdCall, ColdKey, Decided};
 pub use config::KeyedAllowanceConfig;
+pub use hot_answer::HotAnswer;
 use outage::Outage;
 pub use receipt::KeyedReceipt;
 use receipt::Origin;
@@ -64,16 +67,16 @@ use table::Table;
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use tollgate::{AcquireError, Quota};
-/// use tollgate::shared::{FailurePolicy, KeyedAllowance, KeyedAllowanceConfig, LocalStore};
+/// use tollgate::Quota;
+/// use tollgate::shared::{FailurePolicy, HotAnswer, KeyedAllowance, KeyedAllowanceConfig, LocalStore};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
 /// // 100 a minute per API key, for every node sharing the store.
 /// let store = Arc::new(LocalStore::new(Quota::new(100, 100, Duration::from_secs(60))?));
 /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
 /// match node.try_acquire("api-key-7", 1) {
-///     Ok(_source) => { /* served from a lease */ }
-///     Err(AcquireError::NotLocal) => {
+///     Ok(HotAnswer::Admitted(_source)) => { /* served from a lease */ }
+///     Ok(HotAnswer::AskStore) => {
 ///         // A cold key: one store decision.
 ///         node.acquire("api-key-7", 1, Duration::from_millis(50)).await?;
 ///     }
@@ -165,10 +168,10 @@ impl<S: Store> KeyedAllowance<S> {
 
     /// Takes `cost` tokens of `key`'s budget from its local lease now, or
     /// refuses; never waits, never calls the store. A cold key (or a cost
-    /// above `max_lease`) is refused with [`AcquireError::NotLocal`]:
-    /// route it to [`acquire`](Self::acquire). A hot key answers from its
-    /// pool; a pool short of the cost is not the store out of it, so it is
-    /// `NotLocal` too, unless the store's last word was that the key had no
+    /// above `max_lease`) is answered [`HotAnswer::AskStore`], spending and
+    /// refusing nothing: route it to [`acquire`](Self::acquire). A hot key
+    /// answers from its pool; a pool short of the cost is not the store out
+    /// of it, so it is `AskStore` too, unless the store's last word was that the key had no
     /// token yet. A key the store found empty on this node's last call
     /// (cold, or hot through its pool's refill) is refused here, with the
     /// store's wait for its next token (the word trusted until that token,
@@ -182,17 +185,19 @@ impl<S: Store> KeyedAllowance<S> {
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
     /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
     /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
-    /// assert_eq!(node.try_acquire("a new key", 1), Err(AcquireError::NotLocal));
-    /// assert_eq!(node.try_acquire("a new key", 0), Err(AcquireError::ZeroCost));
+    /// assert_eq!(node.try_acquire("a new key", 1), Ok(HotAnswer::AskStore));
+    /// assert_eq!(node.try_acquire("a new key", 0), Err(BudgetError::Limit(AcquireError::ZeroCost)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn try_acquire(&self, key: &str, cost: u64) -> Result<Source, AcquireError> {
+    pub fn try_acquire(&self, key: &str, cost: u64) -> Result<HotAnswer<Source>, BudgetError> {
         // No receipt built: the hot path stays one compare-and-swap, with
         // no allocation nor reference count.
-        self.try_hot(key, cost, |_, source| source)
-            .map(|(_, source)| source)
+        Ok(match self.try_hot(key, cost, |_, source| source)? {
+            Some((_, source)) => HotAnswer::Admitted(source),
+            None => HotAnswer::AskStore,
+        })
     }
 
     /// [`try_acquire`](Self::try_acquire), with a receipt to give the
@@ -201,44 +206,54 @@ impl<S: Store> KeyedAllowance<S> {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use tollgate::{AcquireError, Quota};
+    /// use tollgate::Quota;
     /// use tollgate::shared::*;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
     /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
     /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
-    /// assert_eq!(node.try_take("a cold key", 1).err(), Some(AcquireError::NotLocal));
+    /// assert!(matches!(node.try_take("a cold key", 1), Ok(HotAnswer::AskStore)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn try_take(&self, key: &str, cost: u64) -> Result<KeyedReceipt<S>, AcquireError> {
-        let (name, (source, origin)) = self.try_hot(key, cost, |pool, source| {
+    pub fn try_take(
+        &self,
+        key: &str,
+        cost: u64,
+    ) -> Result<HotAnswer<KeyedReceipt<S>>, BudgetError> {
+        let hot = self.try_hot(key, cost, |pool, source| {
             (source, Origin::from_pool(pool, source))
         })?;
-        Ok(self.receipt(name.into_owned(), cost, source, origin))
+        Ok(match hot {
+            Some((name, (source, origin))) => {
+                HotAnswer::Admitted(self.receipt(name.into_owned(), cost, source, origin))
+            }
+            None => HotAnswer::AskStore,
+        })
     }
 
     /// The non-blocking decision of `try_acquire` and `try_take`, with the
     /// key's store name; `admitted` makes the answer from the key's pool.
+    /// `None`: only the store can decide.
     fn try_hot<'k, R>(
         &self,
         key: &'k str,
         cost: u64,
         admitted: impl FnOnce(&Arc<receipt::Pool<S>>, Source) -> R,
-    ) -> Result<(std::borrow::Cow<'k, str>, R), AcquireError> {
+    ) -> Result<Option<(std::borrow::Cow<'k, str>, R)>, BudgetError> {
         if cost == 0 {
-            return Err(AcquireError::ZeroCost);
+            return Err(AcquireError::ZeroCost.into());
         }
         let inner = &self.inner;
         let name = store_key(key);
         if cost > inner.config.allowance.max_lease {
             inner.table.within_known_capacity(&name, cost)?;
-            return Err(AcquireError::NotLocal);
+            return Ok(None);
         }
         let when_down = || inner.when_down(&name, cost).map(|(source, _)| source);
         let answer = inner.table.try_hot(&name, cost, when_down, admitted)?;
-        Ok((name, answer))
+        Ok(answer.map(|answer| (name, answer)))
     }
 
     fn receipt(
@@ -271,10 +286,10 @@ impl<S: Store> KeyedAllowance<S> {
     /// pool or from a cold decision: either way a grant of the store,
     /// within the shared bound.
     ///
-    /// Refusals: [`AcquireError::Insufficient`] (with the store's wait, or
-    /// after a grant of part of the cost the refill of the rest; at least
-    /// 1 ms), [`AcquireError::ExceedsCapacity`] (above the key's
-    /// capacity), [`AcquireError::ZeroCost`], and while the store is
+    /// Refusals ([`BudgetError`]): [`AcquireError::Insufficient`] (with the
+    /// store's wait, or after a grant of part of the cost the refill of the
+    /// rest; at least 1 ms), [`AcquireError::ExceedsCapacity`] (above the
+    /// key's capacity), [`AcquireError::ZeroCost`], and while the store is
     /// unreachable what the [`FailurePolicy`] says.
     ///
     /// ```
@@ -287,8 +302,10 @@ impl<S: Store> KeyedAllowance<S> {
     /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
     /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
     /// assert_eq!(node.acquire("k", 10, Duration::ZERO).await, Ok(Source::Lease));
-    /// assert!(matches!(node.acquire("k", 1, Duration::ZERO).await, Err(AcquireError::Insufficient { .. })));
-    /// assert!(matches!(node.acquire("k", 11, Duration::ZERO).await, Err(AcquireError::ExceedsCapacity { .. })));
+    /// let refused = node.acquire("k", 1, Duration::ZERO).await;
+    /// assert!(matches!(refused, Err(BudgetError::Limit(AcquireError::Insufficient { .. }))));
+    /// let never = node.acquire("k", 11, Duration::ZERO).await;
+    /// assert!(matches!(never, Err(BudgetError::Limit(AcquireError::ExceedsCapacity { .. }))));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -298,7 +315,7 @@ impl<S: Store> KeyedAllowance<S> {
         key: &str,
         cost: u64,
         max_wait: Duration,
-    ) -> Result<Source, AcquireError> {
+    ) -> Result<Source, BudgetError> {
         self.take(key, cost, max_wait).await.map(KeyedReceipt::kept)
     }
 
@@ -327,9 +344,9 @@ impl<S: Store> KeyedAllowance<S> {
         key: &str,
         cost: u64,
         max_wait: Duration,
-    ) -> Result<KeyedReceipt<S>, AcquireError> {
+    ) -> Result<KeyedReceipt<S>, BudgetError> {
         if cost == 0 {
-            return Err(AcquireError::ZeroCost);
+            return Err(AcquireError::ZeroCost.into());
         }
         let inner = &self.inner;
         let name = store_key(key).into_owned();
@@ -358,7 +375,7 @@ impl<S: Store> KeyedAllowance<S> {
                     }
                     // The pool's policy is `Closed`: the key's failure state
                     // is the node's, whether it is hot or cold.
-                    Err(AcquireError::StoreUnavailable) => inner
+                    Err(BudgetError::StoreUnavailable) => inner
                         .when_down(&name, cost)
                         .map(|(source, origin)| self.receipt(name, cost, source, origin)),
                     Err(refused) => {
@@ -374,12 +391,12 @@ impl<S: Store> KeyedAllowance<S> {
             let outcome = match inner.table.refused_for(&name, cost) {
                 // The store said the key had no token until later: refused
                 // here, no round trip.
-                Some(retry_after) => Err(AcquireError::Insufficient { retry_after }),
+                Some(retry_after) => Err(AcquireError::Insufficient { retry_after }.into()),
                 None => inner.decide_cold(&name, cost).await,
             };
             let retry_after = match outcome {
                 Ok((source, origin)) => return Ok(self.receipt(name, cost, source, origin)),
-                Err(AcquireError::Insufficient { retry_after }) => retry_after,
+                Err(BudgetError::Limit(AcquireError::Insufficient { retry_after })) => retry_after,
                 Err(refused) => return Err(refused),
             };
             let jitter = jitter.get_or_insert_with(JitterGenerator::from_entropy);
@@ -387,7 +404,7 @@ impl<S: Store> KeyedAllowance<S> {
             let Some(pause) =
                 pacing::pause_before_asking_again(retry_after, word_ends, deadline, jitter)
             else {
-                return Err(AcquireError::Insufficient { retry_after });
+                return Err(AcquireError::Insufficient { retry_after }.into());
             };
             tokio::time::sleep(pause).await;
         }
@@ -486,11 +503,7 @@ impl<S: Store> KeyedAllowance<S> {
 impl<S: Store> Inner<S> {
     /// One store decision for exactly `cost` tokens of the key named
     /// `name`, and where its tokens would go back.
-    async fn decide_cold(
-        &self,
-        name: &str,
-        cost: u64,
-    ) -> Result<(Source, Origin<S>), AcquireError> {
+    async fn decide_cold(&self, name: &str, cost: u64) -> Result<(Source, Origin<S>), BudgetError> {
         if self.outage.in_force() {
             return self.when_down(name, cost);
         }
@@ -525,22 +538,23 @@ impl<S: Store> Inner<S> {
                 self.table
                     .learn_refusal(name, capacity, had, first_token, refill_interval);
                 if cost > capacity {
-                    Err(AcquireError::ExceedsCapacity { cost, capacity })
+                    Err(AcquireError::ExceedsCapacity { cost, capacity }.into())
                 } else {
                     let retry_after = wait_for(cost, had, first_token, refill_interval);
                     Err(AcquireError::Insufficient {
                         retry_after: retry_after.max(MIN_PAUSE),
-                    })
+                    }
+                    .into())
                 }
             }
             Decided::Failed { unavailable: true } => self.when_down(name, cost),
-            Decided::Failed { unavailable: false } => Err(AcquireError::StoreRefused),
+            Decided::Failed { unavailable: false } => Err(BudgetError::StoreRefused),
         }
     }
 
     /// The failure policy, for one cold request whose store call failed:
     /// nothing debited at the store, so nothing for a receipt to give back.
-    fn when_down(&self, name: &str, cost: u64) -> Result<(Source, Origin<S>), AcquireError> {
+    fn when_down(&self, name: &str, cost: u64) -> Result<(Source, Origin<S>), BudgetError> {
         match (self.config.allowance.on_failure, &self.fallback) {
             (FailurePolicy::Open, _) => {
                 add(&self.counters.failed_open, cost);
@@ -551,7 +565,7 @@ impl<S: Store> Inner<S> {
                 add(&self.counters.fallback, cost);
                 Ok((Source::Fallback, Origin::Unbacked))
             }
-            _ => Err(AcquireError::StoreUnavailable),
+            _ => Err(BudgetError::StoreUnavailable),
         }
     }
 }

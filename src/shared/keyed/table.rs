@@ -14,6 +14,7 @@ use super::demand::{Demand, Switch};
 use super::receipt::Pool;
 use super::stats::{Counters, KeyedAllowanceStats, sum};
 use crate::AcquireError;
+use crate::shared::BudgetError;
 use crate::shared::allowance::{EmptyUntil, add};
 use crate::shared::{AllowanceStats, LocalAllowance, Source, Store};
 use crate::sync::unmodelled::{Arc, Weak};
@@ -129,7 +130,7 @@ impl<S: Store> Table<S> {
     /// The hot path: a hot key's pool answers (tokens given back to it
     /// first), and `admitted` makes the answer from the pool and how it
     /// admitted (so that only a caller that wants a receipt pays for one);
-    /// any other key is not local. A pool whose store is unreachable
+    /// any other key is left to the store (`None`). A pool whose store is unreachable
     /// refuses (its own policy is `Closed`), and `when_down` answers in
     /// its place: the node's one failure state per key.
     #[inline]
@@ -137,11 +138,11 @@ impl<S: Store> Table<S> {
         &self,
         name: &str,
         cost: u64,
-        when_down: impl FnOnce() -> Result<Source, AcquireError>,
+        when_down: impl FnOnce() -> Result<Source, BudgetError>,
         admitted: impl FnOnce(&Arc<Pool<S>>, Source) -> R,
-    ) -> Result<R, AcquireError> {
+    ) -> Result<Option<R>, BudgetError> {
         let Some(tracked) = self.keys.get(name) else {
-            return Err(AcquireError::NotLocal);
+            return Ok(None);
         };
         let Some(pool) = &tracked.pool else {
             too_large(&tracked, cost)?;
@@ -150,28 +151,32 @@ impl<S: Store> Table<S> {
                 Some(retry_after) => {
                     add(&tracked.asked, cost);
                     add(&self.counters.refused_locally, 1);
-                    Err(AcquireError::Insufficient { retry_after })
+                    Err(AcquireError::Insufficient { retry_after }.into())
                 }
-                None => Err(AcquireError::NotLocal),
+                None => Ok(None),
             };
         };
         if take_credit(&tracked.credit, cost) {
-            return Ok(admitted(pool, Source::Lease));
+            return Ok(Some(admitted(pool, Source::Lease)));
         }
         match pool.try_acquire(cost) {
-            Ok(source) => Ok(admitted(pool, source)),
-            Err(AcquireError::StoreUnavailable) => when_down().map(|source| admitted(pool, source)),
+            Ok(source) => Ok(Some(admitted(pool, source))),
+            Err(BudgetError::StoreUnavailable) => {
+                when_down().map(|source| Some(admitted(pool, source)))
+            }
             // A pool short of the cost is not the store out of it: refused
             // here only on the store's word, otherwise left to `take`,
             // which waits for that word (and counts the demand if refused).
-            Err(AcquireError::Insufficient { .. }) => match pool.refused_by_the_store(cost) {
-                Some(retry_after) => {
-                    add(&tracked.asked, cost);
-                    add(&self.counters.refused_locally, 1);
-                    Err(AcquireError::Insufficient { retry_after })
+            Err(BudgetError::Limit(AcquireError::Insufficient { .. })) => {
+                match pool.refused_by_the_store(cost) {
+                    Some(retry_after) => {
+                        add(&tracked.asked, cost);
+                        add(&self.counters.refused_locally, 1);
+                        Err(AcquireError::Insufficient { retry_after }.into())
+                    }
+                    None => Ok(None),
                 }
-                None => Err(AcquireError::NotLocal),
-            },
+            }
             Err(refused) => {
                 add(&tracked.asked, cost);
                 Err(refused)
