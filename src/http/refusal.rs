@@ -28,6 +28,8 @@ pub(crate) enum Cause {
     /// A limit refused.
     Limit(AcquireError),
     /// A shared budget's store is unreachable, or refused the key.
+    // Only shared budgets (feature `tokio`) are refused so.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     Store,
     /// The server's configuration cannot charge the request (a chain too
     /// long to take).
