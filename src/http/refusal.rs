@@ -38,6 +38,7 @@ pub(crate) enum Cause {
 
 impl Cause {
     /// The wait after which the request would fit, if one exists.
+    #[cfg(feature = "tower")]
     pub(crate) fn retry_after(&self) -> Option<Duration> {
         match self {
             Cause::Limit(error) => error.retry_after(),
