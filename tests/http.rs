@@ -11,7 +11,6 @@ use tollgate::http::{
     ServiceLimit, delay_seconds, parse_rate_limit, parse_rate_limit_policy,
     rate_limit_policy_value, rate_limit_value, rate_limit_wait,
 };
-use tollgate::shared::BudgetError;
 use tollgate::{
     AcquireError, HierarchyError, Limit, ManualClock, Quota, TokenBucket, try_acquire_all,
 };
@@ -64,11 +63,18 @@ fn a_429_carries_every_header_and_a_problem_body() {
 #[test]
 fn shedding_and_unavailable_stores_are_503() {
     let policy = RateLimitPolicy::new(name("shared"), 100);
-    for response in [
+    let mut responses = vec![
         Refusal::load_shed(None).into_response(),
-        Refusal::from_budget(&BudgetError::StoreUnavailable, &policy).into_response(),
         Refusal::from_acquire(&AcquireError::TooManyKeys { max_keys: 4 }, &policy).into_response(),
+    ];
+    #[cfg(feature = "tokio")]
+    for store in [
+        tollgate::shared::BudgetError::StoreUnavailable,
+        tollgate::shared::BudgetError::StoreRefused,
     ] {
+        responses.push(Refusal::from_budget(&store, &policy).into_response());
+    }
+    for response in responses {
         assert_eq!(response.status(), 503);
         assert_eq!(response.headers()["retry-after"], "1");
         assert_eq!(response.headers()["cache-control"], "no-store");
