@@ -63,6 +63,8 @@ fn a_429_carries_every_header_and_a_problem_body() {
 #[test]
 fn shedding_and_unavailable_stores_are_503() {
     let policy = RateLimitPolicy::new(name("shared"), 100);
+    // Only shared budgets (feature `tokio`) add the store's refusals.
+    #[cfg_attr(not(feature = "tokio"), allow(unused_mut))]
     let mut responses = vec![
         Refusal::load_shed(None).into_response(),
         Refusal::from_acquire(&AcquireError::TooManyKeys { max_keys: 4 }, &policy).into_response(),
