@@ -162,6 +162,7 @@ mod hierarchy;
 pub mod http;
 #[cfg(feature = "identity")]
 pub mod identity;
+pub mod jitter;
 #[cfg(feature = "keyed")]
 mod keyed;
 mod limit;

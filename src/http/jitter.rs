@@ -8,8 +8,8 @@
 
 use std::fmt;
 
-use crate::retry::JitterGenerator;
-use crate::retry::jitter::scale_fraction;
+use crate::jitter::JitterGenerator;
+use crate::jitter::scale_fraction;
 use crate::sync::unmodelled::Arc;
 
 /// A bounded, non-negative addition to advertised `t` values, in whole

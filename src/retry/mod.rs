@@ -54,9 +54,10 @@
 
 mod date;
 mod header;
-pub(crate) mod jitter;
 mod policy;
 
 pub use header::{RETRY_AFTER_CAP, parse_retry_after, parse_retry_after_lines};
-pub use jitter::{JitterGenerator, JitterSource};
+// The planner's jitter comes from the crate's one generator; named here too
+// so a client needs one import.
+pub use crate::jitter::{JitterGenerator, JitterSource};
 pub use policy::{Attempt, Decision, IDEMPOTENT_METHODS, Received, RetryPolicy, StopReason};

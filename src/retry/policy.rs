@@ -5,7 +5,7 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::header::parse_retry_after_lines;
-use super::jitter::JitterSource;
+use crate::jitter::JitterSource;
 
 /// The methods RFC 9110 (section 9.2.2) defines as idempotent, which a
 /// [`RetryPolicy`] replays by default.

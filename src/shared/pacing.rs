@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::retry::{JitterGenerator, JitterSource};
+use crate::jitter::{JitterGenerator, JitterSource};
 
 /// The shortest pause between two store calls of one allowance, the least
 /// `retry_after` it reports and the shortest idle check, whatever the

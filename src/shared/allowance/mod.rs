@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 
 use crate::AcquireError;
-use crate::retry::JitterGenerator;
+use crate::jitter::JitterGenerator;
 use crate::shared::Store;
 use crate::shared::pacing;
 use crate::shared::pool::Take;

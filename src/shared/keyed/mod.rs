@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-use crate::retry::JitterGenerator;
+use crate::jitter::JitterGenerator;
 use crate::shared::allowance::{add, wait_for};
 use crate::shared::pacing::{self, MIN_PAUSE};
 use crate::shared::{

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::retry::JitterGenerator;
+use crate::jitter::JitterGenerator;
 use crate::shared::pacing;
 use crate::sync::{AtomicBool, Mutex, Ordering, lock};
 

@@ -1,9 +1,10 @@
 //! The crate's one jitter generator, and uniform draws from it.
 //!
-//! Two places spread clients out: the retry planner here
-//! ([`RetryPolicy::plan`](super::RetryPolicy::plan)) and the server's
-//! advertised windows (`http::Jitter`, which uses this module too). Both
-//! need a draw uniform over `0..=max`, the bound included: a jitter of "up
+//! Three places spread clients out: the client-side retry planner
+//! (`retry::RetryPolicy::plan`), the server's advertised windows
+//! (`http::Jitter`) and the shared budget's paced refills. It is a module
+//! of its own, needing no feature, so that none of them pulls in another.
+//! Each needs a draw uniform over `0..=max`, the bound included: a jitter of "up
 //! to one second" that can never add the second is no jitter at all.
 //!
 //! Jitter only has to make clients that were told the same thing at the
@@ -27,7 +28,8 @@ use crate::sync::{AtomicU64, Ordering};
 /// the counter visits every `u64` once per period.
 const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
-/// A source of jitter for [`RetryPolicy::plan`](super::RetryPolicy::plan).
+/// A source of jitter: for the retry planner (`retry::RetryPolicy::plan`),
+/// or any caller that spreads clients out.
 ///
 /// The planner asks for [`draw_up_to`](JitterSource::draw_up_to): a whole
 /// number of nanoseconds in `0..=max`, uniformly. A source implements
@@ -43,7 +45,7 @@ const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 /// exact integer draw.
 ///
 /// ```
-/// use tollgate::retry::JitterSource;
+/// use tollgate::jitter::JitterSource;
 ///
 /// let mut fixed = || 0.25;
 /// assert_eq!(fixed.next_fraction(), 0.25);
@@ -97,7 +99,7 @@ pub(crate) fn scale_fraction(fraction: f64, max: u128) -> u128 {
 /// sequence.
 ///
 /// ```
-/// use tollgate::retry::{JitterGenerator, JitterSource};
+/// use tollgate::jitter::{JitterGenerator, JitterSource};
 ///
 /// let a = JitterGenerator::new(7);
 /// let b = JitterGenerator::new(7);
@@ -116,7 +118,7 @@ impl JitterGenerator {
     /// A generator with a fixed seed; every seed (zero included) is usable.
     ///
     /// ```
-    /// use tollgate::retry::JitterGenerator;
+    /// use tollgate::jitter::JitterGenerator;
     ///
     /// assert_ne!(JitterGenerator::new(0).next_u64(), JitterGenerator::new(1).next_u64());
     /// ```
@@ -130,7 +132,7 @@ impl JitterGenerator {
     /// clock.
     ///
     /// ```
-    /// use tollgate::retry::JitterGenerator;
+    /// use tollgate::jitter::JitterGenerator;
     ///
     /// assert!(JitterGenerator::from_entropy().draw(10) <= 10);
     /// ```
@@ -148,7 +150,7 @@ impl JitterGenerator {
     /// so concurrent callers never wait for each other.
     ///
     /// ```
-    /// use tollgate::retry::JitterGenerator;
+    /// use tollgate::jitter::JitterGenerator;
     ///
     /// let generator = JitterGenerator::new(1);
     /// assert_ne!(generator.next_u64(), generator.next_u64());
@@ -172,7 +174,7 @@ impl JitterGenerator {
     /// no bias at all.
     ///
     /// ```
-    /// use tollgate::retry::JitterGenerator;
+    /// use tollgate::jitter::JitterGenerator;
     ///
     /// let generator = JitterGenerator::new(42);
     /// assert_eq!(generator.draw(0), 0);
