@@ -100,11 +100,15 @@
 //!   client behind trusted proxies
 //!   ([`ForwardedResolver`](identity::ForwardedResolver)).
 //!
-//! # Retry
+//! # Retry and jitter
 //!
 //! - [`retry`] (feature `retry`): for the client that was refused,
 //!   Retry-After parsing ([`parse_retry_after`](retry::parse_retry_after))
 //!   and retry planning ([`RetryPolicy`](retry::RetryPolicy)).
+//! - [`jitter`]: the crate's one jitter generator
+//!   ([`JitterGenerator`](jitter::JitterGenerator), exact and lock-free),
+//!   which the retry planner, the HTTP fields and the shared budgets'
+//!   pacing draw from.
 //!
 //! # Concurrency
 //!
@@ -137,7 +141,8 @@
 //! Features `keyed`, `identity` and `retry` are on by default. Without
 //! default features the crate is the bucket alone ([`TokenBucket`],
 //! [`StripedBucket`], the window counters, [`Pacer`], [`try_acquire_all`],
-//! [`Receipt`], [`Counted`], the clocks, [`concurrency`] without keys) on
+//! [`Receipt`], [`Counted`], the clocks, [`jitter`], [`concurrency`]
+//! without keys) on
 //! crossbeam-utils, thiserror, arc-swap and quanta (and, for the default
 //! clock's check, core_affinity on Linux and raw-cpuid on x86-64); the
 //! guide's [`design`](guide::design), "Features", says what each feature
