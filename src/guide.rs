@@ -1,14 +1,20 @@
 //! The guide: the contract, the design and the measurements, as the pages
 //! of `docs/` rendered here so docs.rs readers can open them. Each module
-//! is one page; the source of truth is the Markdown file it includes.
+//! is one page; the source of truth is the Markdown file it includes, and
+//! its Rust examples run as doc tests.
+//!
+//! A page about one feature's layer is included only with that feature
+//! (`cfg_attr` on its `doc` attribute), so that its examples compile and
+//! its links resolve in every build that shows it; without the feature the
+//! module keeps its one-line summary, and links to it still resolve.
 
 /// The contract: units, quotas, initial credit, denial versus delay,
 /// weighted costs, giving back, clocks.
 #[doc = include_str!("../docs/semantics.md")]
 pub mod semantics {}
 
-/// The design: the state word, the linearization point of each operation,
-/// the module map.
+/// The design: the layers, the state word, the linearization point of each
+/// operation.
 #[doc = include_str!("../docs/design.md")]
 pub mod design {}
 
@@ -21,29 +27,34 @@ pub mod clocks {}
 pub mod concurrency {}
 
 /// Budgets shared by many nodes: local allowances, keyed shared budgets,
-/// pacing, the bound and its proof.
-#[doc = include_str!("../docs/distributed.md")]
+/// pacing, the bound and its proof (feature `tokio`).
+#[cfg_attr(feature = "tokio", doc = include_str!("../docs/distributed.md"))]
 pub mod distributed {}
 
-/// The Redis store: scripts, keys, cluster, TLS, failures.
-#[doc = include_str!("../docs/redis.md")]
+/// The Redis store: scripts, keys, cluster, TLS, failures (feature
+/// `redis`).
+#[cfg_attr(feature = "redis", doc = include_str!("../docs/redis.md"))]
 pub mod redis {}
 
 /// The HTTP side: 429 and 503 responses, the RateLimit fields, the tower
-/// layer, shared rules.
-#[doc = include_str!("../docs/http.md")]
+/// layer, shared rules (features `http` and `tower`).
+#[cfg_attr(feature = "tower", doc = include_str!("../docs/http.md"))]
 pub mod http {}
 
-/// Client identity: addresses, trusted proxies, prefixes.
-#[doc = include_str!("../docs/identity.md")]
+/// Client identity: addresses, trusted proxies, prefixes (feature
+/// `identity`).
+#[cfg_attr(feature = "identity", doc = include_str!("../docs/identity.md"))]
 pub mod identity {}
 
-/// Client-side Retry-After parsing and retry planning.
-#[doc = include_str!("../docs/retry.md")]
+/// Client-side Retry-After parsing and retry planning (feature `retry`).
+#[cfg_attr(feature = "retry", doc = include_str!("../docs/retry.md"))]
 pub mod retry {}
 
-/// Counters and the `metrics` export.
-#[doc = include_str!("../docs/observability.md")]
+/// Counters and the `metrics` export (features `metrics` and `tokio`).
+#[cfg_attr(
+    all(feature = "metrics", feature = "tokio"),
+    doc = include_str!("../docs/observability.md")
+)]
 pub mod observability {}
 
 /// The benchmarks: what is measured against what, the results, and the

@@ -22,42 +22,131 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Every limiter that spends tokens makes its decisions through one trait,
-//! [`Limit`]: the bucket, a key of a keyed limiter, a striped bucket, and
-//! any of them wrapped in [`Counted`].
+//! Every limiter that spends tokens decides through one trait, [`Limit`]:
+//! take now, take now and wait before use, or look without spending. The
+//! combinators, the counters, the async wait and the tower layer are
+//! written once against it.
 //!
-//! Around the bucket:
+//! # Limiters
 //!
-//! - [`KeyedLimiter`] (feature `keyed`): a bucket per key, in bounded
-//!   memory; [`identity`] (feature `identity`) turns client addresses
-//!   (behind trusted proxies) into keys;
-//! - [`try_acquire_all`]: several limits, all or nothing;
-//! - [`Receipt`]: an admission that may be given back, by the one rule that
-//!   never mints credit ([`docs/semantics.md`](crate::guide::semantics), "Giving back");
+//! - [`TokenBucket`]: the exact token bucket, configured by a [`Quota`]
+//!   (with its [`InitialCredit`]); bad configuration is a [`QuotaError`], a
+//!   refusal an [`AcquireError`].
 //! - [`StripedBucket`]: one hot bucket shared by many threads through
-//!   per-thread pools;
-//! - [`window`]: "N per window" limits, fixed and sliding, each in one
-//!   atomic word;
-//! - [`Pacer`]: requests started evenly spaced, behind a bounded queue;
-//! - [`concurrency`]: limits on work in flight, with RAII permits;
-//! - [`shared`] (feature `keyed`): a budget shared by many nodes through a
-//!   store (in-process, or Redis with feature `redis`), served from local
-//!   allowances (feature `tokio`);
-//! - `http` (feature `http`; its tower layer with feature `tower`): 429
-//!   responses, the RateLimit fields, problem+json;
-//! - [`retry`] (feature `retry`): Retry-After parsing and retry planning
-//!   for clients.
+//!   per-thread pools, within the bucket's own bound.
+//! - [`FixedWindow`] and [`SlidingWindow`]: "N per window" limits from a
+//!   [`WindowQuota`], each in one atomic word ([`window`]).
+//! - [`Pacer`]: requests started evenly spaced, behind a bounded queue.
+//!
+//! # Keyed limiters (feature `keyed`)
+//!
+//! - [`KeyedLimiter`]: a bucket per key in bounded memory, configured by a
+//!   [`KeyedBuilder`] (key cap and its [`AtCapacity`] policy, sweeps,
+//!   hasher); one key of it is a [`KeyLimit`], looked up by any form
+//!   [`KeyRef`] allows.
+//! - [`Tiered`]: a quota per key, each key's tier picked by a resolver.
+//! - [`KeyedFixedWindow`] and [`KeyedSlidingWindow`]: a window word per key
+//!   in the same bounded table.
+//! - [`KeyTableStats`]: what a key table holds and has dropped.
+//!
+//! # Combinators
+//!
+//! - [`try_acquire_all`]: one request through several limits, its
+//!   [`Step`]s (at most [`MAX_STEPS`]), all or nothing; a refusal is a
+//!   [`HierarchyError`] naming the limit.
+//! - [`Receipt`]: an admission that may be given back, by the one rule that
+//!   never mints credit.
+//! - [`Counted`]: opt-in decision counters around any limit, read as
+//!   [`DecisionStats`].
+//!
+//! # Clocks
+//!
+//! - [`Clock`]: what a limiter reads time from.
+//! - [`DefaultClock`]: the default, the time-stamp counter where every
+//!   CPU's is checked to agree, the OS clock elsewhere; [`ClockChoice`]
+//!   says which and why.
+//! - [`TscClock`], [`MonotonicClock`], [`CoarseClock`]: each source on its
+//!   own, chosen explicitly; [`ManualClock`]: time set by hand, for tests.
+//!
+//! # Shared budgets
+//!
+//! - [`shared`] (feature `keyed`): a budget shared by many nodes. A
+//!   [`Store`](shared::Store) holds the authoritative bucket of each key:
+//!   [`LocalStore`](shared::LocalStore) in-process, or
+//!   [`RedisStore`](shared::RedisStore) (feature `redis`).
+//! - [`LocalAllowance`](shared::LocalAllowance) (feature `tokio`): one
+//!   key's budget served from leased tokens, one compare-and-swap a
+//!   request, as its [`AllowanceConfig`](shared::AllowanceConfig) and
+//!   [`FailurePolicy`](shared::FailurePolicy) say.
+//! - [`KeyedAllowance`](shared::KeyedAllowance) (feature `tokio`): a shared
+//!   budget per key, leasing only for the keys whose demand pays for it.
+//!
+//! # HTTP and tower
+//!
+//! - [`http`] (feature `http`): a refusal as the response a client can act
+//!   on ([`Refusal`](http::Refusal): 429 or 503, Retry-After,
+//!   problem+json), and the RateLimit fields out
+//!   ([`RateLimitPolicy`](http::RateLimitPolicy)) and in
+//!   ([`parse_rate_limit`](http::parse_rate_limit)).
+//! - [`http::tower`] (feature `tower`): the whole job as middleware,
+//!   [`RateLimitLayer`](http::tower::RateLimitLayer) with its
+//!   [`Rule`](http::tower::Rule)s over any limit, keyed limiter or keyed
+//!   shared budget.
+//!
+//! # Identity
+//!
+//! - [`identity`] (feature `identity`): client addresses as keys
+//!   ([`AddrKey`](identity::AddrKey), per IPv6 /64 by default), and the
+//!   client behind trusted proxies
+//!   ([`ForwardedResolver`](identity::ForwardedResolver)).
+//!
+//! # Retry and jitter
+//!
+//! - [`retry`] (feature `retry`): for the client that was refused,
+//!   Retry-After parsing ([`parse_retry_after`](retry::parse_retry_after))
+//!   and retry planning ([`RetryPolicy`](retry::RetryPolicy)).
+//! - [`jitter`]: the crate's one jitter generator
+//!   ([`JitterGenerator`](jitter::JitterGenerator), exact and lock-free),
+//!   which the retry planner, the HTTP fields and the shared budgets'
+//!   pacing draw from.
+//!
+//! # Concurrency
+//!
+//! - [`concurrency`]: limits on work in flight, with RAII permits:
+//!   [`ConcurrencyLimiter`](concurrency::ConcurrencyLimiter), and per key
+//!   [`KeyedConcurrencyLimiter`](concurrency::KeyedConcurrencyLimiter)
+//!   (feature `keyed`).
+//!
+//! # The guide
+//!
+//! - [`semantics`](guide::semantics): the contract (units, initial credit,
+//!   denial versus delay, giving back, quota changes, keys, windows) and the
+//!   proof of the bound.
+//! - [`design`](guide::design): the layers, the state word, exactness and
+//!   the linearization point of each operation.
+//! - [`clocks`](guide::clocks): what each clock costs and trades.
+//! - [`concurrency`](guide::concurrency): in-flight limits.
+//! - [`distributed`](guide::distributed) and [`redis`](guide::redis):
+//!   shared budgets, the bound across nodes, the Redis store.
+//! - [`http`](guide::http): responses, the RateLimit fields, the tower
+//!   layer.
+//! - [`identity`](guide::identity): client identity and trusted proxies.
+//! - [`retry`](guide::retry): Retry-After and retry planning.
+//! - [`observability`](guide::observability): counters and their export.
+//! - [`benchmarks`](guide::benchmarks): measured costs beside governor, and
+//!   the commands that reproduce them.
+//!
+//! # Features
 //!
 //! Features `keyed`, `identity` and `retry` are on by default. Without
 //! default features the crate is the bucket alone ([`TokenBucket`],
-//! [`StripedBucket`], [`try_acquire_all`], [`Receipt`], [`Counted`], the
-//! clocks, [`concurrency`] without keys) on three dependencies;
-//! [`docs/design.md`](crate::guide::design), "Features", says what each
-//! feature brings and costs to build.
-//!
-//! The contract (units, initial credit, denial versus delay, clocks) is in
-//! [`docs/semantics.md`](crate::guide::semantics); the state packing and linearization points are in
-//! [`docs/design.md`](crate::guide::design).
+//! [`StripedBucket`], the window counters, [`Pacer`], [`try_acquire_all`],
+//! [`Receipt`], [`Counted`], the clocks, [`jitter`], [`concurrency`]
+//! without keys) on
+//! crossbeam-utils, thiserror, arc-swap and quanta (and, for the default
+//! clock's check, core_affinity on Linux and raw-cpuid on x86-64); the
+//! guide's [`design`](guide::design), "Features", says what each feature
+//! brings and costs to build.
 
 #![forbid(unsafe_code)]
 // On docs.rs (nightly, `--cfg docsrs`): each item gated by a feature says

@@ -40,9 +40,3 @@ pub use error::{InFlightError, LimitError};
 pub use keyed::{KeyedConcurrencyLimiter, KeyedPermit};
 pub use limiter::ConcurrencyLimiter;
 pub use permit::{OwnedPermit, Permit};
-
-/// Compiles and runs the examples of [`docs/concurrency.md`](crate::guide::concurrency) as doc tests, so
-/// the document cannot drift from the API.
-#[doc = include_str!("../../docs/concurrency.md")]
-#[cfg(doctest)]
-pub struct ConcurrencyDocDoctests;
