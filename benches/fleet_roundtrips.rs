@@ -57,7 +57,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tollgate::Quota;
-use tollgate::retry::JitterGenerator;
+use tollgate::jitter::JitterGenerator;
 use tollgate::shared::{
     AllowanceConfig, FailurePolicy, Grant, Lease, LocalAllowance, RedisStore, Store,
 };
