@@ -68,7 +68,7 @@ impl<S: Store> Origin<S> {
 /// # use std::time::Duration;
 /// # use tollgate::Quota;
 /// # use tollgate::shared::*;
-/// # async fn twice(node: KeyedAllowance<LocalStore>) -> Result<(), tollgate::AcquireError> {
+/// # async fn twice(node: KeyedAllowance<LocalStore>) -> Result<(), BudgetError> {
 /// let receipt = node.take("k", 1, Duration::ZERO).await?;
 /// receipt.undo().await;
 /// receipt.undo().await; // error[E0382]: use of moved value
