@@ -572,7 +572,7 @@ async fn acquire_waits_for_the_lease_an_empty_pool_starts() {
     assert!(node.acquire(1, Duration::from_millis(20)).await.is_err());
 }
 
-/// Finding 3: `acquire` takes any `max_wait`, `Duration::MAX` included, as
+/// `acquire` takes any `max_wait`, `Duration::MAX` included, as
 /// `TokenBucket::acquire` does: a wait without a deadline, never a panic.
 #[tokio::test(start_paused = true)]
 async fn acquire_accepts_a_wait_of_duration_max() {
@@ -593,7 +593,7 @@ async fn acquire_accepts_a_wait_of_duration_max() {
     );
 }
 
-/// Finding 4: a cost above the store's capacity can never be served, so it
+/// A cost above the store's capacity can never be served, so it
 /// is refused as such (`ExceedsCapacity`, a 413 over HTTP) as soon as a
 /// grant has told the allowance the capacity, never `Insufficient` with a
 /// retry that cannot help; costs within it are still served.
@@ -616,7 +616,7 @@ async fn a_cost_above_the_store_capacity_is_refused_as_exceeding_it() {
     assert_eq!(store.calls.load(Ordering::SeqCst), 1);
 }
 
-/// Finding 3: a zero store timeout would fail every call to a remote store
+/// A zero store timeout would fail every call to a remote store
 /// (and strand what each debited), so it is refused with a typed error;
 /// every other extreme of the configuration is accepted and saturates.
 #[tokio::test(start_paused = true)]
@@ -717,7 +717,7 @@ fn step() -> impl Strategy<Value = Step> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
-    /// Finding 3: every public input of the allowance at its extremes (costs
+    /// Every public input of the allowance at its extremes (costs
     /// 0, 1, `u64::MAX`; waits, lease periods, idle returns and timeouts of
     /// zero, 1 ns and `Duration::MAX`; lease bounds 0 and `u64::MAX`) gets a
     /// typed answer, never a panic, and what the allowance admits from
@@ -927,4 +927,35 @@ async fn a_dropped_allowance_gives_its_tokens_back_at_once_not_after_its_paced_r
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(store.calls.load(Ordering::SeqCst), 1);
     assert_eq!(store.released.load(Ordering::SeqCst), 47);
+}
+
+/// The hot path's side of the same promise: a pool whose own key the store
+/// refuses (here a full `LocalStore`, `TooManyKeys`) is refused, typed,
+/// and never admitted by its `Open` policy, which is for an unreachable
+/// store only.
+#[tokio::test(start_paused = true)]
+async fn a_pool_whose_key_the_store_refuses_is_refused_not_failed_open() {
+    let store = Arc::new(LocalStore::from_limiter(
+        KeyedLimiter::builder(Quota::new(3, 1, Duration::from_secs(3600)).unwrap())
+            .clock(ManualClock::new())
+            .sweep_interval(None)
+            .max_keys(std::num::NonZeroUsize::new(1).unwrap())
+            .build(),
+    ));
+    assert_eq!(store.acquire("tracked", 1).await.unwrap().tokens, 1);
+    let pool = LocalAllowance::new(
+        Arc::clone(&store),
+        "refused",
+        AllowanceConfig::new(FailurePolicy::Open),
+    )
+    .unwrap();
+    assert!(pool.refill().await.is_err());
+    for _ in 0..10 {
+        assert_eq!(pool.try_acquire(1), Err(BudgetError::StoreRefused));
+        assert_ne!(
+            pool.acquire(1, Duration::from_secs(5)).await,
+            Ok(Source::FailedOpen)
+        );
+    }
+    assert_eq!(pool.stats().failed_open, 0);
 }

@@ -13,7 +13,7 @@ use tollgate::shared::{
     Lease, LocalStore, Source, Store, store_key,
 };
 use tollgate::shared::{BudgetError, HotAnswer};
-use tollgate::{AcquireError, Clock, KeyedLimiter, Quota};
+use tollgate::{AcquireError, Clock, KeyedLimiter, ManualClock, Quota};
 
 mod common;
 use common::{Envelope, TokioClock};
@@ -1333,4 +1333,232 @@ fn leased<T>(answer: Result<HotAnswer<T>, BudgetError>) -> T {
         Ok(HotAnswer::AskStore) => panic!("the key's lease could not decide"),
         Err(refused) => panic!("refused: {refused}"),
     }
+}
+
+/// Bursts of `capacity`, one token back an hour: with the clock frozen,
+/// exactly `capacity` per key.
+fn hourly(capacity: u64) -> Quota {
+    Quota::new(capacity, 1, Duration::from_secs(3600)).unwrap()
+}
+
+/// A store giving every key `quota`, on a clock nobody advances.
+fn frozen_store(quota: Quota) -> Arc<LocalStore<ManualClock>> {
+    Arc::new(LocalStore::from_limiter(
+        KeyedLimiter::builder(quota)
+            .clock(ManualClock::new())
+            .sweep_interval(None)
+            .build(),
+    ))
+}
+
+/// A `LocalStore` on a clock nobody advances, whose next batch
+/// (`acquire_many`) can be made to hang for ever once: a peer that
+/// blackholes one request, then answers again. Single calls never hang.
+struct Blackhole {
+    inner: LocalStore<ManualClock>,
+    hang_next_batch: AtomicBool,
+    batches: AtomicU64,
+}
+
+impl Blackhole {
+    fn new(quota: Quota) -> Arc<Self> {
+        Arc::new(Blackhole {
+            inner: Arc::into_inner(frozen_store(quota)).unwrap(),
+            hang_next_batch: AtomicBool::new(false),
+            batches: AtomicU64::new(0),
+        })
+    }
+}
+
+impl Store for Blackhole {
+    type Error = AcquireError;
+
+    async fn acquire(&self, key: &str, want: u64) -> Result<Grant, AcquireError> {
+        self.inner.acquire(key, want).await
+    }
+
+    async fn release(&self, key: &str, lease: Lease, unused: u64) -> Result<(), AcquireError> {
+        self.inner.release(key, lease, unused).await
+    }
+
+    async fn acquire_many<'a>(
+        &'a self,
+        requests: &'a [(&'a str, u64)],
+    ) -> Vec<Result<Grant, AcquireError>> {
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        if self.hang_next_batch.swap(false, Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.acquire_many(requests).await
+    }
+}
+
+/// "No call blocks forever": a store call that never answers costs the
+/// calls in flight their timeout, and the node recovers once the store
+/// answers again. Here one hot-key refill batch hangs; every caller of
+/// that refill times out (the allowance bounds each refill), but the batch
+/// task is still awaiting the hung `acquire_many` with no bound of its own,
+/// so no hot key of the node is ever refilled again: the store is healthy
+/// and the node answers `StoreUnavailable` for ever.
+#[tokio::test(start_paused = true)]
+async fn one_hung_refill_batch_does_not_stop_every_later_refill_of_the_node() {
+    let store = Blackhole::new(hourly(1_000_000));
+    let config = KeyedAllowanceConfig {
+        allowance: AllowanceConfig {
+            max_lease: 10,
+            ..AllowanceConfig::new(FailurePolicy::Closed)
+        },
+        hot_at: 30,
+        cold_below: 1,
+        sample_every: Duration::from_millis(50),
+        ..KeyedAllowanceConfig::new(FailurePolicy::Closed)
+    };
+    let node = KeyedAllowance::new(Arc::clone(&store), config).unwrap();
+    // 100 a second against a threshold of 30 a second: the key goes hot.
+    for _ in 0..100 {
+        node.acquire("busy", 1, Duration::from_millis(5))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(node.is_hot("busy"));
+    // One batch is blackholed: the refill it carries times out.
+    store.hang_next_batch.store(true, Ordering::SeqCst);
+    let batches_then = store.batches.load(Ordering::SeqCst);
+    let mut refused = 0;
+    for _ in 0..200 {
+        if node
+            .acquire("busy", 1, Duration::from_millis(5))
+            .await
+            .is_err()
+        {
+            refused += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        settle().await;
+    }
+    assert!(refused > 0, "the blackholed refill was never needed");
+    // The store has answered every call since; two seconds on (past every
+    // backoff), the hot key is served again.
+    assert!(!store.hang_next_batch.load(Ordering::SeqCst));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    settle().await;
+    let mut admitted = 0;
+    for _ in 0..50 {
+        if node
+            .acquire("busy", 1, Duration::from_millis(100))
+            .await
+            .is_ok()
+        {
+            admitted += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        settle().await;
+    }
+    assert_eq!(
+        admitted,
+        50,
+        "a healthy store, yet the node refuses; batches sent since the hang: {}, stats: {:?}",
+        store.batches.load(Ordering::SeqCst) - batches_then,
+        node.stats()
+    );
+}
+
+/// A store that never answers successfully: every call fails at once.
+#[derive(Debug)]
+struct Down;
+
+impl Store for Down {
+    type Error = Unreachable;
+
+    async fn acquire(&self, _: &str, _: u64) -> Result<Grant, Unreachable> {
+        Err(Unreachable)
+    }
+
+    async fn release(&self, _: &str, _: Lease, _: u64) -> Result<(), Unreachable> {
+        Err(Unreachable)
+    }
+}
+
+/// `FailurePolicy::Fallback(quota)`: while the store is down, a node admits
+/// each key within the fallback quota's envelope (`docs/distributed.md`,
+/// "Failure policy": `n` nodes admit up to `n` times that envelope). A
+/// client that alternates bursts and silences makes its key switch between
+/// cold and hot; each promotion builds a fresh pool whose fallback bucket
+/// starts full, so every cycle admits another full burst of the fallback
+/// quota on one node.
+#[tokio::test(start_paused = true)]
+async fn a_key_switching_hot_and_cold_in_an_outage_stays_within_one_fallback_envelope() {
+    let fallback = hourly(10);
+    let config = KeyedAllowanceConfig {
+        allowance: AllowanceConfig {
+            max_lease: 10,
+            ..AllowanceConfig::new(FailurePolicy::Fallback(fallback))
+        },
+        hot_at: 30,
+        cold_below: 10,
+        sample_every: Duration::from_millis(50),
+        ..KeyedAllowanceConfig::new(FailurePolicy::Fallback(fallback))
+    };
+    let node = KeyedAllowance::new(Arc::new(Down), config).unwrap();
+    let mut admitted = 0u64;
+    for _cycle in 0..6 {
+        // A burst, 200 a second for one second: the key goes hot.
+        for _ in 0..200 {
+            if node.acquire("mallory", 1, Duration::ZERO).await.is_ok() {
+                admitted += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Silence: the key goes cold again.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let stats = node.stats();
+    // Eighteen seconds at one token an hour: the envelope is the burst of
+    // 10 (one more token at most, from rounding).
+    assert!(
+        admitted <= 11,
+        "admitted {admitted} in 18 s under a fallback of 10 an hour; \
+         became hot {} times, cold {} times",
+        stats.became_hot,
+        stats.became_cold
+    );
+}
+
+/// A key's budget holds while the store answers about that key: a refusal
+/// the store makes for another key (here a fresh key that does not fit in
+/// a full `LocalStore`, `TooManyKeys`) is not the store being down. Yet one
+/// failed cold call puts the whole node's cold path in an outage backoff,
+/// and under `FailurePolicy::Open` every cold key is then admitted without
+/// asking the store: a client that sends one fresh key a second keeps its
+/// own exhausted key unlimited.
+#[tokio::test(start_paused = true)]
+async fn another_keys_store_error_does_not_open_an_exhausted_key() {
+    let store = Arc::new(LocalStore::from_limiter(
+        KeyedLimiter::builder(hourly(3))
+            .clock(ManualClock::new())
+            .sweep_interval(None)
+            .max_keys(std::num::NonZeroUsize::new(2).unwrap())
+            .build(),
+    ));
+    let node = KeyedAllowance::new(
+        Arc::clone(&store),
+        KeyedAllowanceConfig::new(FailurePolicy::Open),
+    )
+    .unwrap();
+    let mut admitted = 0;
+    for i in 0..20 {
+        // Mallory's own key: three tokens, one back an hour.
+        if node.acquire("mallory", 1, Duration::ZERO).await.is_ok() {
+            admitted += 1;
+        }
+        // And a fresh key each round, which the full store cannot track.
+        let _ = node.acquire(&format!("fresh-{i}"), 1, Duration::ZERO).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        admitted <= 3,
+        "mallory's key admitted {admitted} times on a budget of 3; stats {:?}",
+        node.stats()
+    );
 }

@@ -159,7 +159,7 @@ async fn each_failure_policy_holds_while_the_server_is_down() {
     }
 }
 
-/// Finding 4: on a Redis store of capacity 3, a cost of 5 is refused as
+/// On a Redis store of capacity 3, a cost of 5 is refused as
 /// exceeding it (a 413 over HTTP) once the first grant has told the
 /// capacity, by `acquire` and `try_acquire` alike, instead of
 /// `Insufficient` for ever; costs within it are served.

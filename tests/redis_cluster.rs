@@ -356,3 +356,33 @@ async fn a_killed_master_fails_only_its_keys_and_service_resumes_when_it_returns
         "the live master kept its debits"
     );
 }
+
+/// A cluster is reached through any of its seeds: `RedisConfig::cluster`
+/// takes several so that a node can start while one of them is down (a
+/// master restarting, a seed list naming a node since removed). The check
+/// made before connecting must not make the first seed a single point of
+/// failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_store_connects_while_its_first_seed_is_down() {
+    let test = "a_cluster_store_connects_while_its_first_seed_is_down";
+    let Some(cluster) = RedisCluster::start(test) else {
+        return;
+    };
+    // A port nobody listens on: bound, then released.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut seeds = vec![format!("redis://127.0.0.1:{dead}/")];
+    seeds.extend(cluster.urls());
+    let config = RedisConfig::cluster(seeds).timeout(Duration::from_millis(500));
+    let store = RedisStore::connect_with(
+        &config,
+        Quota::new(3, 1, Duration::from_secs(3600)).unwrap(),
+        "rl:seeds:",
+    )
+    .await
+    .expect("the cluster is up: two of its three seeds answer");
+    assert_eq!(store.acquire("alice", 2).await.unwrap().tokens, 2);
+}

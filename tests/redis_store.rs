@@ -564,7 +564,7 @@ async fn byte_quotas_charged_per_request_stay_within_the_envelope() {
     }
 }
 
-/// Finding 4: every grant, empty or not, tells the key's capacity, so a
+/// Every grant, empty or not, tells the key's capacity, so a
 /// caller can refuse a cost above it as such instead of waiting for a
 /// grant that can never come.
 #[tokio::test]
@@ -642,7 +642,7 @@ async fn every_grant_tells_the_tokens_left_behind() {
     );
 }
 
-/// Finding 3: the store's timeout at its extremes is a typed error or an
+/// The store's timeout at its extremes is a typed error or an
 /// unbounded wait, never a panic: zero is refused by both constructors
 /// (each call would time out), `Duration::MAX` waits as long as the server
 /// takes.
@@ -989,4 +989,23 @@ async fn bad_configurations_are_refused_before_connecting() {
         matches!(refused, Err(RedisStoreError::InvalidPrefix)),
         "{refused:?}"
     );
+}
+
+/// `RedisConfig`'s `Debug` never shows a password, however the URL carries
+/// it: a `redis+unix://` URL takes its credentials from the query
+/// (`?user=...&pass=...`), and a configuration is the kind of value that
+/// ends up in logs.
+#[test]
+fn debug_of_a_redis_config_hides_a_password_given_in_the_url_query() {
+    for url in [
+        "redis+unix:///run/redis.sock?db=0&user=limiter&pass=hunter2",
+        "unix:///run/redis.sock?pass=hunter2",
+        "redis://limiter:hunter2@10.0.0.1:6379/0",
+        "rediss://:hunter2@cache.internal:6380/#hunter2",
+    ] {
+        let shown = format!("{:?}", RedisConfig::node(url));
+        assert!(!shown.contains("hunter2"), "{url} shows as {shown}");
+        let shown = format!("{:?}", RedisConfig::cluster([url, url]));
+        assert!(!shown.contains("hunter2"), "{url} shows as {shown}");
+    }
 }

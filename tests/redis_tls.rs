@@ -128,7 +128,7 @@ async fn refused_credentials_are_a_typed_authentication_error() {
     }
 }
 
-/// The deployment of issue 12: a Redis Cluster over TLS (clients and the
+/// A fleet's deployment: a Redis Cluster over TLS (clients and the
 /// cluster bus), with an ACL user. A batch over keys on every master is
 /// granted; an untrusted CA and a wrong password fail with their typed
 /// errors, as on one server.
@@ -187,4 +187,27 @@ async fn a_cluster_over_tls_with_an_acl_user_serves_every_master() {
         .credentials("limiter", "right-password");
     let failed = connect(untrusted).await;
     assert!(matches!(failed, Err(RedisStoreError::Tls(_))), "{failed:?}");
+}
+
+/// A `rediss://` URL is verified TLS or nothing: the `redis` crate's
+/// `#insecure` fragment (no certificate verification, should any crate of
+/// the build enable it) is refused before any connection is made.
+#[tokio::test]
+async fn a_rediss_url_asking_for_no_certificate_verification_is_refused() {
+    for config in [
+        RedisConfig::node("rediss://127.0.0.1:1/#insecure"),
+        RedisConfig::cluster(["rediss://127.0.0.1:1/", "rediss://127.0.0.1:2/#insecure"]),
+    ] {
+        let built = RedisStore::connect_with(
+            &config,
+            Quota::new(3, 1, Duration::from_secs(3600)).unwrap(),
+            "rl:tls:",
+        )
+        .await;
+        assert!(
+            matches!(built, Err(RedisStoreError::InsecureTls)),
+            "{:?}",
+            built.err()
+        );
+    }
 }

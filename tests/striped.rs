@@ -117,7 +117,7 @@ fn a_full_bucket_admits_a_cost_above_the_lease() {
     assert_eq!(bucket.try_acquire(3), Ok(()));
 }
 
-/// Issue 11, finding 2: a pool's tokens must not outlive the refill of the
+/// A pool's tokens must not outlive the refill of the
 /// slots they were leased in. Take 5 at t = 0 on B = 10 (one stripe, a lease
 /// of the whole capacity), let 100 s pass: one instant then admits at most
 /// B = 10, as a plain bucket would, and never the 5 pooled tokens on top.

@@ -226,7 +226,7 @@ async fn read_status(stream: &TcpStream) -> u16 {
     line.split(' ').nth(1).unwrap().parse().unwrap()
 }
 
-/// Finding 1 over real TCP. B = 1, clock frozen; the handler waits on a
+/// Over real TCP: B = 1, clock frozen; the handler waits on a
 /// signal that never comes. Ten clients each connect, send one request and
 /// close. hyper drops the first one's future when it sees the connection
 /// close; the request stays charged all the same (the rule gives back only

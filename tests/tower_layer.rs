@@ -207,7 +207,7 @@ async fn a_full_key_table_is_a_503_with_its_own_retry_after() {
     assert_eq!(response.headers()["cache-control"], "no-store");
 }
 
-/// Finding 1 as measured: B = 1, a frozen clock, a hundred requests each
+/// As measured: B = 1, a frozen clock, a hundred requests each
 /// polled once and dropped. Only the first reaches the handler; the other
 /// 99 are refused, although the rule gives back 401 and 403.
 #[tokio::test]
@@ -230,7 +230,7 @@ async fn hanging_up_after_the_handler_started_gives_nothing_back() {
     assert_eq!(refused, 99);
 }
 
-/// Finding 1 with time passing: B = 1, one token per 10 s. A slow request
+/// With time passing: B = 1, one token per 10 s. A slow request
 /// dropped after 10 s must not let a third request in beside the second:
 /// over those 10 s the envelope is B + r * t = 2.
 #[tokio::test]

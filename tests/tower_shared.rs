@@ -743,3 +743,57 @@ async fn a_shared_refusal_is_the_stores_word_and_its_wait_the_stores() {
     );
     assert_eq!(admitted + refused, u64::from(REQUESTS));
 }
+
+/// Each rule's budget is its own: a request charges the key each rule
+/// extracts, under that rule. Two shared rules over one store (one
+/// `RedisStore` connection and prefix is the natural setup when both
+/// apply the same quota) name their keys in one space, so a client that
+/// sends `x-api-key: acme` spends tenant `acme`'s budget: it can drain
+/// another tenant's budget by claiming its name as an API key.
+#[tokio::test(start_paused = true)]
+async fn two_shared_rules_over_one_store_keep_their_budgets_apart() {
+    let quota = hourly(5);
+    let store = store(quota, &ManualClock::new());
+    let node = KeyedAllowance::new(
+        Arc::clone(&store),
+        KeyedAllowanceConfig::new(FailurePolicy::Closed),
+    )
+    .unwrap();
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::shared(
+            PolicyName::new("per-api-key").unwrap(),
+            &quota,
+            node.clone(),
+            extract::header(API_KEY),
+        ))
+        .rule(Rule::shared(
+            PolicyName::new("per-tenant").unwrap(),
+            &quota,
+            node,
+            extract::header(TENANT),
+        ))
+        .build();
+    let send = |api_key: &str, tenant: &str| {
+        let request = Request::get("/")
+            .header("x-api-key", api_key)
+            .header("x-tenant", tenant)
+            .body(Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let service = layer.layer(tower::service_fn(|_: Request<Full<bytes::Bytes>>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(bytes::Bytes::new())))
+        }));
+        async move { service.oneshot(request).await.unwrap().status() }
+    };
+    // Five requests with API key "acme", for the attacker's own tenant.
+    for i in 0..5 {
+        assert_eq!(send("acme", &format!("mallory-{i}")).await, StatusCode::OK);
+    }
+    // Tenant acme has not sent a request yet: its five are all there.
+    for i in 0..5 {
+        assert_eq!(
+            send(&format!("acme-key-{i}"), "acme").await,
+            StatusCode::OK,
+            "tenant acme refused after {i} requests"
+        );
+    }
+}

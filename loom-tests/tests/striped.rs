@@ -87,7 +87,7 @@ fn two_threads_race_through_a_refill_for_the_last_tokens() {
     });
 }
 
-/// Issue 11's case in every interleaving: a pool keeps a token leased at
+/// In every interleaving: a pool keeps a token leased at
 /// t = 0 while one thread moves the clock past a whole refill and another
 /// takes. Whatever the order, the takes decided at the later reading
 /// (known from a reading before each) plus everything the main thread can

@@ -197,7 +197,7 @@ mod tests {
         assert_eq!((pool.tokens(), pool.refilling()), (0, false));
     }
 
-    /// Issue 11, finding 9: grants that would overflow the token count
+    /// Grants that would overflow the token count
     /// saturate it instead of spilling into the refill bit, so no sequence
     /// of lands wedges the pool (a refill can always be claimed and landed
     /// again) and none mints tokens beyond the count.

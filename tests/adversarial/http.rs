@@ -652,7 +652,7 @@ async fn refused_requests_leave_no_keys_behind() {
     assert!(limiter.is_empty(), "{} keys left", limiter.len());
 }
 
-/// A give-back racing the state word back to its value (review finding).
+/// A give-back racing the state word back to its value.
 mod late_give_backs {
     use std::convert::Infallible;
     use std::sync::Arc;
