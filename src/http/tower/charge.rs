@@ -280,7 +280,7 @@ impl<'a> Link<'a> {
 
 /// Charges the in-process limits of `chain`, all or nothing, keeping no
 /// receipt: for a request none of whose charges outlives the call. The
-/// refusal's `limit` is an index into [`Link::charges`].
+/// refusal's `charge` is an index into [`Link::charges`].
 pub(super) fn charge_chain(chain: Option<&Link<'_>>) -> Result<(), Refused> {
     let steps = Link::collect(chain, |link| {
         (link.cost > 0).then(|| Step::new(link.limit, link.cost))
@@ -333,7 +333,7 @@ fn nth_with_cost(costs: impl IntoIterator<Item = u64>, step: usize) -> usize {
 type Slot<'a> = (usize, &'a dyn Limit, u64, &'a Cell<Option<Taken>>);
 
 /// Charges every in-process step with a cost, all or nothing, and leaves
-/// each receipt in its charge. The refusal's `limit` is an index into
+/// each receipt in its charge. The refusal's `charge` is an index into
 /// `charges`.
 pub(super) fn charge_local(charges: &mut [Charge<'_>]) -> Result<(), Refused> {
     // Zero-cost steps charge nothing (an empty body under a per-byte
