@@ -4,8 +4,9 @@ mod chain;
 
 use std::time::Duration;
 
+use crate::advertised::{Advertised, Shape};
 use crate::gcra::Gcra;
-use crate::limit::{Identity, Limit, Shape, Taken, sealed};
+use crate::limit::{Identity, Limit, Taken, sealed};
 use crate::state::Admission;
 use crate::timeline::{Behind, Timeline};
 use crate::{AcquireError, Clock, DefaultClock, Quota};
@@ -398,16 +399,22 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
         }
     }
 
-    fn shape(&self) -> Shape {
-        Shape::of_quota(&self.quota())
-    }
-
-    fn idle_reset(&self) -> Duration {
-        self.quota().refill_interval()
+    fn capacity(&self) -> u64 {
+        self.quota().capacity()
     }
 
     fn identity(&self) -> Identity {
         Identity::of(self)
+    }
+}
+
+impl<C: Clock> Advertised for TokenBucket<C> {
+    fn shape(&self) -> Shape {
+        Shape::from(&self.quota())
+    }
+
+    fn idle_reset(&self) -> Duration {
+        self.quota().refill_interval()
     }
 }
 

@@ -1,17 +1,16 @@
 //! Opt-in decision counters: a limiter wrapped in [`Counted`] counts what it
 //! admits and refuses; an unwrapped limiter pays nothing.
 
-#[cfg(feature = "keyed")]
-use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
 use crate::AcquireError;
-use crate::limit::{Identity, Limit, Shape, Taken, sealed};
-use crate::sync::{AtomicU64, Ordering};
+use crate::advertised::{Advertised, Shape};
 #[cfg(feature = "keyed")]
-use crate::{Clock, KeyRef, KeyedLimiter};
+use crate::keyed::{KeyRef, PerKey};
+use crate::limit::{Identity, Limit, Taken, sealed};
+use crate::sync::{AtomicU64, Ordering};
 
 /// Counts of a [`Counted`] limiter's decisions, summed over threads.
 ///
@@ -361,16 +360,22 @@ impl<L: Limit> sealed::Sealed for Counting<'_, L> {
         self.tally.writer().add(|s| &s.abandoned, 1);
     }
 
+    fn capacity(&self) -> u64 {
+        self.limit.capacity()
+    }
+
+    fn identity(&self) -> Identity {
+        self.limit.identity()
+    }
+}
+
+impl<L: Advertised> Advertised for Counting<'_, L> {
     fn shape(&self) -> Shape {
         self.limit.shape()
     }
 
     fn idle_reset(&self) -> Duration {
         self.limit.idle_reset()
-    }
-
-    fn identity(&self) -> Identity {
-        self.limit.identity()
     }
 }
 
@@ -413,17 +418,23 @@ impl<L: Limit> sealed::Sealed for Counted<L> {
         self.counting(&self.limiter).undo(taken);
     }
 
+    fn capacity(&self) -> u64 {
+        self.limiter.capacity()
+    }
+
+    /// The counted limit's: counting spends nothing of its own.
+    fn identity(&self) -> Identity {
+        self.limiter.identity()
+    }
+}
+
+impl<L: Advertised> Advertised for Counted<L> {
     fn shape(&self) -> Shape {
         self.limiter.shape()
     }
 
     fn idle_reset(&self) -> Duration {
         self.limiter.idle_reset()
-    }
-
-    /// The counted limit's: counting spends nothing of its own.
-    fn identity(&self) -> Identity {
-        self.limiter.identity()
     }
 }
 
@@ -443,18 +454,14 @@ impl<L: Limit> Limit for Counted<L> {
 }
 
 #[cfg(feature = "keyed")]
-impl<K, C, S> Counted<KeyedLimiter<K, C, S>>
-where
-    K: Hash + Eq + Send + Sync,
-    C: Clock,
-    S: BuildHasher + Clone + Send + Sync,
-{
+impl<L: PerKey> Counted<L> {
     /// `key`'s limit with its decisions counted here: what
-    /// [`KeyedLimiter::key`] is to the keyed limiter.
+    /// [`PerKey::key`] is to the keyed limiter (a
+    /// [`KeyedLimiter`](crate::KeyedLimiter), a keyed window counter).
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Counted, KeyedLimiter, Limit, ManualClock, Quota};
+    /// use tollgate::{Counted, KeyedFixedWindow, KeyedLimiter, Limit, ManualClock, Quota, WindowQuota};
     ///
     /// let limiter = Counted::new(
     ///     KeyedLimiter::builder(Quota::per_second(1)?).clock(ManualClock::new()).build::<u32>(),
@@ -464,45 +471,38 @@ where
     /// assert_eq!(limiter.key(&7).reserve(1, Duration::from_secs(1))?, Duration::from_secs(1));
     /// let stats = limiter.stats();
     /// assert_eq!((stats.admitted, stats.denied, stats.delay_nanos), (2, 1, 1_000_000_000));
+    ///
+    /// let windows = Counted::new(
+    ///     KeyedFixedWindow::builder(WindowQuota::per_second(1)?).clock(ManualClock::new()).build_fixed::<u32>()?,
+    /// );
+    /// windows.key(&7).try_acquire(1)?;
+    /// assert!(windows.key(&7).try_acquire(1).is_err());
+    /// assert!(windows.key(&8).try_acquire(1).is_ok());
+    /// assert_eq!((windows.stats().admitted, windows.stats().denied), (2, 1));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn key<'a, Q>(&'a self, key: &'a Q) -> impl Limit + 'a
+    pub fn key<'a, Q>(&'a self, key: &'a Q) -> impl Advertised + 'a
     where
-        Q: KeyRef<K> + Sync + ?Sized,
+        Q: KeyRef<L::Key> + Sync + ?Sized,
     {
-        self.counting(self.limiter.key(key))
+        self.counting(PerKey::key(&self.limiter, key))
     }
 }
 
+/// A counted keyed limiter is a keyed limiter: a keyed rule of the tower
+/// layer counts its decisions.
 #[cfg(feature = "keyed")]
-impl<K, Kind, C, S> Counted<crate::window::KeyedWindow<K, Kind, C, S>>
-where
-    K: Hash + Eq + Send + Sync,
-    Kind: crate::window::WindowKind,
-    C: Clock,
-    S: BuildHasher + Clone + Send + Sync,
-{
-    /// `key`'s window counter with its decisions counted here: what
-    /// [`KeyedWindow::key`](crate::window::KeyedWindow::key) is to the
-    /// keyed window counter.
-    ///
-    /// ```
-    /// use tollgate::{Counted, KeyedFixedWindow, Limit, ManualClock, WindowQuota};
-    ///
-    /// let limiter = Counted::new(
-    ///     KeyedFixedWindow::builder(WindowQuota::per_second(1)?).clock(ManualClock::new()).build_fixed::<u32>()?,
-    /// );
-    /// limiter.key(&7).try_acquire(1)?;
-    /// assert!(limiter.key(&7).try_acquire(1).is_err());
-    /// assert!(limiter.key(&8).try_acquire(1).is_ok());
-    /// let stats = limiter.stats();
-    /// assert_eq!((stats.admitted, stats.denied), (2, 1));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn key<'a, Q>(&'a self, key: &'a Q) -> impl Limit + 'a
+impl<L: PerKey> PerKey for Counted<L> {
+    type Key = L::Key;
+
+    fn key<'a, Q>(&'a self, key: &'a Q) -> impl Advertised + 'a
     where
-        Q: KeyRef<K> + Sync + ?Sized,
+        Q: KeyRef<L::Key> + Sync + ?Sized,
     {
-        self.counting(self.limiter.key(key))
+        Counted::key(self, key)
+    }
+
+    fn shape(&self) -> Shape {
+        self.limiter.shape()
     }
 }

@@ -292,7 +292,7 @@ fn refusal(steps: &[Step<'_>], index: usize, error: AcquireError) -> HierarchyEr
             Some(cost) => step.limit.retry_after(cost),
             None => Err(AcquireError::ExceedsCapacity {
                 cost: u64::MAX,
-                capacity: step.limit.shape().quota,
+                capacity: step.limit.capacity(),
             }),
         };
         match look {

@@ -25,7 +25,9 @@
 //! Every limiter that spends tokens decides through one trait, [`Limit`]:
 //! take now, take now and wait before use, or look without spending. The
 //! combinators, the counters, the async wait and the tower layer are
-//! written once against it.
+//! written once against it. What a limit tells clients about itself (its
+//! [`Shape`], the reset of an HTTP field) is a trait of its own,
+//! [`Advertised`], which the HTTP layer reads.
 //!
 //! # Limiters
 //!
@@ -48,6 +50,8 @@
 //! - [`KeyedFixedWindow`] and [`KeyedSlidingWindow`]: a window word per key
 //!   in the same bounded table.
 //! - [`KeyTableStats`]: what a key table holds and has dropped.
+//! - [`PerKey`]: the trait over every limiter with a limit per key, which
+//!   [`Counted`] and the tower layer's keyed rules are written against.
 //!
 //! # Combinators
 //!
@@ -153,6 +157,7 @@
 // which. Stable builds never see the unstable attribute.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod advertised;
 mod bucket;
 mod clock;
 pub mod concurrency;
@@ -189,6 +194,7 @@ mod timeline;
 mod waiting;
 pub mod window;
 
+pub use advertised::{Advertised, Shape};
 pub use bucket::TokenBucket;
 pub use clock::{
     Clock, ClockChoice, CoarseClock, DefaultClock, ManualClock, MonotonicClock, TscClock,
@@ -197,7 +203,9 @@ pub use counted::{Counted, DecisionStats};
 pub use error::{AcquireError, QuotaError};
 pub use hierarchy::{HierarchyError, MAX_STEPS, Step, try_acquire_all};
 #[cfg(feature = "keyed")]
-pub use keyed::{AtCapacity, KeyLimit, KeyRef, KeyTableStats, KeyedBuilder, KeyedLimiter, Tiered};
+pub use keyed::{
+    AtCapacity, KeyLimit, KeyRef, KeyTableStats, KeyedBuilder, KeyedLimiter, PerKey, Tiered,
+};
 /// The keyed limiter's quota generations, for the loom models only.
 #[cfg(all(tollgate_loom, feature = "keyed"))]
 #[doc(hidden)]

@@ -250,25 +250,6 @@ pub(crate) mod sealed {
         Window(u64),
     }
 
-    impl Shape {
-        /// A bucket's: `q` its capacity, `w` the time it takes to refill
-        /// from empty to full.
-        pub(crate) fn of_quota(quota: &crate::Quota) -> Shape {
-            Shape {
-                quota: quota.capacity(),
-                window_seconds: quota.refill_seconds(),
-            }
-        }
-
-        /// A window counter's: `q` its limit, `w` its window.
-        pub(crate) fn of_window_quota(quota: &crate::WindowQuota) -> Shape {
-            Shape {
-                quota: quota.limit(),
-                window_seconds: quota.window_seconds(),
-            }
-        }
-    }
-
     impl Taken {
         /// `tokens` admitted by `admission` from a limit's own bucket.
         #[inline]
@@ -310,16 +291,6 @@ pub(crate) mod sealed {
                 Record::Bucket(_) => None,
             }
         }
-    }
-
-    /// What a limit advertises of itself to clients (the HTTP layer's
-    /// `RateLimit-Policy`): the quota `q`, the most it admits at once, and
-    /// the window `w` in whole seconds, rounded up, at least 1, over which
-    /// that much comes back.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub struct Shape {
-        pub(crate) quota: u64,
-        pub(crate) window_seconds: u64,
     }
 
     /// Which tokens a limit decides on: two handles of one identity (a
@@ -376,19 +347,16 @@ pub(crate) mod sealed {
         ) -> Result<(Taken, Duration), AcquireError>;
         /// Gives back what `taken` took, by the rule of `Tat::undo`.
         fn undo(&self, taken: &Taken);
-        /// What this limit advertises: see [`Shape`].
-        fn shape(&self) -> Shape;
-        /// While nothing is spent, the wait until the limit's state next
-        /// moves on its own: a bucket's one token of refill, a window
-        /// counter's end of the current window. With the wait for one unit
-        /// more than is available, it is the "reset" an HTTP field reports.
-        fn idle_reset(&self) -> Duration;
+        /// The most one decision can take: a bucket's capacity, a window's
+        /// limit (what a hierarchy reports a chain that can never fit
+        /// against).
+        fn capacity(&self) -> u64;
         /// Which limit this is: see [`Identity`].
         fn identity(&self) -> Identity;
     }
 }
 
-pub(crate) use sealed::{Identity, Shape, Taken};
+pub(crate) use sealed::{Identity, Taken};
 
 /// Implements [`Limit`] for a pointer to a limit, so that a receipt can hold
 /// its limit borrowed (`&L`) or shared (`Arc<L>`, for a receipt that
@@ -408,11 +376,8 @@ macro_rules! forward_limit {
             fn undo(&self, taken: &Taken) {
                 (**self).undo(taken);
             }
-            fn shape(&self) -> Shape {
-                (**self).shape()
-            }
-            fn idle_reset(&self) -> Duration {
-                (**self).idle_reset()
+            fn capacity(&self) -> u64 {
+                (**self).capacity()
             }
             fn identity(&self) -> sealed::Identity {
                 (**self).identity()

@@ -7,7 +7,8 @@ use crossbeam_utils::CachePadded;
 
 use std::time::Duration;
 
-use crate::limit::{Identity, Limit, Shape, Taken, sealed};
+use crate::advertised::{Advertised, Shape};
+use crate::limit::{Identity, Limit, Taken, sealed};
 use crate::sync::swap::Swap;
 use crate::sync::{Arc, Mutex, lock};
 use crate::{AcquireError, Clock, DefaultClock, Quota, TokenBucket};
@@ -457,17 +458,23 @@ impl<C: Clock> sealed::Sealed for StripedBucket<C> {
         self.bucket.undo(taken);
     }
 
+    fn capacity(&self) -> u64 {
+        self.bucket.capacity()
+    }
+
+    /// The bucket's: pooled tokens were spent from it.
+    fn identity(&self) -> Identity {
+        self.bucket.identity()
+    }
+}
+
+impl<C: Clock> Advertised for StripedBucket<C> {
     fn shape(&self) -> Shape {
         self.bucket.shape()
     }
 
     fn idle_reset(&self) -> Duration {
         self.bucket.idle_reset()
-    }
-
-    /// The bucket's: pooled tokens were spent from it.
-    fn identity(&self) -> Identity {
-        self.bucket.identity()
     }
 }
 

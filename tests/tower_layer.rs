@@ -18,7 +18,10 @@ use http_body_util::Full;
 use tokio::sync::Notify;
 use tollgate::http::PolicyName;
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
-use tollgate::{KeyedLimiter, Limit, ManualClock, Quota, TokenBucket};
+use tollgate::{
+    Advertised, Counted, KeyRef, KeyedLimiter, Limit, ManualClock, PerKey, Quota, Shape,
+    TokenBucket,
+};
 use tower::{Layer, Service, ServiceExt};
 
 mod common;
@@ -707,4 +710,89 @@ async fn every_rule_charging_a_short_limit_is_violated() {
             "keeps: {keeps}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_counted_keyed_limiter_is_a_keyed_rule_whose_decisions_are_counted() {
+    let clock = ManualClock::new();
+    let limiter = Arc::new(Counted::new(
+        KeyedLimiter::builder(hourly(2))
+            .clock(clock.clone())
+            .build::<Account>(),
+    ));
+    let rule = Rule::keyed(
+        PolicyName::new("account").unwrap(),
+        Arc::clone(&limiter),
+        extract::extension::<Account>(),
+    )
+    .give_back_on([StatusCode::UNAUTHORIZED]);
+    let mut service = RateLimitLayer::builder()
+        .rule(rule)
+        .build()
+        .layer(tower::service_fn(answer));
+    let mut statuses = Vec::new();
+    for status in [200, 401, 200, 200] {
+        let response = service
+            .ready()
+            .await
+            .unwrap()
+            .call(request(Some(1), status))
+            .await
+            .unwrap();
+        statuses.push(response.status().as_u16());
+    }
+    // The 401 was given back, so the third request fits and the fourth does not.
+    assert_eq!(statuses, [200, 401, 200, 429]);
+    let stats = limiter.stats();
+    assert_eq!((stats.admitted, stats.abandoned, stats.denied), (3, 1, 1));
+}
+
+/// Buckets made ahead for a fixed set of accounts: a keyed limiter of the
+/// caller's own.
+struct TwoAccounts([TokenBucket<ManualClock>; 2]);
+
+impl PerKey for TwoAccounts {
+    type Key = Account;
+
+    fn key<'a, Q>(&'a self, key: &'a Q) -> impl Advertised + 'a
+    where
+        Q: KeyRef<Account> + Sync + ?Sized,
+    {
+        let Account(index) = key.to_owned();
+        &self.0[index as usize % 2]
+    }
+
+    fn shape(&self) -> Shape {
+        self.0[0].shape()
+    }
+}
+
+#[tokio::test]
+async fn a_keyed_limiter_of_the_callers_own_is_a_keyed_rule() {
+    let clock = ManualClock::new();
+    let bucket = || TokenBucket::with_clock(hourly(1), clock.clone());
+    let limiter = Arc::new(TwoAccounts([bucket(), bucket()]));
+    let rule = Rule::keyed(
+        PolicyName::new("account").unwrap(),
+        Arc::clone(&limiter),
+        extract::extension::<Account>(),
+    );
+    assert_eq!(rule.policy().quota(), 1);
+    let mut service = RateLimitLayer::builder()
+        .rule(rule)
+        .build()
+        .layer(tower::service_fn(answer));
+    let mut statuses = Vec::new();
+    for account in [0, 0, 1, 1] {
+        let response = service
+            .ready()
+            .await
+            .unwrap()
+            .call(request(Some(account), 200))
+            .await
+            .unwrap();
+        statuses.push(response.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 429, 200, 429]);
+    assert_eq!((limiter.0[0].available(), limiter.0[1].available()), (0, 0));
 }

@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 use super::seconds::SF_INTEGER_MAX;
 use super::{PartitionKey, PolicyName, QuotaUnit, RateLimitPolicy};
 #[cfg(feature = "tower")]
-use crate::limit::Shape;
+use crate::advertised::Shape;
 
 /// The field name of the policies: `ratelimit-policy`.
 pub const RATELIMIT_POLICY: &str = "ratelimit-policy";

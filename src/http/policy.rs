@@ -4,7 +4,7 @@ use std::num::NonZeroU64;
 use std::str::FromStr;
 
 use super::{HttpError, PartitionKey};
-use crate::limit::Shape;
+use crate::advertised::Shape;
 use crate::{Quota, WindowQuota};
 
 /// The name of a quota policy, as sent in the RateLimit fields and the
@@ -181,7 +181,7 @@ impl RateLimitPolicy {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn from_quota(name: PolicyName, quota: &Quota) -> RateLimitPolicy {
-        RateLimitPolicy::from_shape(name, Shape::of_quota(quota))
+        RateLimitPolicy::from_shape(name, Shape::from(quota))
     }
 
     /// The policy of a window counter with `quota`: `q` = the limit, `w` =
@@ -205,7 +205,7 @@ impl RateLimitPolicy {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn from_window_quota(name: PolicyName, quota: &WindowQuota) -> RateLimitPolicy {
-        RateLimitPolicy::from_shape(name, Shape::of_window_quota(quota))
+        RateLimitPolicy::from_shape(name, Shape::from(quota))
     }
 
     /// The policy a limit advertises of itself ([`Shape`]).

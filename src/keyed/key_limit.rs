@@ -4,7 +4,8 @@ use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 use super::KeyRef;
-use crate::limit::{Identity, Limit, Shape, Taken, sealed};
+use crate::advertised::{Advertised, Shape};
+use crate::limit::{Identity, Limit, Taken, sealed};
 use crate::{AcquireError, Clock, KeyedLimiter};
 
 /// One key of a [`KeyedLimiter`] (or of a [`Tiered`](crate::Tiered)): a
@@ -54,16 +55,28 @@ where
         self.limiter.undo(self.key, taken, taken.tokens);
     }
 
-    fn shape(&self) -> Shape {
-        Shape::of_quota(&self.limiter.quota())
-    }
-
-    fn idle_reset(&self) -> Duration {
-        self.limiter.quota().refill_interval()
+    fn capacity(&self) -> u64 {
+        self.limiter.quota().capacity()
     }
 
     fn identity(&self) -> Identity {
         Identity::of_key(self.limiter, self.limiter.hasher().hash_one(self.key))
+    }
+}
+
+impl<Q, K, C, S> Advertised for KeyLimit<'_, Q, K, C, S>
+where
+    K: Hash + Eq + Send + Sync,
+    Q: KeyRef<K> + Sync + ?Sized,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync,
+{
+    fn shape(&self) -> Shape {
+        Shape::from(&self.limiter.quota())
+    }
+
+    fn idle_reset(&self) -> Duration {
+        self.limiter.quota().refill_interval()
     }
 }
 

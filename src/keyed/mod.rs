@@ -8,6 +8,7 @@ mod generations;
 mod key_limit;
 mod key_ref;
 mod key_table;
+mod per_key;
 mod stats;
 mod table;
 mod tiers;
@@ -21,6 +22,7 @@ use crossbeam_utils::CachePadded;
 pub use config::{AtCapacity, KeyedBuilder};
 pub use key_limit::KeyLimit;
 pub use key_ref::KeyRef;
+pub use per_key::PerKey;
 pub use stats::KeyTableStats;
 pub use tiers::Tiered;
 // The loom models run the cap's real code against a stand-in table.

@@ -7,7 +7,8 @@ use crossbeam_utils::CachePadded;
 use super::frame::Frame;
 use super::state::WindowState;
 use super::{WindowKind, WindowQuota};
-use crate::limit::{Identity, Limit, Shape, Taken, sealed};
+use crate::advertised::{Advertised, Shape};
+use crate::limit::{Identity, Limit, Taken, sealed};
 use crate::{AcquireError, Clock, DefaultClock, QuotaError};
 
 /// A window limit in one cache-padded `AtomicU64`: a [`FixedWindow`](super::FixedWindow)
@@ -203,8 +204,18 @@ impl<K: WindowKind, C: Clock> sealed::Sealed for WindowCounter<K, C> {
         }
     }
 
+    fn capacity(&self) -> u64 {
+        self.quota.limit()
+    }
+
+    fn identity(&self) -> Identity {
+        Identity::of(self)
+    }
+}
+
+impl<K: WindowKind, C: Clock> Advertised for WindowCounter<K, C> {
     fn shape(&self) -> Shape {
-        Shape::of_window_quota(&self.quota)
+        Shape::from(&self.quota)
     }
 
     /// The end of the window the word decides in: where a fixed window
@@ -212,10 +223,6 @@ impl<K: WindowKind, C: Clock> sealed::Sealed for WindowCounter<K, C> {
     fn idle_reset(&self) -> Duration {
         let at = self.now();
         self.frame.until_end(&self.state.view(&self.frame, at), at)
-    }
-
-    fn identity(&self) -> Identity {
-        Identity::of(self)
     }
 }
 

@@ -8,10 +8,11 @@ use super::frame::{Frame, View};
 use super::keys::WindowKeys;
 use super::state::WindowState;
 use super::{Fixed, Sliding, WindowKind, WindowQuota};
+use crate::advertised::{Advertised, Shape};
 use crate::keyed::{
-    AtCapacity, Find, Found, KeyRef, KeyTable, KeyTableStats, KeyedBuilder, in_table,
+    AtCapacity, Find, Found, KeyRef, KeyTable, KeyTableStats, KeyedBuilder, PerKey, in_table,
 };
-use crate::limit::{Identity, Limit, Shape, Taken, sealed};
+use crate::limit::{Identity, Limit, Taken, sealed};
 use crate::{AcquireError, Clock, DefaultClock, QuotaError};
 
 /// A window counter per key ([`FixedWindow`](super::FixedWindow) or
@@ -452,19 +453,32 @@ where
         }
     }
 
+    fn capacity(&self) -> u64 {
+        self.limiter.quota.limit()
+    }
+
+    fn identity(&self) -> Identity {
+        let key = self.limiter.table.exact.hasher().hash_one(self.key);
+        Identity::of_key(self.limiter, key)
+    }
+}
+
+impl<Q, K, Kind, C, S> Advertised for KeyWindow<'_, Q, K, Kind, C, S>
+where
+    K: Hash + Eq + Send + Sync,
+    Q: KeyRef<K> + Sync + ?Sized,
+    Kind: WindowKind,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync,
+{
     fn shape(&self) -> Shape {
-        Shape::of_window_quota(&self.limiter.quota)
+        Shape::from(&self.limiter.quota)
     }
 
     fn idle_reset(&self) -> Duration {
         let at = self.limiter.now();
         let view = self.limiter.view(self.key, at);
         self.limiter.keys.frame.until_end(&view, at)
-    }
-
-    fn identity(&self) -> Identity {
-        let key = self.limiter.table.exact.hasher().hash_one(self.key);
-        Identity::of_key(self.limiter, key)
     }
 }
 
@@ -488,5 +502,26 @@ where
     fn available(&self) -> u64 {
         let view = self.limiter.view(self.key, self.limiter.now());
         self.limiter.keys.frame.available(&view)
+    }
+}
+
+impl<K, Kind, C, S> PerKey for KeyedWindow<K, Kind, C, S>
+where
+    K: Hash + Eq + Send + Sync,
+    Kind: WindowKind,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync,
+{
+    type Key = K;
+
+    fn key<'a, Q>(&'a self, key: &'a Q) -> impl Advertised + 'a
+    where
+        Q: KeyRef<K> + Sync + ?Sized,
+    {
+        KeyedWindow::key(self, key)
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::from(&self.quota)
     }
 }

@@ -10,10 +10,11 @@ use smallvec::SmallVec;
 
 use super::rule::Bound;
 use super::shared::{Outcome, Receipt, SharedBound};
+use crate::advertised::Shape;
 use crate::hierarchy::{Taken, combined_cost, take_all};
 use crate::http::refusal::Cause;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
-use crate::limit::{Identity, Shape};
+use crate::limit::Identity;
 use crate::shared::{BudgetError, HotAnswer};
 use crate::{AcquireError, HierarchyError, Limit, Step, try_acquire_all};
 

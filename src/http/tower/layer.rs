@@ -24,12 +24,12 @@ use super::charge::{
 use super::length::Framing;
 use super::rule::{Binder, Rule};
 use super::{CostError, MissingKey};
+use crate::advertised::Shape;
 use crate::http::fields::{ListWriter, PolicyText, RATELIMIT_NAME, RATELIMIT_POLICY_NAME};
 use crate::http::problem::client_error;
 use crate::http::{
     Jitter, PartitionKey, PartitionKeys, RateLimitPolicy, Refusal, ServiceLimit, delay_seconds,
 };
-use crate::limit::Shape;
 use crate::sync::unmodelled::Arc;
 
 /// A tower [`Layer`] that rate-limits requests with a list of [`Rule`]s.

@@ -38,12 +38,10 @@ mod cost;
 pub mod extract;
 mod layer;
 mod length;
-mod per_key;
 mod rule;
 mod shared;
 
 pub use body::{BodyKind, EitherBody, InnerBody, RateLimitBody};
 pub use cost::CostError;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder, RateLimitService, ResponseFuture};
-pub use per_key::PerKey;
 pub use rule::{MissingKey, Rule};

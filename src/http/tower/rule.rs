@@ -10,11 +10,12 @@ use http::request::Parts;
 
 use super::CostError;
 use super::layer::Decision;
-use super::per_key::PerKey;
 use super::shared::SharedSource;
+use crate::advertised::{Advertised, Shape};
 use crate::http::{PartitionKey, PartitionKeys, PolicyName, RateLimitPolicy};
+use crate::keyed::PerKey;
 use crate::limit::sealed::Sealed;
-use crate::limit::{Identity, Shape, Taken};
+use crate::limit::{Identity, Taken};
 use crate::shared::{KeyedAllowance, Store};
 use crate::sync::unmodelled::Arc;
 use crate::{AcquireError, Limit, Quota};
@@ -117,7 +118,7 @@ impl Rule {
     /// assert_eq!((hourly.policy().quota(), hourly.policy().window_seconds()), (600, Some(3600)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn global<L: Limit + Send + 'static>(name: PolicyName, limit: Arc<L>) -> Rule {
+    pub fn global<L: Advertised + Send + 'static>(name: PolicyName, limit: Arc<L>) -> Rule {
         let shape = limit.shape();
         let policy = RateLimitPolicy::from_shape(name, shape);
         Rule::new(policy, Some(shape), Limiter::Local(Arc::new(limit)))
@@ -129,7 +130,8 @@ impl Rule {
     /// counter per key ([`KeyedFixedWindow`](crate::KeyedFixedWindow),
     /// [`KeyedSlidingWindow`](crate::KeyedSlidingWindow)), advertised as
     /// [`global`](Self::global) advertises the same limit (a window as
-    /// `q = N; w = W`). Any [`PerKey`] limiter.
+    /// `q = N; w = W`), or any other [`PerKey`] limiter (one
+    /// [`Counted`](crate::Counted) counts the rule's decisions).
     ///
     /// ```
     /// use std::sync::Arc;
@@ -152,7 +154,7 @@ impl Rule {
     /// ```
     pub fn keyed<L, K, F>(name: PolicyName, limiter: Arc<L>, key: F) -> Rule
     where
-        L: PerKey<K>,
+        L: PerKey<Key = K> + 'static,
         K: Hash + Eq + Clone + Send + Sync + 'static,
         F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
     {
@@ -514,7 +516,7 @@ pub(super) trait Source: Send + Sync {
 /// A limit bound to one request: the limiter and, if keyed, the key. Its
 /// take, undo, wait, availability and what it advertises are those of a
 /// [`Limit`].
-pub(super) trait Bound: Limit + Send {
+pub(super) trait Bound: Advertised + Send {
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey>;
     /// This binding, owning its key: for a charge kept until its response
     /// (to give back, or to advertise), or one that waits for a store.
@@ -522,13 +524,13 @@ pub(super) trait Bound: Limit + Send {
 }
 
 /// A global rule binds its limit as it is: there is no key.
-impl<L: Limit + Send + 'static> Source for Arc<L> {
+impl<L: Advertised + Send + 'static> Source for Arc<L> {
     fn bind(&self, _: &Parts, then: &mut dyn FnMut(Option<&dyn Bound>) -> Decision) -> Decision {
         then(Some(self))
     }
 }
 
-impl<L: Limit + Send + 'static> Bound for Arc<L> {
+impl<L: Advertised + Send + 'static> Bound for Arc<L> {
     fn partition(&self, _: &PartitionKeys, _: &PolicyName) -> Option<PartitionKey> {
         // One partition for everyone: there is nothing to tell apart.
         None
@@ -545,7 +547,7 @@ struct KeyedSource<L, K> {
 
 impl<L, K> Source for KeyedSource<L, K>
 where
-    L: PerKey<K>,
+    L: PerKey<Key = K> + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     fn bind(
@@ -589,49 +591,59 @@ impl<L, K> KeyedOwned<L, K> {
 /// taking, undoing and waiting are its.
 impl<L, K> Sealed for KeyedRef<'_, L, K>
 where
-    L: PerKey<K>,
+    L: PerKey<Key = K> + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        self.limiter.limit_of(self.key).take(cost)
+        PerKey::key(&**self.limiter, self.key).take(cost)
     }
     fn take_within(
         &self,
         cost: u64,
         max_wait: Duration,
     ) -> Result<(Taken, Duration), AcquireError> {
-        self.limiter.limit_of(self.key).take_within(cost, max_wait)
+        PerKey::key(&**self.limiter, self.key).take_within(cost, max_wait)
     }
     fn undo(&self, taken: &Taken) {
-        self.limiter.limit_of(self.key).undo(taken);
+        PerKey::key(&**self.limiter, self.key).undo(taken);
     }
-    fn shape(&self) -> Shape {
-        self.limiter.limit_of(self.key).shape()
-    }
-    fn idle_reset(&self) -> Duration {
-        self.limiter.limit_of(self.key).idle_reset()
+    fn capacity(&self) -> u64 {
+        PerKey::key(&**self.limiter, self.key).capacity()
     }
     fn identity(&self) -> Identity {
-        self.limiter.limit_of(self.key).identity()
+        PerKey::key(&**self.limiter, self.key).identity()
     }
 }
 
 impl<L, K> Limit for KeyedRef<'_, L, K>
 where
-    L: PerKey<K>,
+    L: PerKey<Key = K> + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
-        self.limiter.limit_of(self.key).retry_after(cost)
+        PerKey::key(&**self.limiter, self.key).retry_after(cost)
     }
     fn available(&self) -> u64 {
-        self.limiter.limit_of(self.key).available()
+        PerKey::key(&**self.limiter, self.key).available()
+    }
+}
+
+impl<L, K> Advertised for KeyedRef<'_, L, K>
+where
+    L: PerKey<Key = K> + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    fn shape(&self) -> Shape {
+        PerKey::key(&**self.limiter, self.key).shape()
+    }
+    fn idle_reset(&self) -> Duration {
+        PerKey::key(&**self.limiter, self.key).idle_reset()
     }
 }
 
 impl<L, K> Bound for KeyedRef<'_, L, K>
 where
-    L: PerKey<K>,
+    L: PerKey<Key = K> + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
@@ -647,7 +659,7 @@ where
 
 impl<L, K> Sealed for KeyedOwned<L, K>
 where
-    L: PerKey<K>,
+    L: PerKey<Key = K> + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
@@ -663,11 +675,8 @@ where
     fn undo(&self, taken: &Taken) {
         self.view().undo(taken);
     }
-    fn shape(&self) -> Shape {
-        self.view().shape()
-    }
-    fn idle_reset(&self) -> Duration {
-        self.view().idle_reset()
+    fn capacity(&self) -> u64 {
+        self.view().capacity()
     }
     fn identity(&self) -> Identity {
         self.view().identity()
@@ -676,7 +685,7 @@ where
 
 impl<L, K> Limit for KeyedOwned<L, K>
 where
-    L: PerKey<K>,
+    L: PerKey<Key = K> + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
@@ -687,9 +696,22 @@ where
     }
 }
 
+impl<L, K> Advertised for KeyedOwned<L, K>
+where
+    L: PerKey<Key = K> + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    fn shape(&self) -> Shape {
+        self.view().shape()
+    }
+    fn idle_reset(&self) -> Duration {
+        self.view().idle_reset()
+    }
+}
+
 impl<L, K> Bound for KeyedOwned<L, K>
 where
-    L: PerKey<K>,
+    L: PerKey<Key = K> + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
