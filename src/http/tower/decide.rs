@@ -11,26 +11,11 @@ use super::charge::{
 };
 use super::config::Config;
 use super::cost::CostError;
+use super::decision::CallDecision;
 use super::rule::MissingKey;
 use super::rule::RuleLimit;
 use crate::http::RateLimitPolicy;
 use crate::http::problem::client_error;
-
-/// What `call` decided for a request, once every rule that applies is
-/// bound (and, unless a store must be asked, charged).
-pub(super) enum CallDecision {
-    /// Every rule took its cost; these charges are kept until the response.
-    Admitted(Vec<Charge<'static>>),
-    /// The request's answer, without calling the inner service: a refusal,
-    /// or the 4xx of a request no rule can charge as it stands.
-    Refused(Response<Bytes>),
-    /// The in-process rules took their cost; the shared rule at `from` (and
-    /// those after it) waits for its store.
-    Waits {
-        charges: Vec<Charge<'static>>,
-        from: usize,
-    },
-}
 
 impl Config {
     /// Binds every rule that applies to the request, with its cost, then
@@ -59,31 +44,26 @@ impl Config {
         if !rule.applies_to(parts) {
             return self.bind_from(parts, index + 1, bound);
         }
-        // Every local limiter calls `then` exactly once; were one not to,
-        // the request would be refused as carrying no key for the rule,
-        // never let through uncharged.
-        let mut decision = None;
         limiter.bind(parts, &mut |limit| {
-            decision = Some(match limit {
-                None => match rule.missing_key() {
+            let Some(limit) = limit else {
+                return match rule.missing_key() {
                     MissingKey::Skip => self.bind_from(parts, index + 1, bound),
                     MissingKey::Reject => Unchargeable::NoKey(rule.policy()).decision(),
-                },
-                Some(limit) => match rule.cost_of(parts) {
-                    Ok(cost) => {
-                        let next = BoundRule {
-                            rule: index,
-                            limit,
-                            cost,
-                            before: bound,
-                        };
-                        self.bind_from(parts, index + 1, Some(&next))
-                    }
-                    Err(error) => Unchargeable::Cost(rule.policy(), error).decision(),
-                },
-            });
-        });
-        decision.unwrap_or_else(|| Unchargeable::NoKey(rule.policy()).decision())
+                };
+            };
+            match rule.cost_of(parts) {
+                Ok(cost) => {
+                    let next = BoundRule {
+                        rule: index,
+                        limit,
+                        cost,
+                        before: bound,
+                    };
+                    self.bind_from(parts, index + 1, Some(&next))
+                }
+                Err(error) => Unchargeable::Cost(rule.policy(), error).decision(),
+            }
+        })
     }
 
     /// Binds the shared rules from `index` on after the in-process ones in

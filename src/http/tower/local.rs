@@ -18,14 +18,16 @@ use crate::sync::unmodelled::Arc;
 
 type KeyFn<K> = dyn Fn(&Parts) -> Option<K> + Send + Sync;
 
-/// An in-process limiter that can be bound to one request's key.
-pub(super) trait LocalLimiter: Send + Sync {
-    /// Calls `then` once, with this limit bound to the request's key, or
-    /// with `None` when the request has no key. The binding lives on this
-    /// call's stack and borrows the key, so binding allocates nothing; a
-    /// charge that must outlive the call takes an owned copy
-    /// ([`RequestLimit::to_owned`]).
-    fn bind(&self, parts: &Parts, then: &mut dyn FnMut(Option<&dyn RequestLimit>));
+/// An in-process limiter that can be bound to one request's key, for a
+/// continuation answering `Out` (what the layer decides: generic, so that
+/// this module knows nothing of decisions).
+pub(super) trait LocalLimiter<Out>: Send + Sync {
+    /// Calls `then` with this limit bound to the request's key, or with
+    /// `None` when the request has no key, and answers what `then` does.
+    /// The binding lives on this call's stack and borrows the key, so
+    /// binding allocates nothing; a charge that must outlive the call
+    /// takes an owned copy ([`RequestLimit::to_owned`]).
+    fn bind(&self, parts: &Parts, then: &mut dyn FnMut(Option<&dyn RequestLimit>) -> Out) -> Out;
 }
 
 /// A limit bound to one request: the limiter and, if keyed, the key. Its
@@ -39,9 +41,9 @@ pub(super) trait RequestLimit: Advertised + Send {
 }
 
 /// A global rule binds its limit as it is: there is no key.
-impl<L: Advertised + Send + 'static> LocalLimiter for Arc<L> {
-    fn bind(&self, _: &Parts, then: &mut dyn FnMut(Option<&dyn RequestLimit>)) {
-        then(Some(self));
+impl<L: Advertised + Send + 'static, Out> LocalLimiter<Out> for Arc<L> {
+    fn bind(&self, _: &Parts, then: &mut dyn FnMut(Option<&dyn RequestLimit>) -> Out) -> Out {
+        then(Some(self))
     }
 }
 
@@ -73,12 +75,12 @@ impl<L, K> WithKey<L, K> {
     }
 }
 
-impl<L, K> LocalLimiter for WithKey<L, K>
+impl<L, K, Out> LocalLimiter<Out> for WithKey<L, K>
 where
     L: PerKey<Key = K> + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
-    fn bind(&self, parts: &Parts, then: &mut dyn FnMut(Option<&dyn RequestLimit>)) {
+    fn bind(&self, parts: &Parts, then: &mut dyn FnMut(Option<&dyn RequestLimit>) -> Out) -> Out {
         match (self.key)(parts) {
             Some(key) => then(Some(&KeyBorrowed {
                 limiter: &self.limiter,

@@ -38,6 +38,7 @@ mod charge;
 mod config;
 mod cost;
 mod decide;
+mod decision;
 pub mod extract;
 mod future;
 mod layer;

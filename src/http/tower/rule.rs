@@ -8,6 +8,7 @@ use http::StatusCode;
 use http::request::Parts;
 
 use super::cost::CostError;
+use super::decision::CallDecision;
 use super::local::{LocalLimiter, WithKey};
 use super::shared::SharedLimiter;
 use crate::advertised::{Advertised, Shape};
@@ -481,6 +482,6 @@ impl fmt::Debug for Rule {
 /// [`LocalLimiter::bind`]), or shared by a fleet.
 #[derive(Clone)]
 pub(super) enum RuleLimit {
-    Local(Arc<dyn LocalLimiter>),
+    Local(Arc<dyn LocalLimiter<CallDecision>>),
     Shared(SharedLimiter),
 }

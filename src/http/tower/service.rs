@@ -12,7 +12,7 @@ use tower::Service;
 use super::body::{BodyKind, EitherBody};
 use super::charge::charge_shared_waiting;
 use super::config::Config;
-use super::decide::CallDecision;
+use super::decision::CallDecision;
 use super::future::{KeptCharges, ResponseFuture};
 use super::length::Framing;
 use crate::sync::unmodelled::Arc;
