@@ -5,11 +5,13 @@ mod chain;
 use std::time::Duration;
 
 use crate::advertised::{Advertised, Shape};
+use crate::clock::{Clock, DefaultClock};
+use crate::error::AcquireError;
 use crate::gcra::Gcra;
 use crate::limit::{Identity, Limit, Taken, sealed};
+use crate::quota::Quota;
 use crate::state::Admission;
 use crate::timeline::{Behind, Timeline};
-use crate::{AcquireError, Clock, DefaultClock, Quota};
 use chain::{State, States};
 
 /// A token bucket whose whole state is one cache-padded `AtomicU64`.

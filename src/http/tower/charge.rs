@@ -11,12 +11,14 @@ use smallvec::SmallVec;
 use super::local::RequestLimit;
 use super::shared::{SharedKey, SharedOutcome, SharedReceipt};
 use crate::advertised::Shape;
+use crate::error::AcquireError;
+use crate::hierarchy::{HierarchyError, Step, try_acquire_all};
 use crate::hierarchy::{Taken, combined_cost, take_all};
 use crate::http::refusal::Cause;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
 use crate::limit::Identity;
+use crate::limit::Limit;
 use crate::shared::{BudgetError, HotAnswer};
-use crate::{AcquireError, HierarchyError, Limit, Step, try_acquire_all};
 
 /// The charges of one request, on the stack for a layer of up to four
 /// rules (a heap allocation per request beyond that).

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use http::request::Parts;
 
-use crate::AcquireError;
 use crate::advertised::{Advertised, Shape};
+use crate::error::AcquireError;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
 use crate::keyed::PerKey;
 use crate::limit::sealed::Sealed;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use http::request::Parts;
 
-use crate::Quota;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
+use crate::quota::Quota;
 use crate::shared::{BudgetError, HotAnswer};
 use crate::shared::{KeyedAllowance, KeyedReceipt, Store};
 use crate::sync::unmodelled::Arc;
