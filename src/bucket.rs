@@ -1,6 +1,6 @@
 //! The lock-free token bucket: one atomic word, one compare-and-swap loop.
 
-mod chain;
+mod states;
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use crate::limit::{Identity, Limit, Shape, Taken, sealed};
 use crate::state::Admission;
 use crate::timeline::{Behind, Timeline};
 use crate::{AcquireError, Clock, DefaultClock, Quota};
-use chain::{State, States};
+use states::{State, States};
 
 /// A token bucket whose whole state is one cache-padded `AtomicU64`.
 ///
