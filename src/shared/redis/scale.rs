@@ -19,7 +19,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::RedisStoreError;
+use super::error::RedisStoreError;
 use crate::Quota;
 use crate::gcra::Interval;
 
