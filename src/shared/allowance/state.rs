@@ -22,7 +22,7 @@ pub(super) const POOL_LIMIT: u64 = u64::MAX >> 1;
 
 /// One allowance: what its handle, its refill task and its returns share.
 #[derive(Debug)]
-pub(super) struct Inner<S: Store> {
+pub(super) struct AllowanceState<S: Store> {
     pub(super) store: Arc<S>,
     pub(super) key: String,
     pub(super) config: AllowanceConfig,
@@ -134,7 +134,7 @@ fn far_future() -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs(86_400 * 365 * 30)
 }
 
-impl<S: Store> Inner<S> {
+impl<S: Store> AllowanceState<S> {
     /// An allowance of `key` with an empty pool, whose refills and returns
     /// run on `runtime`.
     pub(super) fn new(
@@ -147,7 +147,7 @@ impl<S: Store> Inner<S> {
             FailurePolicy::Fallback(quota) => Some(TokenBucket::new(quota)),
             FailurePolicy::Closed | FailurePolicy::Open => None,
         };
-        Inner {
+        AllowanceState {
             store,
             key,
             config,
