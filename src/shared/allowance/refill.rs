@@ -246,13 +246,13 @@ impl<S: Store> AllowanceState<S> {
             books.spent_by_then = spent;
             // Half old, half new: follows a change of demand within a few
             // leases without chasing every burst.
-            let old = f64::from_bits(self.demand.load(Ordering::Relaxed));
+            let old = self.demand.load(Ordering::Relaxed);
             let smoothed = if old == 0.0 {
                 rate
             } else {
                 0.5 * old + 0.5 * rate
             };
-            self.demand.store(smoothed.to_bits(), Ordering::Relaxed);
+            self.demand.store(smoothed, Ordering::Relaxed);
             (smoothed, books.pacer.least_ask(smoothed))
         };
         let wanted = (demand * self.config.lease_period.as_secs_f64()).ceil();

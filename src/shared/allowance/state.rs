@@ -13,7 +13,7 @@ use crate::shared::pacing::{MIN_PAUSE, Pacer};
 use crate::shared::pool::LeasePool;
 use crate::shared::{Lease, Store};
 use crate::sync::unmodelled::Arc;
-use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering, lock};
+use crate::sync::{AtomicBool, AtomicF64, AtomicU64, Mutex, MutexGuard, Ordering, lock};
 use crate::{AcquireError, TokenBucket};
 
 /// The most tokens a pool can hold (`LeasePool` counts in 63 bits): a lease
@@ -32,8 +32,8 @@ pub(super) struct AllowanceState<S: Store> {
     /// The largest cost a call can ever be served: `max_lease`, the store's
     /// capacity once a grant has told it, and what a pool can hold.
     pub(super) largest_cost: AtomicU64,
-    /// Smoothed local demand, tokens per second: an `f64`'s bits.
-    pub(super) demand: AtomicU64,
+    /// Smoothed local demand, tokens per second.
+    pub(super) demand: AtomicF64,
     /// Whether the last store call failed with the store unreachable:
     /// failure policy in force.
     pub(super) degraded: AtomicBool,
@@ -154,7 +154,7 @@ impl<S: Store> AllowanceState<S> {
             pool: LeasePool::new(),
             low_water: AtomicU64::new(config.min_lease.div_ceil(2)),
             largest_cost: AtomicU64::new(config.max_lease.min(POOL_LIMIT)),
-            demand: AtomicU64::new(0.0_f64.to_bits()),
+            demand: AtomicF64::new(0.0),
             degraded: AtomicBool::new(false),
             refused: AtomicBool::new(false),
             retry_hint: AtomicU64::new(0),
