@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-use crate::AcquireError;
+use crate::error::AcquireError;
 use crate::jitter::JitterGenerator;
 use crate::shared::BudgetError;
 use crate::shared::Store;

@@ -8,13 +8,14 @@ use tokio::runtime::Handle;
 use super::empty::{EmptyUntil, wait_for};
 use super::stats::{Stats, add};
 use super::{AllowanceConfig, FailurePolicy, Source};
+use crate::bucket::TokenBucket;
+use crate::error::AcquireError;
 use crate::shared::BudgetError;
 use crate::shared::pacing::{MIN_PAUSE, Pacer};
 use crate::shared::pool::LeasePool;
 use crate::shared::{Lease, Store};
 use crate::sync::unmodelled::Arc;
 use crate::sync::{AtomicBool, AtomicF64, AtomicU64, Mutex, MutexGuard, Ordering, lock};
-use crate::{AcquireError, TokenBucket};
 
 /// The most tokens a pool can hold (`LeasePool` counts in 63 bits): a lease
 /// asks for at most what still fits.
@@ -200,7 +201,7 @@ impl<S: Store> AllowanceState<S> {
                 Ok(Source::FailedOpen)
             }
             (FailurePolicy::Fallback(_), Some(bucket)) => {
-                crate::Limit::try_acquire(bucket, cost)?;
+                crate::limit::Limit::try_acquire(bucket, cost)?;
                 add(&self.stats.fallback, cost);
                 Ok(Source::Fallback)
             }

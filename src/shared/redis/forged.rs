@@ -12,7 +12,7 @@ use super::redis_client::admin;
 use super::redis_server::RedisServer;
 use super::redis_store::RedisStore;
 use super::scale::{EPOCH_UNIX_SECS, EXACT_LIMIT};
-use crate::Quota;
+use crate::quota::Quota;
 
 const KEY: &str = "k";
 

@@ -21,8 +21,10 @@ use super::redis_client::admin;
 use super::redis_server::RedisServer;
 use super::redis_store::RedisStore;
 use super::scale::Scale;
+use crate::clock::ManualClock;
+use crate::keyed::KeyedLimiter;
+use crate::quota::Quota;
 use crate::shared::{Lease, LocalStore, Store};
-use crate::{KeyedLimiter, ManualClock, Quota};
 
 const KEY: &str = "k";
 
