@@ -1,6 +1,6 @@
 //! The lock-free token bucket: one atomic word, one compare-and-swap loop.
 
-mod chain;
+mod states;
 
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use crate::limit::{Identity, Limit, Taken, sealed};
 use crate::quota::Quota;
 use crate::state::Admission;
 use crate::timeline::{Behind, Timeline};
-use chain::{State, States};
+use states::{State, States};
 
 /// A token bucket whose whole state is one cache-padded `AtomicU64`.
 ///

@@ -13,7 +13,8 @@ use super::fields::{
 use super::problem::{self, body};
 use super::seconds::SF_INTEGER_MAX;
 use super::{PolicyName, ProblemType, RateLimitPolicy, ServiceLimit, delay_seconds};
-use crate::{AcquireError, HierarchyError};
+use crate::error::AcquireError;
+use crate::hierarchy::HierarchyError;
 
 /// The Retry-After of a 503 whose cause has no wait of its own (a store
 /// that is down, a key table that is full): long enough not to hammer a
