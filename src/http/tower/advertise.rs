@@ -32,11 +32,12 @@ impl Config {
 
     /// The policies of the charged rules and the live limits this node can
     /// vouch for, each tagged with the request's partition key: what a
-    /// refusal carries.
+    /// refusal carries. In-flight permits are left out (their limit has no
+    /// window to advertise), as [`violated`] leaves them out.
     fn advertised(&self, charges: &[Charge<'_>]) -> (Vec<RateLimitPolicy>, Vec<ServiceLimit>) {
         let mut policies = Vec::with_capacity(charges.len());
         let mut limits = Vec::with_capacity(charges.len());
-        for charge in charges {
+        for charge in advertised(charges) {
             let advert = self.advert(charge);
             let (pk, live) = (advert.pk, advert.live);
             let mut policy = self.rules[advert.rule].policy().clone();
@@ -72,7 +73,9 @@ impl Config {
         let mut policies = ListWriter::default();
         let mut limits = ListWriter::default();
         let mut as_built = None;
-        for charge in charges {
+        let mut count = 0;
+        for charge in advertised(charges) {
+            count += 1;
             let Advert {
                 rule,
                 pk,
@@ -86,7 +89,7 @@ impl Config {
             }
             as_built = (pk.is_none() && shape == text.shape).then_some(rule);
         }
-        let policies = match (charges.len(), as_built) {
+        let policies = match (count, as_built) {
             // One policy, no key to tag, the limit shaped as when the layer
             // was built: the value built with the layer.
             (1, Some(rule)) => self.texts[rule].alone().cloned(),
@@ -101,7 +104,12 @@ impl Config {
         refused: ChargeRefusal,
     ) -> Response<Bytes> {
         let (policies, limits) = self.advertised(charges);
-        let refusal = Refusal::of_chain(refused.charge, refused.cause, &policies);
+        // The refusing charge among the advertised ones (a token or shared
+        // limit's: an in-flight refusal has an answer of its own).
+        let refusing = refused
+            .charge
+            .map(|index| advertised(&charges[..index.min(charges.len())]).count());
+        let refusal = Refusal::of_chain(refusing, refused.cause, &policies);
         if refused.cause.retry_after().is_none() {
             // A refusal no wait can cure (a cost above the capacity) or one
             // that is the limiter's own shortage (a full key table, a store
@@ -133,4 +141,9 @@ struct Advert {
     live: Option<(u64, u64)>,
     /// The limit's shape now, if the rule's policy follows it.
     shape: Option<Shape>,
+}
+
+/// The charges that advertise: all but in-flight permits.
+fn advertised<'c, 'a>(charges: &'c [Charge<'a>]) -> impl Iterator<Item = &'c Charge<'a>> {
+    charges.iter().filter(|charge| !charge.is_in_flight())
 }

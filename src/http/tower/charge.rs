@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use super::in_flight::InFlightPermit;
 use super::local::RequestLimit;
 use super::shared::{SharedKey, SharedOutcome, SharedReceipt};
 use crate::advertised::Shape;
@@ -52,6 +53,10 @@ pub(super) enum Target<'a> {
         outcome: SharedOutcome,
         receipt: Option<SharedReceipt>,
     },
+    /// An in-flight limit's permit, held until the inner service answers
+    /// (or the request is dropped): dropping it releases its units. It
+    /// charges no token, so it gives nothing back and advertises nothing.
+    InFlight(InFlightPermit),
 }
 
 /// An in-process limit bound to a request: borrowed from the call that
@@ -94,6 +99,20 @@ impl<'a> Charge<'a> {
         }
     }
 
+    pub(super) fn in_flight(rule: usize, permit: InFlightPermit) -> Charge<'a> {
+        Charge {
+            rule,
+            cost: 0,
+            limit: Target::InFlight(permit),
+        }
+    }
+
+    /// Whether this charge is an in-flight permit, kept until the response
+    /// whatever the rule gives back, and advertised nowhere.
+    pub(super) fn is_in_flight(&self) -> bool {
+        matches!(self.limit, Target::InFlight(_))
+    }
+
     /// This charge, owning its limit: to keep past the call that bound it.
     pub(super) fn into_owned(self) -> Charge<'static> {
         let limit = match self.limit {
@@ -113,6 +132,7 @@ impl<'a> Charge<'a> {
                 outcome,
                 receipt,
             },
+            Target::InFlight(permit) => Target::InFlight(permit),
         };
         Charge {
             rule: self.rule,
@@ -137,6 +157,8 @@ impl<'a> Charge<'a> {
                     receipt.undo();
                 }
             }
+            // Released when the charge is dropped, response or not.
+            Target::InFlight(_) => {}
         }
     }
 
@@ -161,6 +183,7 @@ impl<'a> Charge<'a> {
                     (pooled > 0).then(|| (pooled, bound.quota().refill_interval()))
                 }
             },
+            Target::InFlight(_) => None,
         }
     }
 
@@ -169,7 +192,7 @@ impl<'a> Charge<'a> {
     pub(super) fn shape(&self) -> Option<Shape> {
         match &self.limit {
             Target::Local { bound, .. } => Some(bound.get().shape()),
-            Target::Shared { .. } => None,
+            Target::Shared { .. } | Target::InFlight(_) => None,
         }
     }
 
@@ -185,6 +208,7 @@ impl<'a> Charge<'a> {
                 })) => Some(*retry_after),
                 _ => None,
             },
+            Target::InFlight(_) => None,
         }
     }
 
@@ -194,6 +218,8 @@ impl<'a> Charge<'a> {
         match &self.limit {
             Target::Local { bound, .. } => bound.get().identity(),
             Target::Shared { bound, .. } => Identity::of(&**bound),
+            // No token limit's: it is never combined with another's cost.
+            Target::InFlight(permit) => Identity::of(&**permit),
         }
     }
 
@@ -206,6 +232,7 @@ impl<'a> Charge<'a> {
         match &self.limit {
             Target::Local { bound, .. } => bound.get().partition(keys, name),
             Target::Shared { bound, .. } => Some(bound.partition(keys, name)),
+            Target::InFlight(_) => None,
         }
     }
 }
@@ -229,13 +256,15 @@ fn waits(charges: &[Charge<'_>]) -> SmallVec<[Option<Duration>; 4]> {
         .collect()
 }
 
-/// For each of `charges`, whether its limit would refuse what the request
-/// charges it in all now: every such limit is violated, not only the first
-/// one that refused.
+/// For each of `charges` but in-flight permits, whether its limit would
+/// refuse what the request charges it in all now: every such limit is
+/// violated, not only the first one that refused.
 pub(super) fn violated(charges: &[Charge<'_>]) -> SmallVec<[bool; 4]> {
     charges
         .iter()
         .zip(waits(charges))
+        // In the order of the advertised policies, which leave permits out.
+        .filter(|(charge, _)| !charge.is_in_flight())
         .map(|(charge, wait)| charge.cost > 0 && wait.is_some_and(|wait| wait > Duration::ZERO))
         .collect()
 }
@@ -356,7 +385,7 @@ pub(super) fn charge_local(charges: &mut [Charge<'_>]) -> Result<(), ChargeRefus
                 let limit: &dyn Limit = bound.get();
                 Some((i, limit, charge.cost, Cell::from_mut(taken)))
             }
-            Target::Shared { .. } => None,
+            Target::Shared { .. } | Target::InFlight(_) => None,
         })
         .collect();
     let steps: SmallVec<[Step<'_>; 4]> = limits

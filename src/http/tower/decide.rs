@@ -12,10 +12,11 @@ use super::charge::{
 use super::config::Config;
 use super::cost::CostError;
 use super::decision::CallDecision;
+use super::in_flight::InFlightAnswer;
 use super::rule::MissingKey;
 use super::rule::RuleLimit;
-use crate::http::RateLimitPolicy;
 use crate::http::problem::client_error;
+use crate::http::{RateLimitPolicy, Refusal};
 
 impl Config {
     /// Binds every rule that applies to the request, with its cost, then
@@ -38,6 +39,8 @@ impl Config {
         let Some(rule) = self.rules.get(index) else {
             return self.charge(parts, index, bound);
         };
+        // The layer sorts in-flight and shared rules after the in-process
+        // ones: `charge` takes them.
         let RuleLimit::Local(limiter) = rule.limiter() else {
             return self.charge(parts, index, bound);
         };
@@ -83,22 +86,51 @@ impl Config {
             };
         }
         let mut charges = BoundRule::charges(bound);
+        // In-flight permits (sorted before the shared rules) first, then the
+        // in-process chain: a request the chain refuses drops its permits
+        // with its charges, which releases them exactly, and no token is
+        // taken for a request refused a permit.
         for (index, rule) in self.rules.iter().enumerate().skip(index) {
-            let RuleLimit::Shared(limiter) = rule.limiter() else {
-                continue;
-            };
             if !rule.applies_to(parts) {
                 continue;
             }
-            let Some(limit) = limiter.bind(parts) else {
-                match rule.missing_key() {
-                    MissingKey::Skip => continue,
-                    MissingKey::Reject => return Unchargeable::NoKey(rule.policy()).decision(),
+            match rule.limiter() {
+                RuleLimit::Local(_) => {}
+                RuleLimit::InFlight(limiter) => {
+                    match limiter.acquire(parts, &|parts| rule.cost_of(parts)) {
+                        InFlightAnswer::Permit(permit) => {
+                            charges.push(Charge::in_flight(index, permit));
+                        }
+                        InFlightAnswer::Nothing => {}
+                        InFlightAnswer::Refused(error) => {
+                            let refusal = Refusal::from_in_flight(&error, rule.policy().name());
+                            return CallDecision::Refused(refusal.into_response());
+                        }
+                        InFlightAnswer::Cost(error) => {
+                            return Unchargeable::Cost(rule.policy(), error).decision();
+                        }
+                        InFlightAnswer::NoKey => match rule.missing_key() {
+                            MissingKey::Skip => {}
+                            MissingKey::Reject => {
+                                return Unchargeable::NoKey(rule.policy()).decision();
+                            }
+                        },
+                    }
                 }
-            };
-            match rule.cost_of(parts) {
-                Ok(cost) => charges.push(Charge::shared(index, limit, cost)),
-                Err(error) => return Unchargeable::Cost(rule.policy(), error).decision(),
+                RuleLimit::Shared(limiter) => {
+                    let Some(limit) = limiter.bind(parts) else {
+                        match rule.missing_key() {
+                            MissingKey::Skip => continue,
+                            MissingKey::Reject => {
+                                return Unchargeable::NoKey(rule.policy()).decision();
+                            }
+                        }
+                    };
+                    match rule.cost_of(parts) {
+                        Ok(cost) => charges.push(Charge::shared(index, limit, cost)),
+                        Err(error) => return Unchargeable::Cost(rule.policy(), error).decision(),
+                    }
+                }
             }
         }
         if let Err(refused) = charge_local(&mut charges) {
@@ -108,7 +140,11 @@ impl Config {
             SharedProgress::Admitted => CallDecision::Admitted(
                 charges
                     .into_iter()
-                    .filter(|charge| self.on_success || self.rules[charge.rule].gives_back_any())
+                    .filter(|charge| {
+                        charge.is_in_flight()
+                            || self.on_success
+                            || self.rules[charge.rule].gives_back_any()
+                    })
                     .map(Charge::into_owned)
                     .collect(),
             ),

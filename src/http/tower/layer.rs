@@ -196,8 +196,11 @@ impl RateLimitLayerBuilder {
         // Shared rules after the in-process ones, each group in the order
         // added: a request refused in this process never costs the fleet's
         // store a round trip, and the in-process chain is all or nothing on
-        // its own before any shared budget is touched.
-        self.rules.sort_by_key(Rule::is_shared);
+        // its own before any shared budget is touched. In-flight rules
+        // between them: their permits are taken before any charge
+        // (`Config::decide`), and they are no part of the chain.
+        self.rules
+            .sort_by_key(|rule| (rule.is_shared(), rule.is_in_flight()));
         RateLimitLayer {
             kind: PhantomData,
             config: Arc::new(Config {

@@ -41,6 +41,7 @@ mod decide;
 mod decision;
 pub mod extract;
 mod future;
+mod in_flight;
 mod layer;
 mod length;
 mod local;

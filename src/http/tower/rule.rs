@@ -2,16 +2,18 @@
 //! for which requests.
 
 use std::fmt;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 
 use http::StatusCode;
 use http::request::Parts;
 
 use super::cost::CostError;
 use super::decision::CallDecision;
+use super::in_flight::{InFlightLimiter, KeyedInFlight};
 use super::local::{LocalLimiter, WithKey};
 use super::shared::SharedLimiter;
 use crate::advertised::{Advertised, Shape};
+use crate::concurrency::KeyedConcurrencyLimiter;
 use crate::http::{PolicyName, RateLimitPolicy};
 use crate::keyed::PerKey;
 use crate::quota::Quota;
@@ -230,6 +232,61 @@ impl Rule {
         let source = SharedLimiter::new(&name, allowance, *quota, key);
         let policy = RateLimitPolicy::from_quota(name, quota);
         Rule::new(policy, None, RuleLimit::Shared(source))
+    }
+
+    /// At most as many units of work in flight per key as `limiter`
+    /// allows ([`KeyedConcurrencyLimiter`]), the key taken from each
+    /// request by `key` (the extractors of [`keyed`](Self::keyed); one
+    /// constant key, `|_| Some(())`, makes it a limit for the whole
+    /// server). Each request the rule applies to holds a permit of its
+    /// cost (1 unless set) from admission until the inner service has
+    /// answered, or until the request is dropped unanswered (the client
+    /// hung up, an outer timeout): then the units come back exactly. A
+    /// request with no room is refused with 429 and no Retry-After (work in
+    /// flight ends when it ends), one whose cost exceeds the limit with
+    /// 413, and a new key beyond the limiter's key cap with 503
+    /// ([`Refusal::from_in_flight`](crate::http::Refusal::from_in_flight)).
+    /// Permits are taken before any token is charged, so a request a
+    /// token rule refuses holds none. In-flight rules advertise no
+    /// RateLimit fields (their limit has no window); a refusal names the
+    /// rule in `violated-policies`.
+    ///
+    /// A permit is kept past `call`, as a charge that a status may give
+    /// back is: an admitted request through an in-flight rule allocates
+    /// the list of kept charges and the permit's box.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use http::HeaderName;
+    /// use tollgate::concurrency::KeyedConcurrencyLimiter;
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::{RateLimitLayer, Rule, extract};
+    ///
+    /// // At most 2 reports generated at once per API key.
+    /// let reports = Arc::new(KeyedConcurrencyLimiter::<String>::new(2)?);
+    /// let api_key = extract::header(HeaderName::from_static("x-api-key"));
+    /// let rule = Rule::in_flight(PolicyName::new("reports")?, reports, api_key)
+    ///     .when(|parts| parts.uri.path().starts_with("/reports"));
+    /// assert_eq!(rule.policy().quota(), 2);
+    /// let _layer = RateLimitLayer::builder().rule(rule).build();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_flight<K, S, F>(
+        name: PolicyName,
+        limiter: Arc<KeyedConcurrencyLimiter<K, S>>,
+        key: F,
+    ) -> Rule
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        S: BuildHasher + Clone + Send + Sync + 'static,
+        F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+    {
+        let policy = RateLimitPolicy::new(name, limiter.max());
+        Rule::new(
+            policy,
+            None,
+            RuleLimit::InFlight(Arc::new(KeyedInFlight::new(limiter, key))),
+        )
     }
 
     fn new(policy: RateLimitPolicy, built: Option<Shape>, limit: RuleLimit) -> Rule {
@@ -457,6 +514,11 @@ impl Rule {
         matches!(self.limit, RuleLimit::Shared(_))
     }
 
+    /// Whether this rule limits work in flight.
+    pub(super) fn is_in_flight(&self) -> bool {
+        matches!(self.limit, RuleLimit::InFlight(_))
+    }
+
     pub(super) fn gives_back(&self, status: StatusCode) -> bool {
         self.give_back_on.contains(&status)
     }
@@ -484,4 +546,6 @@ impl fmt::Debug for Rule {
 pub(super) enum RuleLimit {
     Local(Arc<dyn LocalLimiter<CallDecision>>),
     Shared(SharedLimiter),
+    /// Work in flight, held by a permit until the inner service answers.
+    InFlight(Arc<dyn InFlightLimiter>),
 }
