@@ -797,3 +797,53 @@ async fn two_shared_rules_over_one_store_keep_their_budgets_apart() {
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_in_flight_permit_is_held_while_the_store_decides_and_released_by_its_refusal_or_a_hang_up()
+ {
+    let clock = ManualClock::new();
+    let store = store(hourly(1), &clock);
+    let exports =
+        Arc::new(tollgate::concurrency::KeyedConcurrencyLimiter::<String>::new(5).unwrap());
+    let layer = RateLimitLayer::builder()
+        .rule(closed_per_key(&store, 1))
+        .rule(Rule::in_flight(
+            PolicyName::new("exports").unwrap(),
+            Arc::clone(&exports),
+            extract::header(API_KEY),
+        ))
+        .build();
+    let reached = Arc::new(AtomicUsize::new(0));
+    let mut service = layer.layer(inner(&reached));
+    let alice = "alice".to_owned();
+    // A cold key: the store decides after `call`, the permit held meanwhile.
+    let mut waiting = Box::pin(service.ready().await.unwrap().call(with_key("alice")));
+    assert!(poll_once(&mut waiting).is_pending());
+    assert_eq!(exports.in_flight(&alice), 1);
+    drop(waiting); // the client hung up while the store decided
+    assert_eq!(exports.in_flight(&alice), 0);
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    // Admitted by the store, then the store's refusal: no permit kept.
+    let admitted = service
+        .ready()
+        .await
+        .unwrap()
+        .call(with_key("alice"))
+        .await
+        .unwrap();
+    assert_eq!(admitted.status(), StatusCode::OK);
+    assert_eq!(exports.in_flight(&alice), 0);
+    let refused = service
+        .ready()
+        .await
+        .unwrap()
+        .call(with_key("alice"))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(exports.in_flight(&alice), 0);
+    assert_eq!(exports.keys_in_flight(), 0);
+    assert_eq!(reached.load(Ordering::SeqCst), 1);
+}
