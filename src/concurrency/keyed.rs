@@ -27,6 +27,7 @@
 //! makes another call on the same map that locks the same shard. Every
 //! place below where a guard is live says what ends it.
 
+use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::num::NonZeroUsize;
@@ -36,6 +37,7 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 
 use super::{InFlightError, LimitError, counter};
+use crate::keyed::{KeyRef, KeyTableStats, TableCounters};
 use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// At most `max` units of work in flight per key, and optionally at most
@@ -63,9 +65,9 @@ use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 /// let a2 = limiter.try_acquire(&"alice", 1)?;
 /// assert!(matches!(limiter.try_acquire(&"alice", 1), Err(InFlightError::Full { .. })));
 /// let b = limiter.try_acquire(&"bob", 2)?;
-/// assert_eq!(limiter.keys_in_flight(), 2);
+/// assert_eq!(limiter.len(), 2);
 /// drop((a1, a2, b));
-/// assert_eq!(limiter.keys_in_flight(), 0);
+/// assert!(limiter.is_empty());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct KeyedConcurrencyLimiter<K, S = ahash::RandomState> {
@@ -84,6 +86,8 @@ struct Shared<K, S> {
     /// Whether a removal was cut short by a panic, leaving an empty entry
     /// behind: [`Shared::purge`] then drops the empty entries.
     stale: AtomicBool,
+    /// Entries created, sweeps, entries removed.
+    counters: CachePadded<TableCounters>,
 }
 
 /// The cap on keys in flight, and the entries counted against it.
@@ -106,7 +110,7 @@ impl<K: Hash + Eq + Clone> KeyedConcurrencyLimiter<K> {
     /// use tollgate::concurrency::KeyedConcurrencyLimiter;
     ///
     /// let limiter = KeyedConcurrencyLimiter::<u32>::new(4)?;
-    /// assert_eq!((limiter.max(), limiter.max_keys()), (4, None));
+    /// assert_eq!((limiter.max(), limiter.max_keys()), (4, usize::MAX));
     /// # Ok::<(), tollgate::concurrency::LimitError>(())
     /// ```
     pub fn new(max: u64) -> Result<Self, LimitError> {
@@ -166,6 +170,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> KeyedConcurrencyLimiter<K, S>
                 max,
                 keys,
                 stale: AtomicBool::new(false),
+                counters: CachePadded::default(),
             }),
         })
     }
@@ -196,13 +201,16 @@ impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> KeyedConcurrencyLimiter<K, S>
     /// assert!(limiter.try_acquire(&11, 2).is_ok());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn try_acquire(&self, key: &K, weight: u64) -> Result<KeyedPermit<K, S>, InFlightError> {
+    pub fn try_acquire<Q>(&self, key: &Q, weight: u64) -> Result<KeyedPermit<K, S>, InFlightError>
+    where
+        Q: KeyRef<K> + ?Sized,
+    {
         let shared = &*self.shared;
         counter::validate(weight, shared.max)?;
         // Cloned before anything is taken: between the increment and the
         // permit that owns it, nothing may run that could unwind (a user's
         // `Clone`) and leak the units.
-        let permit_key = key.clone();
+        let permit_key = key.to_owned();
         let count = shared.take(key, weight)?;
         Ok(KeyedPermit {
             shared: Arc::clone(&self.shared),
@@ -218,12 +226,16 @@ impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> KeyedConcurrencyLimiter<K, S>
     /// ```
     /// use tollgate::concurrency::KeyedConcurrencyLimiter;
     ///
-    /// let limiter = KeyedConcurrencyLimiter::new(5)?;
-    /// let _permit = limiter.try_acquire(&"k", 3)?;
-    /// assert_eq!((limiter.in_flight(&"k"), limiter.in_flight(&"other")), (3, 0));
+    /// let limiter = KeyedConcurrencyLimiter::<String>::new(5)?;
+    /// let _permit = limiter.try_acquire("k", 3)?;
+    /// assert_eq!((limiter.in_flight("k"), limiter.in_flight("other")), (3, 0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn in_flight(&self, key: &K) -> u64 {
+    pub fn in_flight<Q>(&self, key: &Q) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         // The guard from `get` is dropped inside `map_or`.
         self.shared
             .counts
@@ -241,14 +253,69 @@ impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> KeyedConcurrencyLimiter<K, S>
     ///
     /// let limiter = KeyedConcurrencyLimiter::new(5)?;
     /// let permit = limiter.try_acquire(&1_u8, 1)?;
-    /// assert_eq!(limiter.keys_in_flight(), 1);
+    /// assert_eq!(limiter.len(), 1);
     /// drop(permit);
-    /// assert_eq!(limiter.keys_in_flight(), 0);
+    /// assert_eq!(limiter.len(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn keys_in_flight(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.shared.purge();
         self.shared.counts.len()
+    }
+
+    /// Whether no key has work in flight.
+    ///
+    /// ```
+    /// use tollgate::concurrency::KeyedConcurrencyLimiter;
+    ///
+    /// let limiter = KeyedConcurrencyLimiter::new(5)?;
+    /// let permit = limiter.try_acquire(&1_u8, 1)?;
+    /// assert!(!limiter.is_empty());
+    /// drop(permit);
+    /// assert!(limiter.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every entry with no work in flight, and returns how many. A
+    /// key's entry goes with its last permit, so this finds only the empty
+    /// entries a removal cut short by a panicking `Hash` or `Eq` left (they
+    /// are also dropped before a new key is refused at the cap), or one
+    /// whose last permit is being dropped at this instant. Each shard is
+    /// write-locked while it is swept.
+    ///
+    /// ```
+    /// use tollgate::concurrency::KeyedConcurrencyLimiter;
+    ///
+    /// let limiter = KeyedConcurrencyLimiter::new(5)?;
+    /// drop(limiter.try_acquire(&1_u8, 1)?);
+    /// assert_eq!(limiter.sweep(), 0); // the permit's drop removed its entry
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sweep(&self) -> usize {
+        self.shared.sweep()
+    }
+
+    /// What the key table holds and has dropped so far: entries created
+    /// (a key's first permit), removed (`evicted`: its last permit's
+    /// release, or a sweep), and sweeps run (`overflowed` stays zero: a new
+    /// key at the cap is refused).
+    ///
+    /// ```
+    /// use tollgate::concurrency::KeyedConcurrencyLimiter;
+    ///
+    /// let limiter = KeyedConcurrencyLimiter::new(5)?;
+    /// let permit = limiter.try_acquire(&1_u8, 1)?;
+    /// drop(permit);
+    /// let stats = limiter.table_stats();
+    /// assert_eq!((stats.created, stats.evicted, stats.keys), (1, 1, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn table_stats(&self) -> KeyTableStats {
+        let keys = self.len() as u64;
+        self.shared.counters.snapshot(keys, self.max_keys() as u64)
     }
 
     /// Returns to the allocator the table space left by removed entries.
@@ -263,7 +330,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> KeyedConcurrencyLimiter<K, S>
     /// let permits: Vec<_> = (0..1000_u32).map(|k| limiter.try_acquire(&k, 1)).collect::<Result<_, _>>()?;
     /// drop(permits);
     /// limiter.shrink_to_fit();
-    /// assert_eq!(limiter.keys_in_flight(), 0);
+    /// assert_eq!(limiter.len(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn shrink_to_fit(&self) {
@@ -284,18 +351,23 @@ impl<K, S> KeyedConcurrencyLimiter<K, S> {
         self.shared.max
     }
 
-    /// The cap on keys with work in flight, if any.
+    /// The most keys with work in flight at once: the cap it was built
+    /// with, `usize::MAX` if none.
     ///
     /// ```
     /// use std::num::NonZeroUsize;
     /// use tollgate::concurrency::KeyedConcurrencyLimiter;
     ///
     /// let cap = NonZeroUsize::new(100).unwrap();
-    /// assert_eq!(KeyedConcurrencyLimiter::<u64>::with_max_keys(7, cap)?.max_keys(), Some(cap));
+    /// assert_eq!(KeyedConcurrencyLimiter::<u64>::with_max_keys(7, cap)?.max_keys(), 100);
+    /// assert_eq!(KeyedConcurrencyLimiter::<u64>::new(7)?.max_keys(), usize::MAX);
     /// # Ok::<(), tollgate::concurrency::LimitError>(())
     /// ```
-    pub fn max_keys(&self) -> Option<NonZeroUsize> {
-        self.shared.keys.as_ref().map(|cap| cap.max)
+    pub fn max_keys(&self) -> usize {
+        self.shared
+            .keys
+            .as_ref()
+            .map_or(usize::MAX, |cap| cap.max.get())
     }
 }
 
@@ -320,15 +392,16 @@ impl<K, S> fmt::Debug for KeyedConcurrencyLimiter<K, S> {
 impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
     /// Adds `weight` (validated) to `key`'s count, creating its entry if
     /// there is none; the count, for the permit.
-    fn take(&self, key: &K, weight: u64) -> Result<Arc<AtomicU64>, InFlightError>
-    where
-        K: Clone,
-    {
+    fn take<Q: KeyRef<K> + ?Sized>(
+        &self,
+        key: &Q,
+        weight: u64,
+    ) -> Result<Arc<AtomicU64>, InFlightError> {
         // Fast path, for a key already in flight: increment under the
         // shard's read lock, so acquires on one shard run side by side. The
         // `Ref` is consumed by the closure and dropped when it returns,
         // before the `entry` below asks for the same shard's write lock.
-        let existing = self.counts.get(key).map(|count| {
+        let existing = key.find_in(&self.counts).map(|count| {
             counter::try_add(&count, weight, self.max, Ordering::Acquire)
                 .map(|()| Arc::clone(&count))
         });
@@ -350,11 +423,12 @@ impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
     /// other map operation, and nothing that can unwind between the
     /// place's reservation and the insertion (into the slot `entry`
     /// reserved: no rehashing).
-    fn insert(&self, key: &K, weight: u64) -> Result<Arc<AtomicU64>, InFlightError>
-    where
-        K: Clone,
-    {
-        match self.counts.entry(key.clone()) {
+    fn insert<Q: KeyRef<K> + ?Sized>(
+        &self,
+        key: &Q,
+        weight: u64,
+    ) -> Result<Arc<AtomicU64>, InFlightError> {
+        match self.counts.entry(key.to_owned()) {
             Entry::Occupied(entry) => {
                 counter::try_add(entry.get(), weight, self.max, Ordering::Acquire)
                     .map(|()| Arc::clone(entry.get()))
@@ -363,6 +437,7 @@ impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
                 self.reserve_key()?;
                 let count = Arc::new(AtomicU64::new(weight));
                 entry.insert(Arc::clone(&count));
+                self.counters.created();
                 Ok(count)
             }
         }
@@ -419,6 +494,9 @@ impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
             idle
         });
         std::mem::forget(removing);
+        if removed.is_some() {
+            self.counters.evicted(1);
+        }
         drop(removed);
     }
 
@@ -428,19 +506,36 @@ impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
         if !self.stale.swap(false, Ordering::Acquire) {
             return false;
         }
+        self.drop_empty();
+        true
+    }
+
+    /// Drops every empty entry, whatever left it; how many.
+    fn sweep(&self) -> usize {
+        self.stale.store(false, Ordering::Release);
+        self.drop_empty()
+    }
+
+    /// Drops every entry whose count is zero; how many. Holds no guard of
+    /// the caller's.
+    fn drop_empty(&self) -> usize {
+        self.counters.swept();
         // A key's `Drop` may panic in here too: the flag is set again.
         let purging = Stale(&self.stale);
+        let mut dropped = 0;
         // `retain` write-locks one shard at a time; an entry it drops is
         // taken out (and uncounted here) before its key is dropped.
         self.counts.retain(|_, count| {
             let idle = count.load(Ordering::Relaxed) == 0;
             if idle {
                 self.uncount_key();
+                dropped += 1;
             }
             !idle
         });
         std::mem::forget(purging);
-        true
+        self.counters.evicted(dropped);
+        dropped
     }
 }
 
@@ -464,7 +559,7 @@ impl Drop for Stale<'_> {
 /// returns the units without looking the key up; removing the key's emptied
 /// entry does, and if the key's `Hash` or `Eq` panics there, the empty entry
 /// is purged later (before a new key is refused at the cap, and before
-/// [`keys_in_flight`](KeyedConcurrencyLimiter::keys_in_flight) counts).
+/// [`len`](KeyedConcurrencyLimiter::len) counts).
 ///
 /// ```
 /// use tollgate::concurrency::KeyedConcurrencyLimiter;
@@ -476,7 +571,7 @@ impl Drop for Stale<'_> {
 ///     // ... the work; the permit drops here ...
 /// });
 /// worker.join().unwrap();
-/// assert_eq!(limiter.keys_in_flight(), 0);
+/// assert!(limiter.is_empty());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[must_use = "dropping a permit releases its units at once"]
@@ -542,14 +637,14 @@ mod tests {
         let second = limiter.try_acquire(&"k", 2).unwrap();
         assert_eq!(limiter.in_flight(&"k"), 3);
         drop(first);
-        assert_eq!(limiter.keys_in_flight(), 1);
+        assert_eq!(limiter.len(), 1);
         drop(second);
-        assert_eq!(limiter.keys_in_flight(), 0);
+        assert_eq!(limiter.len(), 0);
         // A fresh entry after the removal starts from zero.
         let again = limiter.try_acquire(&"k", 3).unwrap();
         assert_eq!(limiter.in_flight(&"k"), 3);
         drop(again);
-        assert_eq!(limiter.keys_in_flight(), 0);
+        assert_eq!(limiter.len(), 0);
     }
 
     #[test]
@@ -583,7 +678,7 @@ mod tests {
             limiter.try_acquire(&1, 3).unwrap_err(),
             InFlightError::ExceedsLimit { weight: 3, max: 2 }
         );
-        assert_eq!(limiter.keys_in_flight(), 0);
+        assert_eq!(limiter.len(), 0);
         let _held = limiter.try_acquire(&1, 2).unwrap();
         assert!(limiter.try_acquire(&1, 1).is_err());
         assert_eq!(limiter.in_flight(&1), 2);
@@ -597,6 +692,6 @@ mod tests {
         drop(limiter);
         assert_eq!(observer.in_flight(&"k"), 1);
         drop(permit);
-        assert_eq!(observer.keys_in_flight(), 0);
+        assert_eq!(observer.len(), 0);
     }
 }

@@ -43,6 +43,7 @@ use generations::{Change, Entry, Generations};
 use generations::{Held, Marked};
 pub(crate) use key_ref::Find;
 pub(crate) use key_table::{Found, KeyState, KeyTable, Located, in_table};
+pub(crate) use stats::TableCounters;
 
 /// A token bucket per key, with the same exact semantics as
 /// [`TokenBucket`](crate::TokenBucket), in a sharded map ([`dashmap`]).

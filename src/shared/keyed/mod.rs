@@ -19,6 +19,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 
 use crate::jitter::JitterGenerator;
+use crate::keyed::KeyTableStats;
 use crate::shared::BudgetError;
 use crate::shared::allowance::{add, wait_for};
 use crate::shared::pacing::{self, MIN_PAUSE};
@@ -497,6 +498,117 @@ impl<S: Store> KeyedAllowance<S> {
         let mut stats = self.inner.counters.snapshot();
         self.inner.table.fill_stats(&mut stats);
         stats
+    }
+
+    /// What the key table holds and has dropped so far: keys tracked
+    /// (`created`), demand samples and sweeps (`sweeps`), idle keys
+    /// forgotten (`evicted`); `overflowed` stays zero (a key past the cap
+    /// is served untracked, counted in [`KeyedAllowanceStats::untracked`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// node.acquire("k", 1, Duration::ZERO).await?;
+    /// let table = node.table_stats();
+    /// assert_eq!((table.keys, table.created, table.max_keys), (1, 1, 10_000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn table_stats(&self) -> KeyTableStats {
+        self.inner.table.table_stats()
+    }
+
+    /// Keys tracked now, as counted against the cap (see
+    /// [`KeyedAllowanceConfig::max_keys`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// node.acquire("k", 1, Duration::ZERO).await?;
+    /// assert_eq!(node.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn len(&self) -> usize {
+        self.inner.table.len()
+    }
+
+    /// Whether no key is tracked.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// assert!(node.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The most keys tracked at once ([`KeyedAllowanceConfig::max_keys`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let config = KeyedAllowanceConfig { max_keys: 500, ..KeyedAllowanceConfig::new(FailurePolicy::Closed) };
+    /// assert_eq!(KeyedAllowance::new(store, config)?.max_keys(), 500);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn max_keys(&self) -> usize {
+        self.inner.table.max_keys()
+    }
+
+    /// Forgets every key the demand sampler last found idle for
+    /// [`forget_after`](KeyedAllowanceConfig::forget_after) and that has
+    /// asked for nothing since, and returns how many; the sampler forgets
+    /// them too, at its next sample. Forgetting a key never gives it
+    /// credit: the store holds its budget. Each shard is write-locked while
+    /// it is swept.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// node.acquire("k", 1, Duration::ZERO).await?;
+    /// assert_eq!(node.sweep(), 0); // it has just asked
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sweep(&self) -> usize {
+        self.inner.table.sweep(self.inner.config.forget_after)
     }
 }
 

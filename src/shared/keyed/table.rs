@@ -14,6 +14,7 @@ use super::demand::{Demand, Switch};
 use super::receipt::Pool;
 use super::stats::{Counters, KeyedAllowanceStats, sum};
 use crate::AcquireError;
+use crate::keyed::{KeyTableStats, TableCounters};
 use crate::shared::BudgetError;
 use crate::shared::allowance::{EmptyUntil, add};
 use crate::shared::{AllowanceStats, LocalAllowance, Source, Store};
@@ -84,6 +85,8 @@ pub(crate) struct Table<S: Store> {
     /// What `empty` counts from.
     epoch: Instant,
     counters: Arc<Counters>,
+    /// Keys tracked, samples and sweeps, keys forgotten.
+    table_counters: TableCounters,
 }
 
 /// Tokens a pool has spent: leased, less what is pooled, returned or
@@ -124,6 +127,7 @@ impl<S: Store> Table<S> {
             max_hot: config.max_hot_keys,
             epoch: Instant::now(),
             counters,
+            table_counters: TableCounters::default(),
         }
     }
 
@@ -267,6 +271,7 @@ impl<S: Store> Table<S> {
                 add(&tracked.get().asked, cost);
             }
             Entry::Vacant(slot) => {
+                self.table_counters.created();
                 slot.insert(Tracked {
                     pool: None,
                     credit: AtomicU64::new(0),
@@ -348,6 +353,7 @@ impl<S: Store> Table<S> {
     pub(crate) fn sample(&self, over: Duration, config: &KeyedAllowanceConfig) -> Vec<String> {
         let counters = &self.counters;
         let mut promote = Vec::new();
+        self.table_counters.swept();
         // Inside `retain` the shard is locked: nothing here touches the
         // map, and a pool dropped here gives its tokens back on a task.
         self.keys.retain(|name, tracked| {
@@ -389,10 +395,50 @@ impl<S: Store> Table<S> {
             if forget {
                 self.release(entry_bytes::<S>(name));
                 add(&counters.forgotten, 1);
+                self.table_counters.evicted(1);
             }
             !forget
         });
         promote
+    }
+
+    /// Forgets every key the last sample found idle for `forget_after`
+    /// (cold, and asking for nothing since); how many. Demand is left to
+    /// the sampler.
+    pub(crate) fn sweep(&self, forget_after: Duration) -> usize {
+        self.table_counters.swept();
+        let mut forgotten = 0;
+        // Inside `retain` the shard is locked: nothing here touches the map.
+        self.keys.retain(|name, tracked| {
+            let forget = tracked.asked.load(Ordering::Relaxed) == 0
+                && !tracked.holds_hot_slot()
+                && tracked.idle_for >= forget_after;
+            if forget {
+                self.release(entry_bytes::<S>(name));
+                forgotten += 1;
+            }
+            !forget
+        });
+        add(&self.counters.forgotten, forgotten as u64);
+        self.table_counters.evicted(forgotten);
+        forgotten
+    }
+
+    /// Keys tracked, as counted against the cap (reserved before each
+    /// insertion, so for a moment above the table, never below).
+    pub(crate) fn len(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// The most keys tracked at once.
+    pub(crate) fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    /// What the table holds and has dropped.
+    pub(crate) fn table_stats(&self) -> KeyTableStats {
+        self.table_counters
+            .snapshot(self.len() as u64, self.max_keys as u64)
     }
 
     /// Ends the promotion of the key named `name` with its warmed `pool`
