@@ -59,6 +59,12 @@ use table::Table;
 /// [`FailurePolicy::Fallback`] excepted, and counted). [`docs/distributed.md`](crate::guide::distributed)
 /// ("Keyed shared budgets") has the proof.
 ///
+/// **Keys** are taken by any form that reads as a string (`AsRef<str>`:
+/// `&str`, `String`, `Arc<str>`, a newtype of your own), and the store
+/// names a key by that string ([`store_key`]): every node must name a key
+/// alike, so a typed key (a tuple, an address) says how with its
+/// `AsRef<str>`, or is formatted by the caller.
+///
 /// **Giving back**: [`take`](Self::take) and [`try_take`](Self::try_take)
 /// answer with a [`KeyedReceipt`], whose `undo` returns the tokens to the
 /// key's pool they came from or to the store by the one give-back rule,
@@ -192,13 +198,18 @@ impl<S: Store> KeyedAllowance<S> {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn try_acquire(&self, key: &str, cost: u64) -> Result<HotAnswer<Source>, BudgetError> {
+    pub fn try_acquire<K>(&self, key: &K, cost: u64) -> Result<HotAnswer<Source>, BudgetError>
+    where
+        K: AsRef<str> + ?Sized,
+    {
         // No receipt built: the hot path stays one compare-and-swap, with
         // no allocation nor reference count.
-        Ok(match self.try_hot(key, cost, |_, source| source)? {
-            Some((_, source)) => HotAnswer::Admitted(source),
-            None => HotAnswer::AskStore,
-        })
+        Ok(
+            match self.try_hot(key.as_ref(), cost, |_, source| source)? {
+                Some((_, source)) => HotAnswer::Admitted(source),
+                None => HotAnswer::AskStore,
+            },
+        )
     }
 
     /// [`try_acquire`](Self::try_acquire), with a receipt to give the
@@ -218,12 +229,11 @@ impl<S: Store> KeyedAllowance<S> {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn try_take(
-        &self,
-        key: &str,
-        cost: u64,
-    ) -> Result<HotAnswer<KeyedReceipt<S>>, BudgetError> {
-        let hot = self.try_hot(key, cost, |pool, source| {
+    pub fn try_take<K>(&self, key: &K, cost: u64) -> Result<HotAnswer<KeyedReceipt<S>>, BudgetError>
+    where
+        K: AsRef<str> + ?Sized,
+    {
+        let hot = self.try_hot(key.as_ref(), cost, |pool, source| {
             (source, Origin::from_pool(pool, source))
         })?;
         Ok(match hot {
@@ -311,12 +321,15 @@ impl<S: Store> KeyedAllowance<S> {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn acquire(
+    pub async fn acquire<K>(
         &self,
-        key: &str,
+        key: &K,
         cost: u64,
         max_wait: Duration,
-    ) -> Result<Source, BudgetError> {
+    ) -> Result<Source, BudgetError>
+    where
+        K: AsRef<str> + ?Sized,
+    {
         self.take(key, cost, max_wait).await.map(KeyedReceipt::kept)
     }
 
@@ -340,17 +353,20 @@ impl<S: Store> KeyedAllowance<S> {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn take(
+    pub async fn take<K>(
         &self,
-        key: &str,
+        key: &K,
         cost: u64,
         max_wait: Duration,
-    ) -> Result<KeyedReceipt<S>, BudgetError> {
+    ) -> Result<KeyedReceipt<S>, BudgetError>
+    where
+        K: AsRef<str> + ?Sized,
+    {
         if cost == 0 {
             return Err(AcquireError::ZeroCost.into());
         }
         let inner = &self.inner;
-        let name = store_key(key).into_owned();
+        let name = store_key(key.as_ref()).into_owned();
         // None past the end of tokio's clock: no deadline at all.
         let deadline = tokio::time::Instant::now().checked_add(max_wait);
         // Drawn only once a cold request has to wait.
@@ -448,12 +464,21 @@ impl<S: Store> KeyedAllowance<S> {
     /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
     /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
     /// assert!(!node.is_hot("k"));
+    ///
+    /// // A key type of your own, named in the store by its string.
+    /// struct ApiKey(String);
+    /// impl AsRef<str> for ApiKey {
+    ///     fn as_ref(&self) -> &str {
+    ///         &self.0
+    ///     }
+    /// }
+    /// assert!(!node.is_hot(&ApiKey("k".to_owned())));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn is_hot(&self, key: &str) -> bool {
-        self.inner.table.hot(&store_key(key)).is_some()
+    pub fn is_hot<K: AsRef<str> + ?Sized>(&self, key: &K) -> bool {
+        self.inner.table.hot(&store_key(key.as_ref())).is_some()
     }
 
     /// Tokens leased for `key` and not yet spent on this node (zero for a
@@ -472,8 +497,8 @@ impl<S: Store> KeyedAllowance<S> {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn pooled(&self, key: &str) -> u64 {
-        self.inner.table.pooled(&store_key(key))
+    pub fn pooled<K: AsRef<str> + ?Sized>(&self, key: &K) -> u64 {
+        self.inner.table.pooled(&store_key(key.as_ref()))
     }
 
     /// A snapshot of the counters.
