@@ -1,31 +1,6 @@
 //! `KeyedConcurrencyLimiter`: the weighted in-flight bound of a
-//! `ConcurrencyLimiter`, per key, in a `DashMap` whose entries exist only
-//! while their key has work in flight.
-//!
-//! Each key's count is the same word and the same compare-and-swap loop
-//! (`counter.rs`) as the single limiter's. What the map adds is the entry's
-//! lifetime, made race-free by the shard locks:
-//!
-//! - every increment runs while holding a guard on the key's shard (a read
-//!   guard from `get`, or the write guard of `entry` when the key is new);
-//! - an entry is removed only by `remove_if`, under the shard's write lock,
-//!   and only if its count is zero at that moment.
-//!
-//! So a removal and an increment exclude each other: an acquire either
-//! increments an entry before its removal (which then sees a non-zero count
-//! and keeps it) or finds no entry afterwards and inserts a fresh one. No
-//! permit's units can land in a removed entry.
-//!
-//! A permit holds its entry's count (an `Arc` of it), so its release
-//! subtracts without looking the key up: a key whose `Hash` or `Eq` panics
-//! cannot keep its units in flight. Only the removal of an emptied entry
-//! looks the key up; if that panics, the empty entry is left behind, the
-//! limiter notes it, and the entries left so are purged before a new key is
-//! refused at the cap and before the keys are counted.
-//!
-//! Dashmap deadlocks if a thread holding a guard (`Ref`, `RefMut`, `Entry`)
-//! makes another call on the same map that locks the same shard. Every
-//! place below where a guard is live says what ends it.
+//! `ConcurrencyLimiter`, per key; its entries and their lifetime are in
+//! `in_flight.rs`, its permits in `keyed_permit.rs`.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -34,11 +9,12 @@ use std::num::NonZeroUsize;
 
 use crossbeam_utils::CachePadded;
 use dashmap::DashMap;
-use dashmap::mapref::entry::Entry;
 
+use super::in_flight::{KeyCap, Shared};
+use super::keyed_permit::KeyedPermit;
 use super::{InFlightError, LimitError, counter};
-use crate::keyed::{KeyRef, KeyTableStats, TableCounters};
-use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::keyed::{KeyRef, KeyTableStats};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering};
 
 /// At most `max` units of work in flight per key, and optionally at most
 /// `max_keys` keys with work in flight.
@@ -72,34 +48,6 @@ use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 /// ```
 pub struct KeyedConcurrencyLimiter<K, S = ahash::RandomState> {
     shared: Arc<Shared<K, S>>,
-}
-
-/// What the limiter and its permits share.
-struct Shared<K, S> {
-    /// Units in flight per key, each count shared with the permits that
-    /// hold units of it. An entry with a zero count exists only between the
-    /// release that zeroed it and that release's `remove_if`, or, if the
-    /// key's `Hash` or `Eq` panicked in that removal, until the next purge.
-    counts: DashMap<K, Arc<AtomicU64>, S>,
-    max: u64,
-    keys: Option<KeyCap>,
-    /// Whether a removal was cut short by a panic, leaving an empty entry
-    /// behind: [`Shared::purge`] then drops the empty entries.
-    stale: AtomicBool,
-    /// Entries created, sweeps, entries removed.
-    counters: CachePadded<TableCounters>,
-}
-
-/// The cap on keys in flight, and the entries counted against it.
-struct KeyCap {
-    max: NonZeroUsize,
-    /// Entries counted against the cap: incremented just before an insert
-    /// and decremented just before a removal, each under the shard's write
-    /// lock, so no thread can see an entry that is not counted. A new key
-    /// is refused while the count is at the cap, so keys with work in
-    /// flight never exceed it. (An entry whose count has dropped to zero
-    /// still counts until its removal a moment later.)
-    count: CachePadded<AtomicUsize>,
 }
 
 impl<K: Hash + Eq + Clone> KeyedConcurrencyLimiter<K> {
@@ -386,243 +334,6 @@ impl<K, S> fmt::Debug for KeyedConcurrencyLimiter<K, S> {
             .field("max", &self.shared.max)
             .field("max_keys", &self.max_keys())
             .finish_non_exhaustive()
-    }
-}
-
-impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
-    /// Adds `weight` (validated) to `key`'s count, creating its entry if
-    /// there is none; the count, for the permit.
-    fn take<Q: KeyRef<K> + ?Sized>(
-        &self,
-        key: &Q,
-        weight: u64,
-    ) -> Result<Arc<AtomicU64>, InFlightError> {
-        // Fast path, for a key already in flight: increment under the
-        // shard's read lock, so acquires on one shard run side by side. The
-        // `Ref` is consumed by the closure and dropped when it returns,
-        // before the `entry` below asks for the same shard's write lock.
-        let existing = key.find_in(&self.counts).map(|count| {
-            counter::try_add(&count, weight, self.max, Ordering::Acquire)
-                .map(|()| Arc::clone(&count))
-        });
-        if let Some(decided) = existing {
-            return decided;
-        }
-        match self.insert(key, weight) {
-            // At the cap, empty entries left by removals cut short hold
-            // places no key has: purged (no guard of ours is alive), then
-            // one more try.
-            Err(InFlightError::TooManyKeys { .. }) if self.purge() => self.insert(key, weight),
-            decided => decided,
-        }
-    }
-
-    /// The slow path, for a new key (or one removed since the `get`): the
-    /// `Entry` write-locks the shard until the end of the `match`. Inside
-    /// it only the entry itself and the key cap's atomic are touched, no
-    /// other map operation, and nothing that can unwind between the
-    /// place's reservation and the insertion (into the slot `entry`
-    /// reserved: no rehashing).
-    fn insert<Q: KeyRef<K> + ?Sized>(
-        &self,
-        key: &Q,
-        weight: u64,
-    ) -> Result<Arc<AtomicU64>, InFlightError> {
-        match self.counts.entry(key.to_owned()) {
-            Entry::Occupied(entry) => {
-                counter::try_add(entry.get(), weight, self.max, Ordering::Acquire)
-                    .map(|()| Arc::clone(entry.get()))
-            }
-            Entry::Vacant(entry) => {
-                self.reserve_key()?;
-                let count = Arc::new(AtomicU64::new(weight));
-                entry.insert(Arc::clone(&count));
-                self.counters.created();
-                Ok(count)
-            }
-        }
-    }
-
-    /// Counts one more entry against the key cap, if the cap allows.
-    fn reserve_key(&self) -> Result<(), InFlightError> {
-        let Some(cap) = &self.keys else {
-            return Ok(());
-        };
-        // Relaxed: the cap is a count of entries and publishes no data;
-        // the modification order alone keeps it from being exceeded.
-        cap.count
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < cap.max.get()).then_some(n + 1)
-            })
-            .map(drop)
-            .map_err(|_| InFlightError::TooManyKeys {
-                max_keys: cap.max.get(),
-            })
-    }
-
-    /// Uncounts an entry being removed, under its shard's write lock.
-    fn uncount_key(&self) {
-        if let Some(cap) = &self.keys {
-            cap.count.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Returns `weight` units to `count`, `key`'s, removing its entry if
-    /// that left it at zero. Called only by a permit's drop.
-    fn release(&self, key: &K, count: &AtomicU64, weight: u64) {
-        if counter::sub(count, weight, Ordering::Release) != 0 {
-            return;
-        }
-        // The key's `Hash` or `Eq` may panic in the lookup below, leaving
-        // the empty entry: noted, for a purge.
-        let removing = Stale(&self.stale);
-        // An acquire may have re-used the entry since the subtraction: the
-        // check runs again under the write lock, which no increment can hold
-        // a guard across. Relaxed suffices there: the lock orders the
-        // increments before it. The predicate runs with the shard
-        // write-locked and touches only the entry and the key cap's atomic
-        // (no map operation); `true` means the entry is removed before the
-        // lock is released, so the cap is uncounted exactly as the entry
-        // goes, and a new insert of the same key cannot find it still
-        // counted. The removed key is dropped after that (its `Drop` may
-        // panic; nothing is left to do).
-        let removed = self.counts.remove_if(key, |_, count| {
-            let idle = count.load(Ordering::Relaxed) == 0;
-            if idle {
-                self.uncount_key();
-            }
-            idle
-        });
-        std::mem::forget(removing);
-        if removed.is_some() {
-            self.counters.evicted(1);
-        }
-        drop(removed);
-    }
-
-    /// Drops the empty entries removals cut short by a panic left, if any;
-    /// whether there were any to look for. Holds no guard of the caller's.
-    fn purge(&self) -> bool {
-        if !self.stale.swap(false, Ordering::Acquire) {
-            return false;
-        }
-        self.drop_empty();
-        true
-    }
-
-    /// Drops every empty entry, whatever left it; how many.
-    fn sweep(&self) -> usize {
-        self.stale.store(false, Ordering::Release);
-        self.drop_empty()
-    }
-
-    /// Drops every entry whose count is zero; how many. Holds no guard of
-    /// the caller's.
-    fn drop_empty(&self) -> usize {
-        self.counters.swept();
-        // A key's `Drop` may panic in here too: the flag is set again.
-        let purging = Stale(&self.stale);
-        let mut dropped = 0;
-        // `retain` write-locks one shard at a time; an entry it drops is
-        // taken out (and uncounted here) before its key is dropped.
-        self.counts.retain(|_, count| {
-            let idle = count.load(Ordering::Relaxed) == 0;
-            if idle {
-                self.uncount_key();
-                dropped += 1;
-            }
-            !idle
-        });
-        std::mem::forget(purging);
-        self.counters.evicted(dropped);
-        dropped
-    }
-}
-
-/// Sets its flag when dropped, which only an unwind does (the paths that
-/// complete forget it): a removal cut short left an empty entry.
-struct Stale<'a>(&'a AtomicBool);
-
-impl Drop for Stale<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
-
-/// Units in flight under one key of a [`KeyedConcurrencyLimiter`]; dropping
-/// the permit returns them and, if they were the key's last, removes the
-/// key's entry.
-///
-/// The permit owns a clone of its key and an `Arc` of the limiter's state,
-/// so it can move into a spawned thread or task and outlive the limiter
-/// handle it came from. The release runs in `Drop`, unwinding included, and
-/// returns the units without looking the key up; removing the key's emptied
-/// entry does, and if the key's `Hash` or `Eq` panics there, the empty entry
-/// is purged later (before a new key is refused at the cap, and before
-/// [`len`](KeyedConcurrencyLimiter::len) counts).
-///
-/// ```
-/// use tollgate::concurrency::KeyedConcurrencyLimiter;
-///
-/// let limiter = KeyedConcurrencyLimiter::new(2)?;
-/// let permit = limiter.try_acquire(&"upload".to_string(), 2)?;
-/// let worker = std::thread::spawn(move || {
-///     assert_eq!(permit.key(), "upload");
-///     // ... the work; the permit drops here ...
-/// });
-/// worker.join().unwrap();
-/// assert!(limiter.is_empty());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[must_use = "dropping a permit releases its units at once"]
-pub struct KeyedPermit<K: Hash + Eq, S: BuildHasher + Clone = ahash::RandomState> {
-    shared: Arc<Shared<K, S>>,
-    /// The key's count this permit's units are in.
-    count: Arc<AtomicU64>,
-    key: K,
-    weight: u64,
-}
-
-impl<K: Hash + Eq, S: BuildHasher + Clone> KeyedPermit<K, S> {
-    /// The key whose units this permit holds.
-    ///
-    /// ```
-    /// use tollgate::concurrency::KeyedConcurrencyLimiter;
-    ///
-    /// let limiter = KeyedConcurrencyLimiter::new(2)?;
-    /// assert_eq!(limiter.try_acquire(&42_u16, 1)?.key(), &42);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn key(&self) -> &K {
-        &self.key
-    }
-
-    /// The units this permit holds (always at least one).
-    ///
-    /// ```
-    /// use tollgate::concurrency::KeyedConcurrencyLimiter;
-    ///
-    /// let limiter = KeyedConcurrencyLimiter::new(2)?;
-    /// assert_eq!(limiter.try_acquire(&42_u16, 2)?.weight(), 2);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn weight(&self) -> u64 {
-        self.weight
-    }
-}
-
-impl<K: Hash + Eq, S: BuildHasher + Clone> Drop for KeyedPermit<K, S> {
-    fn drop(&mut self) {
-        self.shared.release(&self.key, &self.count, self.weight);
-    }
-}
-
-impl<K: Hash + Eq + fmt::Debug, S: BuildHasher + Clone> fmt::Debug for KeyedPermit<K, S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedPermit")
-            .field("key", &self.key)
-            .field("weight", &self.weight)
-            .finish()
     }
 }
 

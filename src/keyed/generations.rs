@@ -472,7 +472,7 @@ impl<'a> Change<'a> {
 }
 
 /// A keyed limiter's decisions on an entry, as the loom models make them on
-/// a stand-in table: the calls `table.rs` makes under the shard's lock.
+/// a stand-in table: the calls `admission.rs` and `eviction.rs` make under the shard's lock.
 #[cfg(tollgate_loom)]
 impl Generations {
     /// A new key's entry at the clock reading `nanos`, born in the current
