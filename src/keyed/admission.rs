@@ -14,7 +14,7 @@ use super::cap::Place;
 use super::generations::{Entry, Held, Marked};
 use super::key_ref::KeyRef;
 use super::key_table::Found;
-use super::{AtCapacity, Decided, KeyedLimiter, Overflow};
+use super::{AtCapacity, KeyDecision, KeyedLimiter, Overflow};
 use crate::gcra::Gcra;
 use crate::state::Admission;
 use crate::sync::{Ordering, read};
@@ -22,7 +22,7 @@ use crate::timeline::Reading;
 use crate::{AcquireError, Clock};
 
 /// A key table: one bucket per stored key.
-pub(super) type Table<M, H> = DashMap<M, Entry, H>;
+pub(super) type BucketMap<M, H> = DashMap<M, Entry, H>;
 
 /// Which bucket serves a key's decision.
 enum Bucket<'a, M> {
@@ -43,11 +43,11 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     #[inline]
     pub(super) fn decide_in<M, Q, H>(
         &self,
-        table: &Table<M, H>,
+        table: &BucketMap<M, H>,
         key: &Q,
         cost: u64,
         admit: impl FnOnce(Held<'_>, u64, Reading) -> Result<Admission, AcquireError>,
-    ) -> Result<Decided, AcquireError>
+    ) -> Result<KeyDecision, AcquireError>
     where
         M: Hash + Eq,
         Q: KeyRef<M> + ?Sized,
@@ -73,7 +73,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 let held = entry.held(&self.generations);
                 let now = held.gcra.ticks(nanos);
                 let admission = admit(held, now, reading)?;
-                Ok(Decided::new(admission, held.gcra, reading, false))
+                Ok(KeyDecision::new(admission, held.gcra, reading, false))
             }
             Bucket::Overflow { absent, floor } => {
                 let overflow = read(&self.overflow);
@@ -91,7 +91,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 self.table.counters.overflowed();
                 // Last, the key's owned copy, whose `Drop` may panic.
                 drop(absent);
-                Ok(Decided::new(admission, gcra, reading, true))
+                Ok(KeyDecision::new(admission, gcra, reading, true))
             }
         }
     }
@@ -110,7 +110,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     #[cold]
     fn insert_in<'t, M, Q, H>(
         &'t self,
-        table: &'t Table<M, H>,
+        table: &'t BucketMap<M, H>,
         key: &Q,
         cost: u64,
         nanos: u64,
@@ -199,7 +199,11 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// The slot of `key`'s overflow floor among the slots of table hashes,
     /// under the overflow policy.
     #[inline]
-    pub(super) fn overflow_floor_in<M, Q, H>(&self, table: &Table<M, H>, key: &Q) -> Option<usize>
+    pub(super) fn overflow_floor_in<M, Q, H>(
+        &self,
+        table: &BucketMap<M, H>,
+        key: &Q,
+    ) -> Option<usize>
     where
         M: Hash + Eq,
         Q: Hash + ?Sized,
@@ -215,7 +219,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// reading `nanos`: its quota, state and `now` in its ticks.
     pub(super) fn unknown_in<M, Q, H>(
         &self,
-        table: &Table<M, H>,
+        table: &BucketMap<M, H>,
         key: &Q,
         nanos: u64,
     ) -> (Gcra, u64, u64)

@@ -20,7 +20,7 @@ use crate::{AcquireError, Clock};
 /// One decision as it was made: the admission, the quota it was decided
 /// under, the clock reading, and whether the overflow bucket served it.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Decided {
+pub(crate) struct KeyDecision {
     pub(crate) admission: Admission,
     pub(crate) gcra: Gcra,
     pub(crate) nanos: u64,
@@ -31,9 +31,9 @@ pub(crate) struct Decided {
     overflow: bool,
 }
 
-impl Decided {
+impl KeyDecision {
     pub(super) fn new(admission: Admission, gcra: Gcra, reading: Reading, overflow: bool) -> Self {
-        Decided {
+        KeyDecision {
             admission,
             gcra,
             nanos: reading.nanos(),
@@ -134,7 +134,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         key: &Q,
         cost: u64,
         max_wait: Duration,
-    ) -> Result<Decided, AcquireError>
+    ) -> Result<KeyDecision, AcquireError>
     where
         Q: KeyRef<K> + ?Sized,
     {
@@ -157,7 +157,11 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// Grants as many of `want` tokens to `key` as its bucket holds now:
     /// the grant and its decision (the lease's clock reading, the quota it
     /// was granted under), or the wait for one token.
-    pub(crate) fn grant_up_to<Q>(&self, key: &Q, want: u64) -> Result<(u64, Decided), AcquireError>
+    pub(crate) fn grant_up_to<Q>(
+        &self,
+        key: &Q,
+        want: u64,
+    ) -> Result<(u64, KeyDecision), AcquireError>
     where
         Q: KeyRef<K> + ?Sized,
     {
@@ -187,7 +191,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         key: &Q,
         cost: u64,
         admit: impl FnOnce(Held<'_>, u64, Reading) -> Result<Admission, AcquireError>,
-    ) -> Result<Decided, AcquireError>
+    ) -> Result<KeyDecision, AcquireError>
     where
         Q: KeyRef<K> + ?Sized,
     {
@@ -367,7 +371,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     }
 }
 
-impl Decided {
+impl KeyDecision {
     /// How long the caller must wait before its tokens exist, from the
     /// reading.
     pub(super) fn wait(&self) -> Duration {

@@ -7,7 +7,7 @@ use std::cell::Cell;
 use std::hash::{BuildHasher, Hash};
 
 use super::KeyedLimiter;
-use super::admission::Table;
+use super::admission::BucketMap;
 use super::generations::Entry;
 use super::key_ref::Find;
 use super::key_table::KeyState;
@@ -54,7 +54,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// full.
     pub(super) fn undo_in<M, Q, H>(
         &self,
-        table: &Table<M, H>,
+        table: &BucketMap<M, H>,
         key: &Q,
         admission: &Admission,
         tokens: u64,
@@ -80,7 +80,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// limit refused leaves no trace in the table: refusals elsewhere must
     /// not fill this limiter's key cap. Only a bucket of the current
     /// generation is dropped: a change's walk owns the others.
-    fn forget_if_full_in<M, Q, H>(&self, table: &Table<M, H>, key: &Q)
+    fn forget_if_full_in<M, Q, H>(&self, table: &BucketMap<M, H>, key: &Q)
     where
         M: Hash + Eq,
         Q: Find<M> + ?Sized,

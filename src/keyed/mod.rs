@@ -37,7 +37,7 @@ use crate::sync::{AtomicU64, RwLock};
 use crate::timeline::Timeline;
 use crate::{Clock, DefaultClock, Quota};
 use config::KeyBound;
-pub(crate) use decisions::Decided;
+pub(crate) use decisions::KeyDecision;
 use generations::Marked;
 #[cfg(not(tollgate_loom))]
 use generations::{Entry, Generations};

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use super::cold::{ColdCall, ColdKey, Decided};
+use super::cold::{ColdAnswer, ColdCall, ColdKey};
 use super::receipt::{self, KeyedReceipt, Origin};
 use super::store_key::store_key;
-use super::{HotAnswer, Inner, KeyedAllowance};
+use super::{AllowanceState, HotAnswer, KeyedAllowance};
 use crate::AcquireError;
 use crate::jitter::JitterGenerator;
 use crate::shared::allowance::{add, wait_for};
@@ -270,7 +270,7 @@ impl<S: Store> KeyedAllowance<S> {
     }
 }
 
-impl<S: Store> Inner<S> {
+impl<S: Store> AllowanceState<S> {
     /// One store decision for exactly `cost` tokens of the key named
     /// `name`, and where its tokens would go back.
     async fn decide_cold(&self, name: &str, cost: u64) -> Result<(Source, Origin<S>), BudgetError> {
@@ -285,21 +285,21 @@ impl<S: Store> Inner<S> {
         };
         let decided = ColdCall::start(key, cost, &self.runtime).answer().await;
         match decided {
-            Decided::Failed { unavailable: true } => {
+            ColdAnswer::Failed { unavailable: true } => {
                 self.outage.failed(self.config.allowance.lease_period)
             }
             // A refusal of this key is an answer: the store is up.
-            Decided::Failed { unavailable: false }
-            | Decided::Granted(_)
-            | Decided::Refused { .. } => self.outage.answered(),
+            ColdAnswer::Failed { unavailable: false }
+            | ColdAnswer::Granted(_)
+            | ColdAnswer::Refused { .. } => self.outage.answered(),
         }
         match decided {
-            Decided::Granted(lease) => {
+            ColdAnswer::Granted(lease) => {
                 self.table.learn_grant(name);
                 add(&self.counters.cold_admitted, cost);
                 Ok((Source::Lease, Origin::Store(lease)))
             }
-            Decided::Refused {
+            ColdAnswer::Refused {
                 had,
                 first_token,
                 refill_interval,
@@ -317,8 +317,8 @@ impl<S: Store> Inner<S> {
                     .into())
                 }
             }
-            Decided::Failed { unavailable: true } => self.when_down(name, cost),
-            Decided::Failed { unavailable: false } => Err(BudgetError::StoreRefused),
+            ColdAnswer::Failed { unavailable: true } => self.when_down(name, cost),
+            ColdAnswer::Failed { unavailable: false } => Err(BudgetError::StoreRefused),
         }
     }
 

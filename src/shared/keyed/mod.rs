@@ -13,7 +13,7 @@ mod receipt;
 mod sampler;
 mod stats;
 mod store_key;
-mod table;
+mod tracked_keys;
 
 use std::num::NonZeroUsize;
 
@@ -31,7 +31,7 @@ pub use receipt::KeyedReceipt;
 use sampler::sample_demand;
 pub use stats::KeyedAllowanceStats;
 pub use store_key::{LITERAL_MAX as STORE_KEY_LITERAL_MAX, store_key};
-use table::Table;
+use tracked_keys::TrackedKeys;
 
 /// One budget per key, shared by every node through a [`Store`]: "100
 /// requests a minute per API key, across the fleet".
@@ -90,7 +90,7 @@ use table::Table;
 /// ```
 #[derive(Debug)]
 pub struct KeyedAllowance<S: Store> {
-    inner: Arc<Inner<S>>,
+    inner: Arc<AllowanceState<S>>,
 }
 
 impl<S: Store> Clone for KeyedAllowance<S> {
@@ -103,13 +103,13 @@ impl<S: Store> Clone for KeyedAllowance<S> {
 }
 
 #[derive(Debug)]
-struct Inner<S: Store> {
+struct AllowanceState<S: Store> {
     store: Arc<S>,
     /// What hot keys' pools lease from: their refills batched into
     /// `acquire_many` calls.
     batched: Arc<Batched<S>>,
     config: KeyedAllowanceConfig,
-    table: Table<S>,
+    table: TrackedKeys<S>,
     /// Cold keys' admissions while the store is down, under
     /// [`FailurePolicy::Fallback`]; bounded like the table.
     fallback: Option<KeyedLimiter<String>>,
@@ -147,14 +147,14 @@ impl<S: Store> KeyedAllowance<S> {
             FailurePolicy::Closed | FailurePolicy::Open => None,
         };
         let counters = Arc::new(stats::Counters::default());
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(AllowanceState {
             batched: Arc::new(Batched::new(
                 Arc::clone(&store),
                 &runtime,
                 config.allowance.timeout,
             )),
             store,
-            table: Table::new(&config, Arc::clone(&counters)),
+            table: TrackedKeys::new(&config, Arc::clone(&counters)),
             config,
             fallback,
             outage: Outage::new(),

@@ -72,7 +72,7 @@ impl<S: Store> Tracked<S> {
 
 /// The tracked keys, by the store's name for them.
 #[derive(Debug)]
-pub(crate) struct Table<S: Store> {
+pub(crate) struct TrackedKeys<S: Store> {
     keys: DashMap<Box<str>, Tracked<S>, ahash::RandomState>,
     /// Keys tracked or about to be (reserved before inserting, so
     /// concurrent inserts never overshoot the cap).
@@ -115,9 +115,9 @@ fn reserve(counter: &AtomicUsize, n: usize, max: usize) -> bool {
         .is_ok()
 }
 
-impl<S: Store> Table<S> {
+impl<S: Store> TrackedKeys<S> {
     pub(crate) fn new(config: &KeyedAllowanceConfig, counters: Arc<Counters>) -> Self {
-        Table {
+        TrackedKeys {
             keys: DashMap::with_hasher(ahash::RandomState::new()),
             count: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
