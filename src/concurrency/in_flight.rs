@@ -28,42 +28,62 @@
 //! place below where a guard is live says what ends it.
 
 use std::hash::{BuildHasher, Hash};
-use std::num::NonZeroUsize;
+use std::time::Duration;
 
-use crossbeam_utils::CachePadded;
-use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 
 use super::{InFlightError, counter};
-use crate::keyed::{KeyRef, TableCounters};
-use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::keyed::{AtCapacity, Find, KeyBound, KeyRef, KeyState, KeyTable, in_table};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
 
 /// What the limiter and its permits share.
 pub(super) struct Shared<K, S> {
     /// Units in flight per key, each count shared with the permits that
-    /// hold units of it. An entry with a zero count exists only between the
-    /// release that zeroed it and that release's `remove_if`, or, if the
-    /// key's `Hash` or `Eq` panicked in that removal, until the next purge.
-    pub(super) counts: DashMap<K, Arc<AtomicU64>, S>,
+    /// hold units of it, in the key table every keyed limit keeps its keys
+    /// in (its cap, counters and sweeps; every key kept as itself). An
+    /// entry with a zero count exists only between the release that zeroed
+    /// it and that release's `remove_if`, or, if the key's `Hash` or `Eq`
+    /// panicked in that removal, until the next purge.
+    ///
+    /// Its key cap counts entries: counted in just before an insert and
+    /// uncounted just before a removal, each under the shard's write lock,
+    /// so no thread can see an entry that is not counted. A new key is
+    /// refused while the count is at the cap, so keys with work in flight
+    /// never exceed it. (An entry whose count has dropped to zero still
+    /// counts until its removal a moment later.)
+    pub(super) table: KeyTable<K, Arc<AtomicU64>, S>,
     pub(super) max: u64,
-    pub(super) keys: Option<KeyCap>,
     /// Whether a removal was cut short by a panic, leaving an empty entry
     /// behind: [`Shared::purge`] then drops the empty entries.
     pub(super) stale: AtomicBool,
-    /// Entries created, sweeps, entries removed.
-    pub(super) counters: CachePadded<TableCounters>,
 }
 
-/// The cap on keys in flight, and the entries counted against it.
-pub(super) struct KeyCap {
-    pub(super) max: NonZeroUsize,
-    /// Entries counted against the cap: incremented just before an insert
-    /// and decremented just before a removal, each under the shard's write
-    /// lock, so no thread can see an entry that is not counted. A new key
-    /// is refused while the count is at the cap, so keys with work in
-    /// flight never exceed it. (An entry whose count has dropped to zero
-    /// still counts until its removal a moment later.)
-    pub(super) count: CachePadded<AtomicUsize>,
+/// An entry is idle, and a sweep drops it, when no unit is in flight under
+/// its key.
+impl KeyState<()> for Arc<AtomicU64> {
+    fn is_idle(&self, _: &(), _: u64) -> bool {
+        // Relaxed: the shard's write lock, held by every caller, orders the
+        // increments before it.
+        self.load(Ordering::Relaxed) == 0
+    }
+}
+
+/// The table of a keyed concurrency limiter: at most `max_keys` keys, each
+/// kept as itself (a permit holds a clone of its key anyway), refused at
+/// the cap, never swept automatically (an entry goes with its last permit).
+pub(super) fn new_table<K: Hash + Eq, S: BuildHasher + Clone>(
+    hasher: S,
+    max_keys: usize,
+) -> KeyTable<K, Arc<AtomicU64>, S> {
+    KeyTable::new(
+        hasher,
+        KeyBound {
+            max_keys,
+            at_capacity: AtCapacity::Deny,
+            sweep_interval: None::<Duration>,
+            max_exact_key_bytes: usize::MAX,
+        },
+    )
 }
 
 impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
@@ -78,10 +98,10 @@ impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
         // shard's read lock, so acquires on one shard run side by side. The
         // `Ref` is consumed by the closure and dropped when it returns,
         // before the `entry` below asks for the same shard's write lock.
-        let existing = key.find_in(&self.counts).map(|count| {
+        let existing = in_table!(self.table, key, |table| key.find_in(table).map(|count| {
             counter::try_add(&count, weight, self.max, Ordering::Acquire)
                 .map(|()| Arc::clone(&count))
-        });
+        }));
         if let Some(decided) = existing {
             return decided;
         }
@@ -105,43 +125,28 @@ impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
         key: &Q,
         weight: u64,
     ) -> Result<Arc<AtomicU64>, InFlightError> {
-        match self.counts.entry(key.to_owned()) {
+        in_table!(self.table, key, |table| match table.entry(key.to_owned()) {
             Entry::Occupied(entry) => {
                 counter::try_add(entry.get(), weight, self.max, Ordering::Acquire)
                     .map(|()| Arc::clone(entry.get()))
             }
             Entry::Vacant(entry) => {
-                self.reserve_key()?;
+                // Counted in without waiting: the cap's sweeps are never
+                // run here, so nothing under this shard's lock waits.
+                let place = self
+                    .table
+                    .cap
+                    .count_in()
+                    .ok_or(InFlightError::TooManyKeys {
+                        max_keys: self.table.bound.max_keys,
+                    })?;
                 let count = Arc::new(AtomicU64::new(weight));
                 entry.insert(Arc::clone(&count));
-                self.counters.created();
+                place.keep();
+                self.table.counters.created();
                 Ok(count)
             }
-        }
-    }
-
-    /// Counts one more entry against the key cap, if the cap allows.
-    fn reserve_key(&self) -> Result<(), InFlightError> {
-        let Some(cap) = &self.keys else {
-            return Ok(());
-        };
-        // Relaxed: the cap is a count of entries and publishes no data;
-        // the modification order alone keeps it from being exceeded.
-        cap.count
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < cap.max.get()).then_some(n + 1)
-            })
-            .map(drop)
-            .map_err(|_| InFlightError::TooManyKeys {
-                max_keys: cap.max.get(),
-            })
-    }
-
-    /// Uncounts an entry being removed, under its shard's write lock.
-    fn uncount_key(&self) {
-        if let Some(cap) = &self.keys {
-            cap.count.fetch_sub(1, Ordering::Relaxed);
-        }
+        })
     }
 
     /// Returns `weight` units to `count`, `key`'s, removing its entry if
@@ -163,18 +168,20 @@ impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
         // goes, and a new insert of the same key cannot find it still
         // counted. The removed key is dropped after that (its `Drop` may
         // panic; nothing is left to do).
-        let removed = self.counts.remove_if(key, |_, count| {
-            let idle = count.load(Ordering::Relaxed) == 0;
-            if idle {
-                self.uncount_key();
+        in_table!(self.table, key, |table| {
+            let removed = key.remove_in_if(table, |_, count| {
+                let idle = count.is_idle(&(), 0);
+                if idle {
+                    self.table.cap.forget(1);
+                }
+                idle
+            });
+            std::mem::forget(removing);
+            if removed.is_some() {
+                self.table.counters.evicted(1);
             }
-            idle
+            drop(removed);
         });
-        std::mem::forget(removing);
-        if removed.is_some() {
-            self.counters.evicted(1);
-        }
-        drop(removed);
     }
 
     /// Drops the empty entries removals cut short by a panic left, if any;
@@ -196,22 +203,12 @@ impl<K: Hash + Eq, S: BuildHasher + Clone> Shared<K, S> {
     /// Drops every entry whose count is zero; how many. Holds no guard of
     /// the caller's.
     fn drop_empty(&self) -> usize {
-        self.counters.swept();
         // A key's `Drop` may panic in here too: the flag is set again.
         let purging = Stale(&self.stale);
-        let mut dropped = 0;
-        // `retain` write-locks one shard at a time; an entry it drops is
-        // taken out (and uncounted here) before its key is dropped.
-        self.counts.retain(|_, count| {
-            let idle = count.load(Ordering::Relaxed) == 0;
-            if idle {
-                self.uncount_key();
-                dropped += 1;
-            }
-            !idle
-        });
+        // A sweep of the table (`retain` write-locks one shard at a time);
+        // it uncounts what it dropped as it ends.
+        let dropped = self.table.cap.sweep(|| self.table.drop_idle(&(), 0));
         std::mem::forget(purging);
-        self.counters.evicted(dropped);
         dropped
     }
 }

@@ -7,14 +7,11 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::num::NonZeroUsize;
 
-use crossbeam_utils::CachePadded;
-use dashmap::DashMap;
-
-use super::in_flight::{KeyCap, Shared};
+use super::in_flight::{Shared, new_table};
 use super::keyed_permit::KeyedPermit;
 use super::{InFlightError, LimitError, counter};
-use crate::keyed::{KeyRef, KeyTableStats};
-use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering};
+use crate::keyed::{Find, KeyRef, KeyTableStats, in_table};
+use crate::sync::{Arc, AtomicBool, Ordering};
 
 /// At most `max` units of work in flight per key, and optionally at most
 /// `max_keys` keys with work in flight.
@@ -28,7 +25,8 @@ use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering};
 /// permit for a new key is refused with [`InFlightError::TooManyKeys`] while
 /// `max_keys` keys hold permits.
 ///
-/// The map is a [`DashMap`] hashed with `S`, by default `ahash::RandomState`
+/// The keys are kept in the key table of every keyed limit (a
+/// [`DashMap`](dashmap::DashMap) hashed with `S`), by default `ahash::RandomState`
 /// (keyed from OS randomness: keys such as client addresses are
 /// attacker-chosen). Clones share the same keys and counts.
 ///
@@ -108,17 +106,12 @@ impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> KeyedConcurrencyLimiter<K, S>
         if max == 0 {
             return Err(LimitError::ZeroLimit);
         }
-        let keys = max_keys.map(|max| KeyCap {
-            max,
-            count: CachePadded::new(AtomicUsize::new(0)),
-        });
+        let max_keys = max_keys.map_or(usize::MAX, NonZeroUsize::get);
         Ok(KeyedConcurrencyLimiter {
             shared: Arc::new(Shared {
-                counts: DashMap::with_hasher(hasher),
+                table: new_table(hasher, max_keys),
                 max,
-                keys,
                 stale: AtomicBool::new(false),
-                counters: CachePadded::default(),
             }),
         })
     }
@@ -184,17 +177,16 @@ impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> KeyedConcurrencyLimiter<K, S>
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        // The guard from `get` is dropped inside `map_or`.
-        self.shared
-            .counts
-            .get(key)
-            .map_or(0, |count| count.load(Ordering::Acquire))
+        // The guard from `find_in` is dropped inside `map_or`.
+        let table = &self.shared.table;
+        in_table!(table, key, |map| key
+            .find_in(map)
+            .map_or(0, |count| count.load(Ordering::Acquire)))
     }
 
     /// The number of keys with an entry: those with work in flight, plus any
-    /// whose last permit is being dropped at this instant. It read-locks
-    /// each shard in turn, so it is a snapshot and costs a pass over the
-    /// shards.
+    /// whose last permit is being dropped at this instant, as counted
+    /// against the key cap (one load).
     ///
     /// ```
     /// use tollgate::concurrency::KeyedConcurrencyLimiter;
@@ -208,7 +200,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> KeyedConcurrencyLimiter<K, S>
     /// ```
     pub fn len(&self) -> usize {
         self.shared.purge();
-        self.shared.counts.len()
+        self.shared.table.len()
     }
 
     /// Whether no key has work in flight.
@@ -262,8 +254,8 @@ impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> KeyedConcurrencyLimiter<K, S>
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn table_stats(&self) -> KeyTableStats {
-        let keys = self.len() as u64;
-        self.shared.counters.snapshot(keys, self.max_keys() as u64)
+        self.shared.purge();
+        self.shared.table.stats()
     }
 
     /// Returns to the allocator the table space left by removed entries.
@@ -282,7 +274,8 @@ impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> KeyedConcurrencyLimiter<K, S>
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn shrink_to_fit(&self) {
-        self.shared.counts.shrink_to_fit();
+        self.shared.table.exact.shrink_to_fit();
+        self.shared.table.fingerprints.shrink_to_fit();
     }
 }
 
@@ -312,10 +305,7 @@ impl<K, S> KeyedConcurrencyLimiter<K, S> {
     /// # Ok::<(), tollgate::concurrency::LimitError>(())
     /// ```
     pub fn max_keys(&self) -> usize {
-        self.shared
-            .keys
-            .as_ref()
-            .map_or(usize::MAX, |cap| cap.max.get())
+        self.shared.table.bound.max_keys
     }
 }
 

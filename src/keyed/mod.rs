@@ -27,6 +27,8 @@ pub use per_key::PerKey;
 pub use stats::KeyTableStats;
 pub use tiers::Tiered;
 // The loom models run the cap's real code against a stand-in table.
+#[cfg(not(tollgate_loom))]
+pub(crate) use cap::KeyCap;
 #[cfg(tollgate_loom)]
 pub use cap::{KeyCap, Place};
 #[cfg(tollgate_loom)]
@@ -36,7 +38,7 @@ use crate::state::Tat;
 use crate::sync::{AtomicU64, RwLock};
 use crate::timeline::Timeline;
 use crate::{Clock, DefaultClock, Quota};
-use config::KeyBound;
+pub(crate) use config::KeyBound;
 pub(crate) use decisions::KeyDecision;
 use generations::Marked;
 #[cfg(not(tollgate_loom))]

@@ -14,7 +14,7 @@ use super::demand::{Demand, Switch};
 use super::receipt::Pool;
 use super::stats::{Counters, KeyedAllowanceStats, sum};
 use crate::AcquireError;
-use crate::keyed::{KeyTableStats, TableCounters};
+use crate::keyed::{KeyCap, KeyTableStats, TableCounters};
 use crate::shared::BudgetError;
 use crate::shared::allowance::{EmptyUntil, add};
 use crate::shared::{AllowanceStats, LocalAllowance, Source, Store};
@@ -74,12 +74,12 @@ impl<S: Store> Tracked<S> {
 #[derive(Debug)]
 pub(crate) struct TrackedKeys<S: Store> {
     keys: DashMap<Box<str>, Tracked<S>, ahash::RandomState>,
-    /// Keys tracked or about to be (reserved before inserting, so
-    /// concurrent inserts never overshoot the cap).
-    count: AtomicUsize,
+    /// Keys tracked or about to be (a place taken before inserting, so
+    /// concurrent inserts never overshoot the cap): the key cap of every
+    /// keyed limit, never swept at the cap (forgetting is the sampler's).
+    cap: KeyCap,
     bytes: AtomicUsize,
     hot: AtomicUsize,
-    max_keys: usize,
     max_bytes: usize,
     max_hot: usize,
     /// What `empty` counts from.
@@ -119,10 +119,9 @@ impl<S: Store> TrackedKeys<S> {
     pub(crate) fn new(config: &KeyedAllowanceConfig, counters: Arc<Counters>) -> Self {
         TrackedKeys {
             keys: DashMap::with_hasher(ahash::RandomState::new()),
-            count: AtomicUsize::new(0),
+            cap: KeyCap::new(config.max_keys, None),
             bytes: AtomicUsize::new(0),
             hot: AtomicUsize::new(0),
-            max_keys: config.max_keys,
             max_bytes: config.max_bytes,
             max_hot: config.max_hot_keys,
             epoch: Instant::now(),
@@ -258,19 +257,21 @@ impl<S: Store> TrackedKeys<S> {
             return true;
         }
         let bytes = entry_bytes::<S>(name);
-        if !reserve(&self.count, 1, self.max_keys) {
+        let Some(place) = self.cap.count_in() else {
             return false;
-        }
+        };
         if !reserve(&self.bytes, bytes, self.max_bytes) {
-            self.count.fetch_sub(1, Ordering::AcqRel);
+            // The place goes back as it drops.
             return false;
         }
         match self.keys.entry(name.into()) {
+            // Its place goes back as it drops.
             Entry::Occupied(tracked) => {
-                self.release(bytes);
+                self.bytes.fetch_sub(bytes, Ordering::AcqRel);
                 add(&tracked.get().asked, cost);
             }
             Entry::Vacant(slot) => {
+                place.keep();
                 self.table_counters.created();
                 slot.insert(Tracked {
                     pool: None,
@@ -290,7 +291,7 @@ impl<S: Store> TrackedKeys<S> {
     }
 
     fn release(&self, bytes: usize) {
-        self.count.fetch_sub(1, Ordering::AcqRel);
+        self.cap.forget(1);
         self.bytes.fetch_sub(bytes, Ordering::AcqRel);
     }
 
@@ -427,18 +428,18 @@ impl<S: Store> TrackedKeys<S> {
     /// Keys tracked, as counted against the cap (reserved before each
     /// insertion, so for a moment above the table, never below).
     pub(crate) fn len(&self) -> usize {
-        self.count.load(Ordering::Acquire)
+        self.cap.counted()
     }
 
     /// The most keys tracked at once.
     pub(crate) fn max_keys(&self) -> usize {
-        self.max_keys
+        self.cap.max_keys()
     }
 
     /// What the table holds and has dropped.
     pub(crate) fn table_stats(&self) -> KeyTableStats {
         self.table_counters
-            .snapshot(self.len() as u64, self.max_keys as u64)
+            .snapshot(self.len() as u64, self.max_keys() as u64)
     }
 
     /// Ends the promotion of the key named `name` with its warmed `pool`
