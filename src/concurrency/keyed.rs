@@ -305,7 +305,7 @@ impl<K, S> KeyedConcurrencyLimiter<K, S> {
     /// # Ok::<(), tollgate::concurrency::LimitError>(())
     /// ```
     pub fn max_keys(&self) -> usize {
-        self.shared.table.bound.max_keys
+        self.shared.table.cap.max_keys()
     }
 }
 

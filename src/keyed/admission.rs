@@ -15,11 +15,12 @@ use super::generations::{Entry, Held, Marked};
 use super::key_ref::KeyRef;
 use super::key_table::Found;
 use super::{AtCapacity, KeyDecision, KeyedLimiter, Overflow};
+use crate::clock::Clock;
+use crate::error::AcquireError;
 use crate::gcra::Gcra;
 use crate::state::Admission;
 use crate::sync::{Ordering, read};
 use crate::timeline::Reading;
-use crate::{AcquireError, Clock};
 
 /// A key table: one bucket per stored key.
 pub(super) type BucketMap<M, H> = DashMap<M, Entry, H>;

@@ -10,12 +10,13 @@ use super::KeyedLimiter;
 use super::generations::Held;
 use super::key_ref::{Find, KeyRef};
 use super::key_table::in_table;
+use crate::clock::Clock;
+use crate::error::AcquireError;
 use crate::gcra::Gcra;
 use crate::limit::Taken;
 use crate::state::Admission;
 use crate::sync::read;
 use crate::timeline::Reading;
-use crate::{AcquireError, Clock};
 
 /// One decision as it was made: the admission, the quota it was decided
 /// under, the clock reading, and whether the overflow bucket served it.

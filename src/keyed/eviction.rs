@@ -11,7 +11,7 @@ use super::admission::BucketMap;
 use super::generations::Entry;
 use super::key_ref::Find;
 use super::key_table::KeyState;
-use crate::Clock;
+use crate::clock::Clock;
 use crate::state::Admission;
 use crate::sync::read;
 

@@ -22,10 +22,11 @@
 
 use crossbeam_utils::CachePadded;
 
+use crate::error::AcquireError;
 use crate::gcra::{Gcra, LAST, WORDS};
+use crate::quota::{InitialCredit, Quota};
 use crate::state::{Admission, Tat};
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering, fence, lock};
-use crate::{AcquireError, InitialCredit, Quota};
 
 /// One key's bucket as a table keeps it: its state, and the quota
 /// generation the state is kept in. Sixteen bytes: the generation is a whole

@@ -27,17 +27,18 @@ pub use per_key::PerKey;
 pub use stats::KeyTableStats;
 pub use tiers::Tiered;
 // The loom models run the cap's real code against a stand-in table.
-#[cfg(not(tollgate_loom))]
+#[cfg(all(not(tollgate_loom), feature = "tokio"))]
 pub(crate) use cap::KeyCap;
 #[cfg(tollgate_loom)]
 pub use cap::{KeyCap, Place};
 #[cfg(tollgate_loom)]
 pub use generations::{Change, Entry, Generations, Steady};
 
+use crate::clock::{Clock, DefaultClock};
+use crate::quota::Quota;
 use crate::state::Tat;
 use crate::sync::{AtomicU64, RwLock};
 use crate::timeline::Timeline;
-use crate::{Clock, DefaultClock, Quota};
 pub(crate) use config::KeyBound;
 pub(crate) use decisions::KeyDecision;
 use generations::Marked;
@@ -45,6 +46,7 @@ use generations::Marked;
 use generations::{Entry, Generations};
 pub(crate) use key_ref::Find;
 pub(crate) use key_table::{Found, KeyState, KeyTable, Located, in_table};
+#[cfg(feature = "tokio")]
 pub(crate) use stats::TableCounters;
 
 /// A token bucket per key, with the same exact semantics as

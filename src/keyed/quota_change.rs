@@ -6,9 +6,10 @@ use std::hash::{BuildHasher, Hash};
 
 use super::KeyedLimiter;
 use super::generations::{Change, Marked};
+use crate::clock::Clock;
+use crate::quota::Quota;
 use crate::state::Tat;
 use crate::sync::{Ordering, write};
-use crate::{Clock, Quota};
 
 impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// Gives every key `quota` from now on, keeping what each key has

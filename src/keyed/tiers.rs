@@ -2,7 +2,9 @@
 
 use std::hash::{BuildHasher, Hash};
 
-use crate::{AcquireError, Clock, DefaultClock, KeyLimit, KeyRef, KeyTableStats, KeyedLimiter};
+use crate::clock::{Clock, DefaultClock};
+use crate::error::AcquireError;
+use crate::keyed::{KeyLimit, KeyRef, KeyTableStats, KeyedLimiter};
 
 /// Keyed limiters with different quotas, and a resolver that decides which
 /// one a key belongs to (a plan, a tier, an operation class).

@@ -9,11 +9,12 @@ use super::keys::WindowKeys;
 use super::state::WindowState;
 use super::{Fixed, Sliding, WindowKind, WindowQuota};
 use crate::advertised::{Advertised, Shape};
+use crate::clock::{Clock, DefaultClock};
+use crate::error::{AcquireError, QuotaError};
 use crate::keyed::{
     AtCapacity, Find, Found, KeyRef, KeyTable, KeyTableStats, KeyedBuilder, PerKey, in_table,
 };
 use crate::limit::{Identity, Limit, Taken, sealed};
-use crate::{AcquireError, Clock, DefaultClock, QuotaError};
 
 /// A window counter per key ([`FixedWindow`](super::FixedWindow) or
 /// [`SlidingWindow`](super::SlidingWindow) by its kind `Kind`), in the same

@@ -58,7 +58,7 @@ impl<Kind: WindowKind> WindowKeys<Kind> {
 #[cfg(tollgate_loom)]
 impl<Kind: WindowKind> WindowKeys<Kind> {
     /// A model's keys: windows of `quota`, window 0 starting at reading 0.
-    pub fn for_model(quota: &super::WindowQuota) -> Result<Self, crate::QuotaError> {
+    pub fn for_model(quota: &super::WindowQuota) -> Result<Self, crate::error::QuotaError> {
         Ok(WindowKeys::new(Frame::new(quota, 0)?))
     }
 
@@ -74,7 +74,7 @@ impl<Kind: WindowKind> WindowKeys<Kind> {
         state: &super::state::WindowState,
         at: u64,
         cost: u64,
-    ) -> Result<u64, crate::AcquireError> {
+    ) -> Result<u64, crate::error::AcquireError> {
         state
             .acquire(&self.frame, (at, at), cost, 0)
             .map(|(index, _)| index)

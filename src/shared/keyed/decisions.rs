@@ -7,7 +7,7 @@ use super::cold::{ColdAnswer, ColdCall, ColdKey};
 use super::receipt::{self, KeyedReceipt, Origin};
 use super::store_key::store_key;
 use super::{AllowanceState, HotAnswer, KeyedAllowance};
-use crate::AcquireError;
+use crate::error::AcquireError;
 use crate::jitter::JitterGenerator;
 use crate::shared::allowance::{add, wait_for};
 use crate::shared::pacing::{self, MIN_PAUSE};

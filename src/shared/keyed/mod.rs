@@ -19,8 +19,8 @@ use std::num::NonZeroUsize;
 
 use tokio::runtime::Handle;
 
-use crate::KeyedLimiter;
 use crate::keyed::KeyTableStats;
+use crate::keyed::KeyedLimiter;
 use crate::shared::{AllowanceError, FailurePolicy, Store};
 use crate::sync::unmodelled::Arc;
 use batch::Batched;

@@ -13,7 +13,7 @@ use super::config::KeyedAllowanceConfig;
 use super::demand::{Demand, Switch};
 use super::receipt::Pool;
 use super::stats::{Counters, KeyedAllowanceStats, sum};
-use crate::AcquireError;
+use crate::error::AcquireError;
 use crate::keyed::{KeyCap, KeyTableStats, TableCounters};
 use crate::shared::BudgetError;
 use crate::shared::allowance::{EmptyUntil, add};
