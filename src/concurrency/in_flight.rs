@@ -1,6 +1,6 @@
-//! `KeyedConcurrencyLimiter`: the weighted in-flight bound of a
-//! `ConcurrencyLimiter`, per key, in a `DashMap` whose entries exist only
-//! while their key has work in flight.
+//! The entries of a `KeyedConcurrencyLimiter`: a count of units in flight
+//! per key, in the key table's map, each entry existing only while its key
+//! has work in flight.
 //!
 //! Each key's count is the same word and the same compare-and-swap loop
 //! (`counter.rs`) as the single limiter's. What the map adds is the entry's
@@ -28,7 +28,6 @@
 //! place below where a guard is live says what ends it.
 
 use std::hash::{BuildHasher, Hash};
-use std::time::Duration;
 
 use dashmap::mapref::entry::Entry;
 
@@ -80,7 +79,7 @@ pub(super) fn new_table<K: Hash + Eq, S: BuildHasher + Clone>(
         KeyBound {
             max_keys,
             at_capacity: AtCapacity::Deny,
-            sweep_interval: None::<Duration>,
+            sweep_interval: None,
             max_exact_key_bytes: usize::MAX,
         },
     )
