@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::cold::{ColdAnswer, ColdCall, ColdKey};
 use super::receipt::{self, KeyedReceipt, Origin};
 use super::store_key::store_key;
-use super::{AllowanceState, HotAnswer, KeyedAllowance};
+use super::{HotAnswer, KeyedAllowance, KeyedAllowanceState};
 use crate::error::AcquireError;
 use crate::jitter::JitterGenerator;
 use crate::shared::allowance::{add, wait_for};
@@ -270,7 +270,7 @@ impl<S: Store> KeyedAllowance<S> {
     }
 }
 
-impl<S: Store> AllowanceState<S> {
+impl<S: Store> KeyedAllowanceState<S> {
     /// One store decision for exactly `cost` tokens of the key named
     /// `name`, and where its tokens would go back.
     async fn decide_cold(&self, name: &str, cost: u64) -> Result<(Source, Origin<S>), BudgetError> {

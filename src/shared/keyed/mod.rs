@@ -90,7 +90,7 @@ use tracked_keys::TrackedKeys;
 /// ```
 #[derive(Debug)]
 pub struct KeyedAllowance<S: Store> {
-    inner: Arc<AllowanceState<S>>,
+    inner: Arc<KeyedAllowanceState<S>>,
 }
 
 impl<S: Store> Clone for KeyedAllowance<S> {
@@ -103,7 +103,7 @@ impl<S: Store> Clone for KeyedAllowance<S> {
 }
 
 #[derive(Debug)]
-struct AllowanceState<S: Store> {
+struct KeyedAllowanceState<S: Store> {
     store: Arc<S>,
     /// What hot keys' pools lease from: their refills batched into
     /// `acquire_many` calls.
@@ -147,7 +147,7 @@ impl<S: Store> KeyedAllowance<S> {
             FailurePolicy::Closed | FailurePolicy::Open => None,
         };
         let counters = Arc::new(stats::Counters::default());
-        let inner = Arc::new(AllowanceState {
+        let inner = Arc::new(KeyedAllowanceState {
             batched: Arc::new(Batched::new(
                 Arc::clone(&store),
                 &runtime,

@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use super::AllowanceState;
+use super::KeyedAllowanceState;
 use crate::shared::{AllowanceConfig, FailurePolicy, LocalAllowance, Store};
 use crate::sync::unmodelled::{Arc, Weak};
 
 /// Samples every tracked key's demand each `every`, switching keys
 /// between cold and hot and forgetting idle ones, until the allowance is
 /// dropped.
-pub(super) async fn sample_demand<S: Store>(inner: Weak<AllowanceState<S>>, every: Duration) {
+pub(super) async fn sample_demand<S: Store>(inner: Weak<KeyedAllowanceState<S>>, every: Duration) {
     let mut last = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(every).await;
@@ -27,13 +27,13 @@ pub(super) async fn sample_demand<S: Store>(inner: Weak<AllowanceState<S>>, ever
 
 /// Gives the key named `name` a lease pool, warmed by one lease before it
 /// serves, so the switch never refuses callers the store would admit.
-async fn promote<S: Store>(inner: Weak<AllowanceState<S>>, name: String) {
+async fn promote<S: Store>(inner: Weak<KeyedAllowanceState<S>>, name: String) {
     let pool = {
         let Some(inner) = inner.upgrade() else { return };
         // The configuration was validated when the allowance was built, so
         // this fails only outside a runtime, which a task is not.
         // `Closed`: an outage is answered by the node's per-key failure
-        // state (`AllowanceState::when_down`), not by a fallback bucket of the pool
+        // state (`KeyedAllowanceState::when_down`), not by a fallback bucket of the pool
         // that would start full at each promotion.
         let config = AllowanceConfig {
             on_failure: FailurePolicy::Closed,
