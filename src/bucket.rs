@@ -1,16 +1,18 @@
 //! The lock-free token bucket: one atomic word, one compare-and-swap loop.
 
-mod chain;
+mod states;
 
 use std::time::Duration;
 
 use crate::advertised::{Advertised, Shape};
+use crate::clock::{Clock, DefaultClock};
+use crate::error::AcquireError;
 use crate::gcra::Gcra;
 use crate::limit::{Identity, Limit, Taken, sealed};
+use crate::quota::Quota;
 use crate::state::Admission;
 use crate::timeline::{Behind, Timeline};
-use crate::{AcquireError, Clock, DefaultClock, Quota};
-use chain::{State, States};
+use states::{State, States};
 
 /// A token bucket whose whole state is one cache-padded `AtomicU64`.
 ///

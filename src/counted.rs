@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::AcquireError;
 use crate::advertised::{Advertised, Shape};
+use crate::error::AcquireError;
 #[cfg(feature = "keyed")]
 use crate::keyed::{KeyRef, PerKey};
 use crate::limit::{Identity, Limit, Taken, sealed};

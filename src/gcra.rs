@@ -17,7 +17,8 @@
 use std::time::Duration;
 
 use crate::clock::saturating_nanos;
-use crate::{AcquireError, InitialCredit, QuotaError};
+use crate::error::{AcquireError, QuotaError};
+use crate::quota::InitialCredit;
 
 mod carry;
 #[cfg(feature = "keyed")]

@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use crate::error::AcquireError;
 use crate::limit::Identity;
+use crate::limit::Limit;
 pub(crate) use crate::limit::Taken;
-use crate::{AcquireError, Limit};
 
 /// One limit of a hierarchy and what a request costs in it.
 ///

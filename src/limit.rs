@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::AcquireError;
+use crate::error::AcquireError;
 use crate::hierarchy::Step;
 
 /// A limiter that spends tokens: a [`TokenBucket`](crate::TokenBucket), one
@@ -227,7 +227,7 @@ pub trait Limit: sealed::Sealed + Sync {
 pub(crate) mod sealed {
     use std::time::Duration;
 
-    use crate::AcquireError;
+    use crate::error::AcquireError;
 
     /// What one admission took, enough to undo it by the one rule that
     /// never mints credit: the data of a [`Receipt`](crate::Receipt).

@@ -2,7 +2,11 @@
 
 use std::time::Duration;
 
-use crate::{AcquireError, Clock, DefaultClock, Limit, Quota, QuotaError, TokenBucket};
+use crate::bucket::TokenBucket;
+use crate::clock::{Clock, DefaultClock};
+use crate::error::{AcquireError, QuotaError};
+use crate::limit::Limit;
+use crate::quota::Quota;
 
 /// Spaces admitted requests at least `1/r` apart, for a downstream that
 /// cannot take a burst at all (a payment processor, a legacy system); a

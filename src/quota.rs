@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::QuotaError;
+use crate::error::QuotaError;
 use crate::gcra::Gcra;
 
 /// How much credit a new (or re-created) bucket starts with.

@@ -2,8 +2,9 @@
 
 use std::fmt;
 
+use crate::error::AcquireError;
 use crate::hierarchy::Taken;
-use crate::{AcquireError, Limit};
+use crate::limit::Limit;
 
 /// Tokens one admission took from a [`Limit`], and the only way to give them
 /// back that never mints credit.

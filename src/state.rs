@@ -10,7 +10,7 @@ use std::convert::Infallible;
 
 use crossbeam_utils::Backoff;
 
-use crate::AcquireError;
+use crate::error::AcquireError;
 use crate::gcra::{FULL, Gcra};
 use crate::sync::{AtomicU64, Ordering};
 

@@ -8,10 +8,13 @@ use crossbeam_utils::CachePadded;
 use std::time::Duration;
 
 use crate::advertised::{Advertised, Shape};
+use crate::bucket::TokenBucket;
+use crate::clock::{Clock, DefaultClock};
+use crate::error::AcquireError;
 use crate::limit::{Identity, Limit, Taken, sealed};
+use crate::quota::Quota;
 use crate::sync::swap::Swap;
 use crate::sync::{Arc, Mutex, lock};
-use crate::{AcquireError, Clock, DefaultClock, Quota, TokenBucket};
 use slots::{Drained, Slots, Take};
 
 /// A [`TokenBucket`] striped over per-thread pools: each thread takes from

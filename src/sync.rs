@@ -44,6 +44,37 @@ pub(crate) use loom::sync::atomic::AtomicBool;
 #[cfg(all(not(tollgate_loom), any(feature = "tokio", feature = "keyed")))]
 pub(crate) use std::sync::atomic::AtomicBool;
 
+// Only the local allowance keeps a float in a word: its smoothed demand.
+#[cfg(all(not(tollgate_loom), feature = "tokio"))]
+pub(crate) use atomic_float::AtomicF64;
+#[cfg(all(tollgate_loom, feature = "tokio"))]
+pub(crate) use modelled_float::AtomicF64;
+
+/// The models' stand-in for atomic_float's `AtomicF64`, whose word is
+/// core's `AtomicU64` and so invisible to loom: the same methods, on loom's
+/// `AtomicU64`, so that a model schedules every access.
+#[cfg(all(tollgate_loom, feature = "tokio"))]
+mod modelled_float {
+    use super::{AtomicU64, Ordering};
+
+    #[derive(Debug)]
+    pub(crate) struct AtomicF64(AtomicU64);
+
+    impl AtomicF64 {
+        pub(crate) fn new(value: f64) -> Self {
+            AtomicF64(AtomicU64::new(value.to_bits()))
+        }
+
+        pub(crate) fn load(&self, order: Ordering) -> f64 {
+            f64::from_bits(self.0.load(order))
+        }
+
+        pub(crate) fn store(&self, value: f64, order: Ordering) {
+            self.0.store(value.to_bits(), order);
+        }
+    }
+}
+
 /// Locks `mutex`, using the data even if a thread panicked while holding
 /// it: every mutex in this crate guards plain numbers (or nothing, as a
 /// bucket's quota changes, serialised by one) that a panic elsewhere cannot

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use crate::clock::Clock;
+use crate::error::AcquireError;
 use crate::gcra::Gcra;
-use crate::{AcquireError, Clock};
 
 /// A clock and the reading a limiter was created at.
 ///
@@ -148,7 +149,7 @@ impl Behind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ManualClock;
+    use crate::clock::ManualClock;
 
     #[test]
     fn a_reading_before_the_origin_says_how_far_before() {

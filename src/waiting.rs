@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::AcquireError;
+use crate::error::AcquireError;
 use crate::limit::sealed::Sealed;
 
 /// [`Limit::acquire`](crate::Limit::acquire) for every limit: reserves `cost` within `max_wait`,

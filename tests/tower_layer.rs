@@ -16,6 +16,7 @@ use http::{Request, Response, StatusCode, Version};
 use http_body::{Body, Frame};
 use http_body_util::Full;
 use tokio::sync::Notify;
+use tollgate::concurrency::KeyedConcurrencyLimiter;
 use tollgate::http::PolicyName;
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
 use tollgate::{
@@ -795,4 +796,193 @@ async fn a_keyed_limiter_of_the_callers_own_is_a_keyed_rule() {
     }
     assert_eq!(statuses, [200, 429, 200, 429]);
     assert_eq!((limiter.0[0].available(), limiter.0[1].available()), (0, 0));
+}
+
+/// Two reports in flight per account, the handler held by a gate.
+fn in_flight_layer(limiter: &Arc<KeyedConcurrencyLimiter<Account>>) -> RateLimitLayer {
+    RateLimitLayer::builder()
+        .rule(Rule::in_flight(
+            PolicyName::new("reports").unwrap(),
+            Arc::clone(limiter),
+            extract::extension::<Account>(),
+        ))
+        .build()
+}
+
+fn gated(account: u32, gate: &Gate) -> Request<Full<Bytes>> {
+    let mut request = request(Some(account), 200);
+    request.extensions_mut().insert(gate.clone());
+    request
+}
+
+async fn problem<B: Body<Data = Bytes>>(response: Response<B>) -> serde_json::Value
+where
+    B::Error: std::fmt::Debug,
+{
+    use http_body_util::BodyExt;
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&body).unwrap()
+}
+
+#[tokio::test]
+async fn an_in_flight_rule_holds_a_permit_until_the_inner_service_answers() {
+    let limiter = Arc::new(KeyedConcurrencyLimiter::<Account>::new(2).unwrap());
+    let mut service = in_flight_layer(&limiter).layer(tower::service_fn(answer));
+    let (first_gate, second_gate) = (Gate::default(), Gate::default());
+    let mut first = Box::pin(service.ready().await.unwrap().call(gated(1, &first_gate)));
+    let mut second = Box::pin(service.ready().await.unwrap().call(gated(1, &second_gate)));
+    assert!(poll_once(&mut first).is_pending());
+    assert!(poll_once(&mut second).is_pending());
+    assert_eq!(limiter.in_flight(&Account(1)), 2);
+    // A third for the same account finds no room: 429, no wait to promise.
+    let third = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Some(1), 200))
+        .await
+        .unwrap();
+    assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(third.headers().get("retry-after").is_none());
+    assert!(third.headers().get("ratelimit-policy").is_none());
+    assert_eq!(
+        problem(third).await["violated-policies"],
+        serde_json::json!(["reports"])
+    );
+    // Another account is not affected.
+    let other = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Some(2), 200))
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::OK);
+    assert_eq!(limiter.in_flight(&Account(2)), 0);
+    // The first answers: its unit comes back, and a new request fits.
+    first_gate.0.notify_one();
+    assert_eq!(first.await.unwrap().status(), StatusCode::OK);
+    assert_eq!(limiter.in_flight(&Account(1)), 1);
+    let mut fourth = Box::pin(service.ready().await.unwrap().call(gated(1, &first_gate)));
+    assert!(poll_once(&mut fourth).is_pending());
+    assert_eq!(limiter.in_flight(&Account(1)), 2);
+    // Requests dropped unanswered (the client hung up) release theirs.
+    drop((second, fourth));
+    assert_eq!(limiter.in_flight(&Account(1)), 0);
+    assert_eq!(limiter.len(), 0);
+}
+
+#[tokio::test]
+async fn a_request_a_token_rule_refuses_holds_no_permit() {
+    let clock = ManualClock::new();
+    let tokens = per_account(hourly(2), &clock);
+    let in_flight = Arc::new(KeyedConcurrencyLimiter::<Account>::new(1).unwrap());
+    let layer = RateLimitLayer::builder()
+        .rule(account_rule(&tokens))
+        .rule(Rule::in_flight(
+            PolicyName::new("reports").unwrap(),
+            Arc::clone(&in_flight),
+            extract::extension::<Account>(),
+        ))
+        .build();
+    let mut service = layer.layer(tower::service_fn(answer));
+    let gate = Gate::default();
+    let mut held = Box::pin(service.ready().await.unwrap().call(gated(1, &gate)));
+    assert!(poll_once(&mut held).is_pending());
+    assert_eq!(
+        (
+            in_flight.in_flight(&Account(1)),
+            tokens.available(&Account(1))
+        ),
+        (1, 1)
+    );
+    // No permit is free: refused by the in-flight rule, and no token taken.
+    let refused = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Some(1), 200))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(tokens.available(&Account(1)), 1);
+    gate.0.notify_one();
+    assert_eq!(held.await.unwrap().status(), StatusCode::OK);
+    let admitted = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Some(1), 200))
+        .await
+        .unwrap();
+    assert_eq!(admitted.status(), StatusCode::OK);
+    // A permit is free, the tokens are not: refused by the token rule,
+    // whose refusal advertises its own policy only, and no permit is held.
+    let refused = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Some(1), 200))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(in_flight.in_flight(&Account(1)), 0);
+    assert_eq!(refused.headers()["retry-after"], "3600");
+    let policy = refused.headers()["ratelimit-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(policy.starts_with("\"account\""), "{policy}");
+    assert!(!policy.contains("reports"), "{policy}");
+    assert_eq!(
+        problem(refused).await["violated-policies"],
+        serde_json::json!(["account"])
+    );
+}
+
+#[tokio::test]
+async fn an_in_flight_rule_answers_a_heavy_request_413_a_full_key_table_503_and_no_key_400() {
+    let limiter = Arc::new(
+        KeyedConcurrencyLimiter::<Account>::with_max_keys(2, NonZeroUsize::new(1).unwrap())
+            .unwrap(),
+    );
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::in_flight(
+                PolicyName::new("reports").unwrap(),
+                Arc::clone(&limiter),
+                extract::extension::<Account>(),
+            )
+            .cost(|parts| if parts.uri.path() == "/heavy" { 3 } else { 1 }),
+        )
+        .build();
+    let mut service = layer.layer(tower::service_fn(answer));
+    let mut heavy = request(Some(1), 200);
+    *heavy.uri_mut() = "/heavy".parse().unwrap();
+    let heavy = service.ready().await.unwrap().call(heavy).await.unwrap();
+    assert_eq!(heavy.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let gate = Gate::default();
+    let mut held = Box::pin(service.ready().await.unwrap().call(gated(1, &gate)));
+    assert!(poll_once(&mut held).is_pending());
+    // One key in flight is the cap: a second key is the server's shortage.
+    let other = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Some(2), 200))
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(other.headers()["retry-after"], "1");
+    let anonymous = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request(None, 200))
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::BAD_REQUEST);
+    gate.0.notify_one();
+    assert_eq!(held.await.unwrap().status(), StatusCode::OK);
+    assert_eq!(limiter.len(), 0);
 }

@@ -3,57 +3,17 @@
 //! clock everywhere else ([`docs/clocks.md`](crate::guide::clocks), "The
 //! default"). Decided once per process, against a [`Machine`] that the
 //! tests replace with counters of known offsets.
+mod machine;
+mod skew;
 
 use std::fmt;
 use std::io;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::sync::Ordering;
-use crate::sync::unmodelled::AtomicU64;
-
-/// The largest disagreement between two CPUs' counters the default clock
-/// accepts, as bounded by the check at calibration. Far below any emission
-/// interval a limiter is built for, and far above what the check can
-/// resolve (twice a cache line's trip between two cores, a few hundred
-/// nanoseconds on a virtual machine), so that a machine whose counters
-/// agree passes even when the check runs on a busy machine.
-pub(crate) const MAX_SKEW: Duration = Duration::from_micros(10);
-
-/// What the check may spend: round trips per CPU, and time in all.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Budget {
-    pub(crate) rounds: u32,
-    pub(crate) time: Duration,
-}
-
-/// The default clock's budget: 256 round trips against each CPU, the
-/// whole check 2.7 to 4.8 ms on the development machine's two CPUs; the
-/// time bound keeps a machine too busy to answer from delaying the first
-/// limiter by more than quanta's own calibration may (200 ms).
-pub(crate) const BUDGET: Budget = Budget {
-    rounds: 256,
-    time: Duration::from_millis(100),
-};
-
-/// What the decision reads of the machine.
-pub(crate) trait Machine: Sync {
-    /// The kernel's current clocksource (Linux's
-    /// `/sys/devices/system/clocksource/clocksource0/current_clocksource`);
-    /// [`io::ErrorKind::Unsupported`] where the platform has none.
-    fn clocksource(&self) -> io::Result<String>;
-    /// Whether the counter runs at one rate through every power state and
-    /// quanta reads it (quanta's own test: invariant TSC and `rdtscp`).
-    fn invariant_counter(&self) -> bool;
-    /// The CPUs the process may run on, if they can be listed.
-    fn cpus(&self) -> Option<Vec<usize>>;
-    /// Pins the calling thread to `cpu`; false if refused.
-    fn pin(&self, cpu: usize) -> bool;
-    /// The counter, read on the calling thread's CPU, in its own ticks.
-    fn counter(&self) -> u64;
-    /// `ticks` of the counter in nanoseconds.
-    fn nanos(&self, ticks: u64) -> u64;
-}
+use machine::Machine;
+pub(crate) use machine::ThisMachine;
+pub(crate) use skew::BUDGET;
+use skew::{Budget, MAX_SKEW, skew};
 
 /// Which clock [`DefaultClock`](crate::DefaultClock) reads in this
 /// process, and why: decided once, by the first default clock.
@@ -238,220 +198,13 @@ pub(crate) fn decide(machine: &impl Machine, budget: Budget) -> ClockChoice {
     }
 }
 
-/// Bounds how far apart the counters of `cpus` are, in nanoseconds.
-///
-/// Against the first CPU, each other one plays ping-pong: a thread pinned
-/// to the first reads `t1` and hands the turn over, one pinned to the
-/// other reads `t2` and hands it back, the first reads `t3`. With the
-/// other's counter ahead by `d`, `t1 < t2 - d < t3` in the first's time, so
-/// `t2 - t3 < d < t2 - t1`: every round narrows an interval around `d`,
-/// and the tightest is kept. A round's interval is as wide as its round
-/// trip, so the bound is honest whatever the scheduler did, and tight once
-/// one round ran undisturbed. The disagreement of any two CPUs is within
-/// the spread of all the intervals, the first CPU's `[0, 0]` included.
-fn skew(machine: &impl Machine, cpus: &[usize], budget: Budget) -> Result<u64, Reason> {
-    let deadline = Instant::now() + budget.time;
-    let max = u64::try_from(MAX_SKEW.as_nanos()).unwrap_or(u64::MAX);
-    let nanos =
-        |ticks: i128| machine.nanos(u64::try_from(ticks.unsigned_abs()).unwrap_or(u64::MAX));
-    let (&first, others) = cpus.split_first().ok_or(Reason::CpusUnknown)?;
-    let (mut lowest, mut highest) = (0i128, 0i128);
-    for &cpu in others {
-        let (low, high) = offset(machine, first, cpu, budget.rounds, deadline)?;
-        // An interval that excludes zero by more than the bound proves the
-        // skew; one that straddles it bounds it.
-        let apart = if low > 0 { low } else { -high.min(0) };
-        if nanos(apart) > max {
-            return Err(Reason::Skewed {
-                cpu,
-                at_least_ns: nanos(apart),
-            });
-        }
-        lowest = lowest.min(low.min(high));
-        highest = highest.max(high.max(low));
-    }
-    let bound_ns = nanos(highest - lowest);
-    if bound_ns > max {
-        return Err(Reason::Unbounded { bound_ns });
-    }
-    Ok(bound_ns)
-}
-
-/// The ping-pong of [`skew`] between `first` and `other`: the tightest
-/// `(max(t2 - t3), min(t2 - t1))` over `rounds` rounds, in ticks.
-///
-/// Hand-written: no maintained crate measures cross-CPU counter offsets.
-/// Both sides run on threads of their own, so that the caller's thread is
-/// never pinned.
-fn offset(
-    machine: &impl Machine,
-    first: usize,
-    other: usize,
-    rounds: u32,
-    deadline: Instant,
-) -> Result<(i128, i128), Reason> {
-    // The turn: `2k + 1` when round `k`'s `t1` is read and `t2` is due,
-    // `2k + 2` when `t2` is in `reading`; `STOPPED` once either side gives
-    // up (a refused pin, the deadline), which ends the other's wait.
-    const STOPPED: u64 = u64::MAX;
-    let turn = AtomicU64::new(0);
-    let reading = AtomicU64::new(0);
-    // Waits for the turn to reach `value`; false if the check stopped.
-    let wait_for = |value: u64| {
-        let mut spins = 0u32;
-        loop {
-            match turn.load(Ordering::Acquire) {
-                STOPPED => return false,
-                now if now >= value => return true,
-                _ => {}
-            }
-            spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(1024) && Instant::now() > deadline {
-                turn.store(STOPPED, Ordering::Release);
-                return false;
-            }
-            std::hint::spin_loop();
-        }
-    };
-    // Passes the turn on from `from`; false if the other side stopped the
-    // check meanwhile (a store would hide that from it).
-    let hand_over = |from: u64| {
-        turn.compare_exchange(from, from + 1, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    };
-    thread::scope(|scope| {
-        let spawn = |name: &str| thread::Builder::new().name(format!("tollgate-clock-{name}"));
-        let answering = spawn("peer")
-            .spawn_scoped(scope, || {
-                if !machine.pin(other) {
-                    turn.store(STOPPED, Ordering::Release);
-                    return false;
-                }
-                for round in 0..u64::from(rounds) {
-                    if !wait_for(2 * round + 1) {
-                        return true;
-                    }
-                    reading.store(machine.counter(), Ordering::Relaxed);
-                    if !hand_over(2 * round + 1) {
-                        return true;
-                    }
-                }
-                true
-            })
-            .map_err(|error| Reason::NoThread(error.kind()))?;
-        let asking = spawn("probe").spawn_scoped(scope, || {
-            if !machine.pin(first) {
-                turn.store(STOPPED, Ordering::Release);
-                return Err(Reason::PinRefused { cpu: first });
-            }
-            let (mut low, mut high) = (i128::MIN, i128::MAX);
-            for round in 0..u64::from(rounds) {
-                if Instant::now() > deadline {
-                    turn.store(STOPPED, Ordering::Release);
-                    return Err(Reason::OutOfTime);
-                }
-                let t1 = machine.counter();
-                if !hand_over(2 * round) || !wait_for(2 * round + 2) {
-                    return Err(Reason::OutOfTime);
-                }
-                let t3 = machine.counter();
-                let t2 = i128::from(reading.load(Ordering::Relaxed));
-                low = low.max(t2 - i128::from(t3));
-                high = high.min(t2 - i128::from(t1));
-            }
-            Ok((low, high))
-        });
-        let asked = match asking {
-            Ok(asking) => asking.join().unwrap_or(Err(Reason::OutOfTime)),
-            Err(error) => {
-                turn.store(STOPPED, Ordering::Release);
-                Err(Reason::NoThread(error.kind()))
-            }
-        };
-        let pinned = answering.join().unwrap_or(false);
-        match asked {
-            // The peer's refusal stopped the asking side too.
-            Err(_) if !pinned => Err(Reason::PinRefused { cpu: other }),
-            asked => asked,
-        }
-    })
-}
-
-/// The machine this process runs on.
-#[derive(Debug, Default)]
-pub(crate) struct ThisMachine {
-    /// The counter, calibrated once the cheaper tests have passed.
-    counter: std::sync::OnceLock<quanta::Clock>,
-}
-
-impl ThisMachine {
-    fn calibrated(&self) -> &quanta::Clock {
-        self.counter.get_or_init(quanta::Clock::new)
-    }
-}
-
-impl Machine for ThisMachine {
-    fn clocksource(&self) -> io::Result<String> {
-        if cfg!(target_os = "linux") {
-            std::fs::read_to_string(
-                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-            )
-        } else {
-            Err(io::ErrorKind::Unsupported.into())
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    fn invariant_counter(&self) -> bool {
-        let cpuid = raw_cpuid::CpuId::new();
-        let invariant = cpuid
-            .get_advanced_power_mgmt_info()
-            .is_some_and(|power| power.has_invariant_tsc());
-        let rdtscp = cpuid
-            .get_extended_processor_and_feature_identifiers()
-            .is_some_and(|features| features.has_rdtscp());
-        invariant && rdtscp
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    fn invariant_counter(&self) -> bool {
-        false
-    }
-
-    #[cfg(target_os = "linux")]
-    fn cpus(&self) -> Option<Vec<usize>> {
-        core_affinity::get_core_ids().map(|ids| ids.into_iter().map(|id| id.id).collect())
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn cpus(&self) -> Option<Vec<usize>> {
-        None
-    }
-
-    #[cfg(target_os = "linux")]
-    fn pin(&self, cpu: usize) -> bool {
-        core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn pin(&self, _: usize) -> bool {
-        false
-    }
-
-    fn counter(&self) -> u64 {
-        self.calibrated().raw()
-    }
-
-    fn nanos(&self, ticks: u64) -> u64 {
-        self.calibrated().delta_as_nanos(0, ticks)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;
 
     use super::*;
+    use crate::sync::Ordering;
+    use crate::sync::unmodelled::AtomicU64;
 
     const SECOND: i64 = 1_000_000_000;
 

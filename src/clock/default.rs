@@ -40,11 +40,12 @@ use super::{Clock, MonotonicClock, TscClock};
 /// ```
 #[derive(Clone, Debug)]
 pub struct DefaultClock {
-    source: Source,
+    source: ChosenClock,
 }
 
+/// The clock the process's [`ClockChoice`] picked.
 #[derive(Clone, Debug)]
-enum Source {
+enum ChosenClock {
     Counter(TscClock),
     Os(MonotonicClock),
 }
@@ -64,9 +65,9 @@ impl DefaultClock {
     /// ```
     pub fn new() -> Self {
         let source = if Self::choice().reads_counter() {
-            Source::Counter(TscClock::new())
+            ChosenClock::Counter(TscClock::new())
         } else {
-            Source::Os(MonotonicClock::new())
+            ChosenClock::Os(MonotonicClock::new())
         };
         DefaultClock { source }
     }
@@ -89,7 +90,7 @@ impl DefaultClock {
     /// assert_eq!(clock.reads_counter(), tollgate::DefaultClock::choice().reads_counter());
     /// ```
     pub fn reads_counter(&self) -> bool {
-        matches!(self.source, Source::Counter(_))
+        matches!(self.source, ChosenClock::Counter(_))
     }
 }
 
@@ -103,8 +104,8 @@ impl Clock for DefaultClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
         match &self.source {
-            Source::Counter(counter) => counter.now_nanos(),
-            Source::Os(os) => os.now_nanos(),
+            ChosenClock::Counter(counter) => counter.now_nanos(),
+            ChosenClock::Os(os) => os.now_nanos(),
         }
     }
 }

@@ -5,7 +5,8 @@ use std::str::FromStr;
 
 use super::{HttpError, PartitionKey};
 use crate::advertised::Shape;
-use crate::{Quota, WindowQuota};
+use crate::quota::Quota;
+use crate::window::WindowQuota;
 
 /// The name of a quota policy, as sent in the RateLimit fields and the
 /// problem body's `violated-policies`.

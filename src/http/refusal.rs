@@ -13,7 +13,9 @@ use super::fields::{
 use super::problem::{self, body};
 use super::seconds::SF_INTEGER_MAX;
 use super::{PolicyName, ProblemType, RateLimitPolicy, ServiceLimit, delay_seconds};
-use crate::{AcquireError, HierarchyError};
+use crate::concurrency::InFlightError;
+use crate::error::AcquireError;
+use crate::hierarchy::HierarchyError;
 
 /// The Retry-After of a 503 whose cause has no wait of its own (a store
 /// that is down, a key table that is full): long enough not to hammer a
@@ -34,6 +36,8 @@ pub(crate) enum Cause {
     /// The server's configuration cannot charge the request (a chain too
     /// long to take).
     Misconfigured,
+    /// An in-flight limit refused a permit.
+    InFlight(InFlightError),
 }
 
 impl Cause {
@@ -42,7 +46,8 @@ impl Cause {
     pub(crate) fn retry_after(&self) -> Option<Duration> {
         match self {
             Cause::Limit(error) => error.retry_after(),
-            Cause::Store | Cause::Misconfigured => None,
+            // Work in flight ends when it ends: no wait is known.
+            Cause::Store | Cause::Misconfigured | Cause::InFlight(_) => None,
         }
     }
 }
@@ -66,6 +71,9 @@ impl From<crate::shared::BudgetError> for Cause {
 /// | `ExceedsCapacity` | 413 | quota-exceeded | none: waiting cannot help |
 /// | `TooManyKeys`, a shared budget's `StoreUnavailable` and `StoreRefused`, load shedding | 503 | temporary-reduced-capacity | 1 s unless set |
 /// | `ZeroCost` (a mis-computed cost), a chain's `TooManySteps`: the server's bug | 500 | about:blank | none |
+/// | in flight: `Full` | 429 | quota-exceeded | none: work in flight ends when it ends |
+/// | in flight: `ExceedsLimit` | 413 | quota-exceeded | none |
+/// | in flight: `TooManyKeys` | 503 | temporary-reduced-capacity | 1 s |
 ///
 /// Every response carries `Cache-Control: no-store` (a refusal is about this
 /// client at this moment, and a cache must not replay it to anyone) and a
@@ -135,6 +143,30 @@ impl Refusal {
     #[cfg(feature = "tokio")]
     pub fn from_budget(error: &crate::shared::BudgetError, policy: &RateLimitPolicy) -> Refusal {
         Refusal::of_policy(Cause::from(*error), policy)
+    }
+
+    /// The refusal of an in-flight limit named `name`: too much of its work
+    /// in progress is a 429 without Retry-After (no wait is known: work
+    /// ends when it ends), a weight above the limit a 413, a full table of
+    /// keys in flight a 503. The name goes into `violated-policies`; no
+    /// `RateLimit-Policy` is written, since an in-flight limit has no
+    /// window for its `w`.
+    ///
+    /// ```
+    /// use tollgate::concurrency::ConcurrencyLimiter;
+    /// use tollgate::http::{PolicyName, Refusal};
+    ///
+    /// let uploads = ConcurrencyLimiter::new(1)?;
+    /// let _first = uploads.try_acquire(1)?;
+    /// let refused = uploads.try_acquire(1).unwrap_err();
+    /// let refusal = Refusal::from_in_flight(&refused, &PolicyName::new("uploads")?);
+    /// assert_eq!(refusal.status(), 429);
+    /// assert_eq!(refusal.retry_after_seconds(), None);
+    /// assert_eq!(refusal.violated()[0].as_str(), "uploads");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_in_flight(error: &InFlightError, name: &PolicyName) -> Refusal {
+        Refusal::of(Cause::InFlight(*error), name)
     }
 
     fn of_policy(cause: Cause, policy: &RateLimitPolicy) -> Refusal {
@@ -246,6 +278,20 @@ impl Refusal {
                 "The request costs more than the quota can ever hold; retrying cannot help.",
                 None,
             ),
+            Cause::InFlight(InFlightError::Full { .. }) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                ProblemType::QuotaExceeded,
+                "Quota Exceeded",
+                "Too many of these requests are in progress; retry once one has completed.",
+                None,
+            ),
+            Cause::InFlight(InFlightError::ExceedsLimit { .. }) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ProblemType::QuotaExceeded,
+                "Quota Exceeded",
+                "The request weighs more than the in-flight limit can ever hold; retrying cannot help.",
+                None,
+            ),
             Cause::Limit(AcquireError::ZeroCost) | Cause::Misconfigured => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 ProblemType::Blank,
@@ -255,7 +301,18 @@ impl Refusal {
             ),
             // A full key table, an unreachable or refusing store: the
             // client did nothing wrong, so 503.
-            Cause::Limit(AcquireError::TooManyKeys { .. }) | Cause::Store => (
+            // A zero weight is the in-flight form of a zero cost: the
+            // server's bug, answered as `ZeroCost` is.
+            Cause::InFlight(InFlightError::ZeroWeight) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ProblemType::Blank,
+                "Internal Server Error",
+                "The server's rate-limit configuration could not charge this request.",
+                None,
+            ),
+            // The in-flight limit's full table of keys (or, for an async
+            // acquire, a wait that ran out) likewise.
+            Cause::Limit(AcquireError::TooManyKeys { .. }) | Cause::Store | Cause::InFlight(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 ProblemType::TemporaryReducedCapacity,
                 "Temporary Reduced Capacity",

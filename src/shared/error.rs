@@ -1,6 +1,6 @@
 //! Why a budget shared through a store refused a request.
 
-use crate::AcquireError;
+use crate::error::AcquireError;
 
 /// Why a shared budget ([`LocalAllowance`](super::LocalAllowance),
 /// [`KeyedAllowance`](super::KeyedAllowance)) refused a request: as any

@@ -4,8 +4,11 @@
 use std::hash::BuildHasher;
 use std::time::Duration;
 
+use crate::clock::{Clock, DefaultClock};
+use crate::error::AcquireError;
+use crate::keyed::KeyedLimiter;
+use crate::quota::Quota;
 use crate::shared::{Grant, Lease, Store};
-use crate::{AcquireError, Clock, DefaultClock, KeyedLimiter, Quota};
 
 /// A [`Store`] in this process: one lock-free bucket per key, from a
 /// [`KeyedLimiter`]. The embedded default: everything works with no server,

@@ -8,8 +8,9 @@ use super::frame::Frame;
 use super::state::WindowState;
 use super::{WindowKind, WindowQuota};
 use crate::advertised::{Advertised, Shape};
+use crate::clock::{Clock, DefaultClock};
+use crate::error::{AcquireError, QuotaError};
 use crate::limit::{Identity, Limit, Taken, sealed};
-use crate::{AcquireError, Clock, DefaultClock, QuotaError};
 
 /// A window limit in one cache-padded `AtomicU64`: a [`FixedWindow`](super::FixedWindow)
 /// or a [`SlidingWindow`](super::SlidingWindow), by its kind `K`.

@@ -16,8 +16,8 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use super::{WindowKind, WindowQuota};
+use crate::error::{AcquireError, QuotaError};
 use crate::timeline::Behind;
-use crate::{AcquireError, QuotaError};
 
 /// The shortest span, in nanoseconds, that a window counter's index must
 /// cover before it saturates: 2^60 ns, 36.5 years, the shortest range of a

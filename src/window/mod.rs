@@ -57,7 +57,7 @@ pub use quota::WindowQuota;
 #[doc(hidden)]
 pub use state::WindowState;
 
-use crate::DefaultClock;
+use crate::clock::DefaultClock;
 
 /// A fixed-window counter: at most `N` per window, the count reset at each
 /// window's start.

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::QuotaError;
+use crate::error::QuotaError;
 
 /// A window limit: at most `limit` per window of length `window`, with the
 /// windows' boundaries aligned to the limiter's clock or to the wall clock.

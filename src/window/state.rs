@@ -4,7 +4,7 @@ use crossbeam_utils::Backoff;
 
 use super::WindowKind;
 use super::frame::{Frame, View};
-use crate::AcquireError;
+use crate::error::AcquireError;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The packed `[index | prev | cur]` word of [`Frame`].

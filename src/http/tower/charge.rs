@@ -8,15 +8,18 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use super::rule::Bound;
-use super::shared::{Outcome, Receipt, SharedBound};
+use super::in_flight::InFlightPermit;
+use super::local::RequestLimit;
+use super::shared::{SharedKey, SharedOutcome, SharedReceipt};
 use crate::advertised::Shape;
+use crate::error::AcquireError;
+use crate::hierarchy::{HierarchyError, Step, try_acquire_all};
 use crate::hierarchy::{Taken, combined_cost, take_all};
 use crate::http::refusal::Cause;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
 use crate::limit::Identity;
+use crate::limit::Limit;
 use crate::shared::{BudgetError, HotAnswer};
-use crate::{AcquireError, HierarchyError, Limit, Step, try_acquire_all};
 
 /// The charges of one request, on the stack for a layer of up to four
 /// rules (a heap allocation per request beyond that).
@@ -29,16 +32,16 @@ pub(super) type Charges<'a> = SmallVec<[Charge<'a>; 4]>;
 pub(super) struct Charge<'a> {
     pub(super) rule: usize,
     pub(super) cost: u64,
-    pub(super) limit: Charged<'a>,
+    pub(super) limit: Target<'a>,
 }
 
 /// A charge's limit and what charging it came to.
-pub(super) enum Charged<'a> {
+pub(super) enum Target<'a> {
     /// An in-process limit, with what charging took, kept until the
     /// response says whether to give it back; `None` for a cost of 0 or a
     /// charge not (yet) taken.
     Local {
-        bound: BoundLimit<'a>,
+        bound: LocalHandle<'a>,
         taken: Option<Taken>,
     },
     /// A shared limit, with what charging it came to and, once taken, its
@@ -46,71 +49,90 @@ pub(super) enum Charged<'a> {
     /// Boxed: it owns its key twice over, and keeps the in-process
     /// charges, the common ones, small.
     Shared {
-        bound: Box<SharedBound>,
-        outcome: Outcome,
-        receipt: Option<Receipt>,
+        bound: Box<SharedKey>,
+        outcome: SharedOutcome,
+        receipt: Option<SharedReceipt>,
     },
+    /// An in-flight limit's permit, held until the inner service answers
+    /// (or the request is dropped): dropping it releases its units. It
+    /// charges no token, so it gives nothing back and advertises nothing.
+    InFlight(InFlightPermit),
 }
 
 /// An in-process limit bound to a request: borrowed from the call that
 /// bound it, or owned by a charge that outlives that call.
-pub(super) enum BoundLimit<'a> {
-    Borrowed(&'a dyn Bound),
-    Owned(Box<dyn Bound>),
+pub(super) enum LocalHandle<'a> {
+    Borrowed(&'a dyn RequestLimit),
+    Owned(Box<dyn RequestLimit>),
 }
 
-impl BoundLimit<'_> {
-    fn get(&self) -> &dyn Bound {
+impl LocalHandle<'_> {
+    fn get(&self) -> &dyn RequestLimit {
         match self {
-            BoundLimit::Borrowed(bound) => *bound,
-            BoundLimit::Owned(bound) => &**bound,
+            LocalHandle::Borrowed(bound) => *bound,
+            LocalHandle::Owned(bound) => &**bound,
         }
     }
 }
 
 impl<'a> Charge<'a> {
-    pub(super) fn local(rule: usize, bound: &'a dyn Bound, cost: u64) -> Charge<'a> {
+    pub(super) fn local(rule: usize, bound: &'a dyn RequestLimit, cost: u64) -> Charge<'a> {
         Charge {
             rule,
             cost,
-            limit: Charged::Local {
-                bound: BoundLimit::Borrowed(bound),
+            limit: Target::Local {
+                bound: LocalHandle::Borrowed(bound),
                 taken: None,
             },
         }
     }
 
-    pub(super) fn shared(rule: usize, bound: SharedBound, cost: u64) -> Charge<'a> {
+    pub(super) fn shared(rule: usize, bound: SharedKey, cost: u64) -> Charge<'a> {
         Charge {
             rule,
             cost,
-            limit: Charged::Shared {
+            limit: Target::Shared {
                 bound: Box::new(bound),
-                outcome: Outcome::Untried,
+                outcome: SharedOutcome::Untried,
                 receipt: None,
             },
         }
     }
 
+    pub(super) fn in_flight(rule: usize, permit: InFlightPermit) -> Charge<'a> {
+        Charge {
+            rule,
+            cost: 0,
+            limit: Target::InFlight(permit),
+        }
+    }
+
+    /// Whether this charge is an in-flight permit, kept until the response
+    /// whatever the rule gives back, and advertised nowhere.
+    pub(super) fn is_in_flight(&self) -> bool {
+        matches!(self.limit, Target::InFlight(_))
+    }
+
     /// This charge, owning its limit: to keep past the call that bound it.
     pub(super) fn into_owned(self) -> Charge<'static> {
         let limit = match self.limit {
-            Charged::Local { bound, taken } => Charged::Local {
+            Target::Local { bound, taken } => Target::Local {
                 bound: match bound {
-                    BoundLimit::Borrowed(bound) => BoundLimit::Owned(bound.to_owned()),
-                    BoundLimit::Owned(bound) => BoundLimit::Owned(bound),
+                    LocalHandle::Borrowed(bound) => LocalHandle::Owned(bound.to_owned()),
+                    LocalHandle::Owned(bound) => LocalHandle::Owned(bound),
                 },
                 taken,
             },
-            Charged::Shared {
+            Target::Shared {
                 bound,
                 outcome,
                 receipt,
-            } => Charged::Shared {
+            } => Target::Shared {
                 bound,
                 outcome,
                 receipt,
             },
+            Target::InFlight(permit) => Target::InFlight(permit),
         };
         Charge {
             rule: self.rule,
@@ -125,16 +147,18 @@ impl<'a> Charge<'a> {
     /// store by the same rule (see `KeyedReceipt`).
     pub(super) fn give_back(&mut self) {
         match &mut self.limit {
-            Charged::Local { bound, taken } => {
+            Target::Local { bound, taken } => {
                 if let Some(taken) = taken.take() {
                     bound.get().undo(&taken);
                 }
             }
-            Charged::Shared { receipt, .. } => {
+            Target::Shared { receipt, .. } => {
                 if let Some(receipt) = receipt.take() {
                     receipt.undo();
                 }
             }
+            // Released when the charge is dropped, response or not.
+            Target::InFlight(_) => {}
         }
     }
 
@@ -145,13 +169,13 @@ impl<'a> Charge<'a> {
     /// than a number it cannot back.
     pub(super) fn live(&self) -> Option<(u64, Duration)> {
         match &self.limit {
-            Charged::Local { bound, .. } => {
+            Target::Local { bound, .. } => {
                 let bound = bound.get();
                 let available = bound.available();
                 Some((available, next_unit(bound, available)))
             }
-            Charged::Shared { bound, outcome, .. } => match outcome {
-                Outcome::Refused(BudgetError::Limit(AcquireError::Insufficient {
+            Target::Shared { bound, outcome, .. } => match outcome {
+                SharedOutcome::Refused(BudgetError::Limit(AcquireError::Insufficient {
                     retry_after,
                 })) => Some((0, *retry_after)),
                 _ => {
@@ -159,6 +183,7 @@ impl<'a> Charge<'a> {
                     (pooled > 0).then(|| (pooled, bound.quota().refill_interval()))
                 }
             },
+            Target::InFlight(_) => None,
         }
     }
 
@@ -166,8 +191,8 @@ impl<'a> Charge<'a> {
     /// in this process (a shared limit's is the caller's word).
     pub(super) fn shape(&self) -> Option<Shape> {
         match &self.limit {
-            Charged::Local { bound, .. } => Some(bound.get().shape()),
-            Charged::Shared { .. } => None,
+            Target::Local { bound, .. } => Some(bound.get().shape()),
+            Target::Shared { .. } | Target::InFlight(_) => None,
         }
     }
 
@@ -176,13 +201,14 @@ impl<'a> Charge<'a> {
     /// now.
     fn wait(&self, cost: u64) -> Option<Duration> {
         match &self.limit {
-            Charged::Local { bound, .. } => bound.get().retry_after(cost).ok(),
-            Charged::Shared { outcome, .. } => match outcome {
-                Outcome::Refused(BudgetError::Limit(AcquireError::Insufficient {
+            Target::Local { bound, .. } => bound.get().retry_after(cost).ok(),
+            Target::Shared { outcome, .. } => match outcome {
+                SharedOutcome::Refused(BudgetError::Limit(AcquireError::Insufficient {
                     retry_after,
                 })) => Some(*retry_after),
                 _ => None,
             },
+            Target::InFlight(_) => None,
         }
     }
 
@@ -190,8 +216,10 @@ impl<'a> Charge<'a> {
     /// (its wait is the store's answer, whatever else the request charges).
     fn identity(&self) -> Identity {
         match &self.limit {
-            Charged::Local { bound, .. } => bound.get().identity(),
-            Charged::Shared { bound, .. } => Identity::of(&**bound),
+            Target::Local { bound, .. } => bound.get().identity(),
+            Target::Shared { bound, .. } => Identity::of(&**bound),
+            // No token limit's: it is never combined with another's cost.
+            Target::InFlight(permit) => Identity::of(&**permit),
         }
     }
 
@@ -202,8 +230,9 @@ impl<'a> Charge<'a> {
         name: &PolicyName,
     ) -> Option<PartitionKey> {
         match &self.limit {
-            Charged::Local { bound, .. } => bound.get().partition(keys, name),
-            Charged::Shared { bound, .. } => Some(bound.partition(keys, name)),
+            Target::Local { bound, .. } => bound.get().partition(keys, name),
+            Target::Shared { bound, .. } => Some(bound.partition(keys, name)),
+            Target::InFlight(_) => None,
         }
     }
 }
@@ -227,13 +256,15 @@ fn waits(charges: &[Charge<'_>]) -> SmallVec<[Option<Duration>; 4]> {
         .collect()
 }
 
-/// For each of `charges`, whether its limit would refuse what the request
-/// charges it in all now: every such limit is violated, not only the first
-/// one that refused.
+/// For each of `charges` but in-flight permits, whether its limit would
+/// refuse what the request charges it in all now: every such limit is
+/// violated, not only the first one that refused.
 pub(super) fn violated(charges: &[Charge<'_>]) -> SmallVec<[bool; 4]> {
     charges
         .iter()
         .zip(waits(charges))
+        // In the order of the advertised policies, which leave permits out.
+        .filter(|(charge, _)| !charge.is_in_flight())
         .map(|(charge, wait)| charge.cost > 0 && wait.is_some_and(|wait| wait > Duration::ZERO))
         .collect()
 }
@@ -241,22 +272,22 @@ pub(super) fn violated(charges: &[Charge<'_>]) -> SmallVec<[bool; 4]> {
 /// An in-process rule bound for the length of `call`: its index, its limit
 /// bound to the request, its cost, and the rules bound before it (each on
 /// a stack frame of the binding, which holds its key).
-pub(super) struct Link<'a> {
+pub(super) struct BoundRule<'a> {
     pub(super) rule: usize,
-    pub(super) limit: &'a dyn Bound,
+    pub(super) limit: &'a dyn RequestLimit,
     pub(super) cost: u64,
-    pub(super) before: Option<&'a Link<'a>>,
+    pub(super) before: Option<&'a BoundRule<'a>>,
 }
 
-impl<'a> Link<'a> {
+impl<'a> BoundRule<'a> {
     /// What `f` makes of each link of `chain`, first bound first, leaving
     /// out the links it makes nothing of. The links run from the last bound
     /// back to the first, so they are pushed that way and turned round:
     /// pushes onto the stack, where an iterator chain collected (twice, to
     /// turn it round) measured a quarter of the layer's bookkeeping.
     fn collect<T>(
-        chain: Option<&'a Link<'a>>,
-        mut f: impl FnMut(&'a Link<'a>) -> Option<T>,
+        chain: Option<&'a BoundRule<'a>>,
+        mut f: impl FnMut(&'a BoundRule<'a>) -> Option<T>,
     ) -> SmallVec<[T; 4]> {
         let mut out = SmallVec::new();
         let mut link = chain;
@@ -272,8 +303,8 @@ impl<'a> Link<'a> {
 
     /// A charge per link of `chain`, in the order the rules were bound,
     /// none taken yet.
-    pub(super) fn charges(chain: Option<&'a Link<'a>>) -> Charges<'a> {
-        Link::collect(chain, |link| {
+    pub(super) fn charges(chain: Option<&'a BoundRule<'a>>) -> Charges<'a> {
+        BoundRule::collect(chain, |link| {
             Some(Charge::local(link.rule, link.limit, link.cost))
         })
     }
@@ -281,14 +312,14 @@ impl<'a> Link<'a> {
 
 /// Charges the in-process limits of `chain`, all or nothing, keeping no
 /// receipt: for a request none of whose charges outlives the call. The
-/// refusal's `charge` is an index into [`Link::charges`].
-pub(super) fn charge_chain(chain: Option<&Link<'_>>) -> Result<(), Refused> {
-    let steps = Link::collect(chain, |link| {
+/// refusal's `charge` is an index into [`BoundRule::charges`].
+pub(super) fn charge_chain(chain: Option<&BoundRule<'_>>) -> Result<(), ChargeRefusal> {
+    let steps = BoundRule::collect(chain, |link| {
         (link.cost > 0).then(|| Step::new(link.limit, link.cost))
     });
     try_acquire_all(&steps).map_err(|refused| {
-        Refused::of_chain(refused, |step| {
-            nth_with_cost(Link::collect(chain, |link| Some(link.cost)), step)
+        ChargeRefusal::of_chain(refused, |step| {
+            nth_with_cost(BoundRule::collect(chain, |link| Some(link.cost)), step)
         })
     })
 }
@@ -296,21 +327,21 @@ pub(super) fn charge_chain(chain: Option<&Link<'_>>) -> Result<(), Refused> {
 /// Why a request's charges were refused: the cause, and the index of the
 /// charge whose limit refused, if one did.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Refused {
+pub(super) struct ChargeRefusal {
     pub(super) charge: Option<usize>,
     pub(super) cause: Cause,
 }
 
-impl Refused {
+impl ChargeRefusal {
     /// A chain's refusal, its step's index turned into a charge's by
     /// `charge`.
-    fn of_chain(refused: HierarchyError, charge: impl FnOnce(usize) -> usize) -> Refused {
+    fn of_chain(refused: HierarchyError, charge: impl FnOnce(usize) -> usize) -> ChargeRefusal {
         match refused {
-            HierarchyError::Refused { limit, error } => Refused {
+            HierarchyError::Refused { limit, error } => ChargeRefusal {
                 charge: Some(charge(limit)),
                 cause: Cause::Limit(error),
             },
-            HierarchyError::TooManySteps { .. } => Refused {
+            HierarchyError::TooManySteps { .. } => ChargeRefusal {
                 charge: None,
                 cause: Cause::Misconfigured,
             },
@@ -336,7 +367,7 @@ type Slot<'a> = (usize, &'a dyn Limit, u64, &'a Cell<Option<Taken>>);
 /// Charges every in-process step with a cost, all or nothing, and leaves
 /// each receipt in its charge. The refusal's `charge` is an index into
 /// `charges`.
-pub(super) fn charge_local(charges: &mut [Charge<'_>]) -> Result<(), Refused> {
+pub(super) fn charge_local(charges: &mut [Charge<'_>]) -> Result<(), ChargeRefusal> {
     // Zero-cost steps charge nothing (an empty body under a per-byte
     // limit), so they are left out rather than refused as `ZeroCost`.
     // Each step's receipt goes straight into its charge, through a `Cell`
@@ -350,11 +381,11 @@ pub(super) fn charge_local(charges: &mut [Charge<'_>]) -> Result<(), Refused> {
         .enumerate()
         .filter(|(_, charge)| charge.cost > 0)
         .filter_map(|(i, charge)| match &mut charge.limit {
-            Charged::Local { bound, taken } => {
+            Target::Local { bound, taken } => {
                 let limit: &dyn Limit = bound.get();
                 Some((i, limit, charge.cost, Cell::from_mut(taken)))
             }
-            Charged::Shared { .. } => None,
+            Target::Shared { .. } | Target::InFlight(_) => None,
         })
         .collect();
     let steps: SmallVec<[Step<'_>; 4]> = limits
@@ -362,19 +393,19 @@ pub(super) fn charge_local(charges: &mut [Charge<'_>]) -> Result<(), Refused> {
         .map(|(_, limit, cost, _)| Step::new(*limit, *cost))
         .collect();
     take_all(&steps, |index, receipt| limits[index].3.set(Some(*receipt))).map_err(|refused| {
-        Refused::of_chain(refused, |step| limits.get(step).map_or(0, |slot| slot.0))
+        ChargeRefusal::of_chain(refused, |step| limits.get(step).map_or(0, |slot| slot.0))
     })
 }
 
 /// How far charging the shared limits got without awaiting.
-pub(super) enum Progress {
+pub(super) enum SharedProgress {
     /// Every shared limit took its cost.
     Admitted,
     /// The shared limit at this index is worth waiting for: charge it, and
     /// the ones after it, with [`charge_shared_waiting`].
     Waits(usize),
     /// A shared limit refused, and every in-process charge is given back.
-    Refused(Refused),
+    Refused(ChargeRefusal),
 }
 
 /// A shared limit's answer without awaiting, as a decision; `None` if it is
@@ -383,9 +414,9 @@ pub(super) enum Progress {
 /// `max_wait`. A node's empty pool is not the fleet's empty budget, so it
 /// is never a 429 while the wait could still admit.
 fn decided_now(
-    attempt: Result<HotAnswer<Receipt>, BudgetError>,
+    attempt: Result<HotAnswer<SharedReceipt>, BudgetError>,
     max_wait: Duration,
-) -> Option<Result<Receipt, BudgetError>> {
+) -> Option<Result<SharedReceipt, BudgetError>> {
     match attempt {
         Ok(HotAnswer::Admitted(receipt)) => Some(Ok(receipt)),
         Ok(HotAnswer::AskStore) => None,
@@ -400,22 +431,22 @@ fn decided_now(
 
 /// Charges the shared limits in order without awaiting, from this node's
 /// leases. Stops at the first worth waiting for (`max_wait` in all).
-pub(super) fn charge_shared_now(charges: &mut [Charge<'_>], max_wait: Duration) -> Progress {
+pub(super) fn charge_shared_now(charges: &mut [Charge<'_>], max_wait: Duration) -> SharedProgress {
     for index in 0..charges.len() {
         let attempt = match &charges[index].limit {
-            Charged::Shared { bound, .. } if charges[index].cost > 0 => {
+            Target::Shared { bound, .. } if charges[index].cost > 0 => {
                 bound.try_take(charges[index].cost)
             }
             _ => continue,
         };
         let Some(decided) = decided_now(attempt, max_wait) else {
-            return Progress::Waits(index);
+            return SharedProgress::Waits(index);
         };
         if let Err(refused) = record(charges, index, decided) {
-            return Progress::Refused(refused);
+            return SharedProgress::Refused(refused);
         }
     }
-    Progress::Admitted
+    SharedProgress::Admitted
 }
 
 /// Charges the shared limits from `from` on, waiting (`max_wait` in all)
@@ -427,11 +458,11 @@ pub(super) async fn charge_shared_waiting(
     charges: &mut [Charge<'static>],
     from: usize,
     max_wait: Duration,
-) -> Result<(), Refused> {
+) -> Result<(), ChargeRefusal> {
     let deadline = tokio::time::Instant::now().checked_add(max_wait);
     for index in from..charges.len() {
         let cost = charges[index].cost;
-        let Charged::Shared { bound, .. } = &charges[index].limit else {
+        let Target::Shared { bound, .. } = &charges[index].limit else {
             continue;
         };
         if cost == 0 {
@@ -461,9 +492,9 @@ pub(super) async fn charge_shared_waiting(
 fn record(
     charges: &mut [Charge<'_>],
     index: usize,
-    attempt: Result<Receipt, BudgetError>,
-) -> Result<(), Refused> {
-    let Charged::Shared {
+    attempt: Result<SharedReceipt, BudgetError>,
+) -> Result<(), ChargeRefusal> {
+    let Target::Shared {
         outcome, receipt, ..
     } = &mut charges[index].limit
     else {
@@ -471,12 +502,12 @@ fn record(
     };
     match attempt {
         Ok(taken) => {
-            *outcome = Outcome::Taken;
+            *outcome = SharedOutcome::Taken;
             *receipt = Some(taken);
             Ok(())
         }
         Err(error) => {
-            *outcome = Outcome::Refused(error);
+            *outcome = SharedOutcome::Refused(error);
             Err(give_all_back(charges, index, error))
         }
     }
@@ -487,7 +518,7 @@ fn record(
 /// longest wait among the limits that would refuse now what the request
 /// charges each in all, so a client that waits it out does not run into
 /// the next one at once.
-fn give_all_back(charges: &mut [Charge<'_>], index: usize, error: BudgetError) -> Refused {
+fn give_all_back(charges: &mut [Charge<'_>], index: usize, error: BudgetError) -> ChargeRefusal {
     for charge in charges.iter_mut().rev() {
         charge.give_back();
     }
@@ -504,7 +535,7 @@ fn give_all_back(charges: &mut [Charge<'_>], index: usize, error: BudgetError) -
         }
         other => other,
     };
-    Refused {
+    ChargeRefusal {
         charge: Some(index),
         cause,
     }
@@ -516,7 +547,7 @@ fn give_all_back(charges: &mut [Charge<'_>], index: usize, error: BudgetError) -
 /// until it moves on its own: a full bucket's next token takes one
 /// emission interval once spent from, a window counter's counts move at
 /// the window's end.
-fn next_unit(limit: &dyn Bound, available: u64) -> Duration {
+fn next_unit(limit: &dyn RequestLimit, available: u64) -> Duration {
     if available < limit.shape().quota {
         return limit.retry_after(available + 1).unwrap_or(Duration::ZERO);
     }

@@ -32,16 +32,26 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod advertise;
 mod body;
 mod charge;
+mod config;
 mod cost;
+mod decide;
+mod decision;
 pub mod extract;
+mod future;
+mod in_flight;
 mod layer;
 mod length;
+mod local;
 mod rule;
+mod service;
 mod shared;
 
 pub use body::{BodyKind, EitherBody, InnerBody, RateLimitBody};
 pub use cost::CostError;
-pub use layer::{RateLimitLayer, RateLimitLayerBuilder, RateLimitService, ResponseFuture};
+pub use future::ResponseFuture;
+pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use rule::{MissingKey, Rule};
+pub use service::RateLimitService;

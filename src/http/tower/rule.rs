@@ -2,23 +2,23 @@
 //! for which requests.
 
 use std::fmt;
-use std::hash::Hash;
-use std::time::Duration;
+use std::hash::{BuildHasher, Hash};
 
 use http::StatusCode;
 use http::request::Parts;
 
-use super::CostError;
-use super::layer::Decision;
-use super::shared::SharedSource;
+use super::cost::CostError;
+use super::decision::CallDecision;
+use super::in_flight::{InFlightLimiter, KeyedInFlight};
+use super::local::{LocalLimiter, WithKey};
+use super::shared::SharedLimiter;
 use crate::advertised::{Advertised, Shape};
-use crate::http::{PartitionKey, PartitionKeys, PolicyName, RateLimitPolicy};
+use crate::concurrency::KeyedConcurrencyLimiter;
+use crate::http::{PolicyName, RateLimitPolicy};
 use crate::keyed::PerKey;
-use crate::limit::sealed::Sealed;
-use crate::limit::{Identity, Taken};
+use crate::quota::Quota;
 use crate::shared::{KeyedAllowance, Store};
 use crate::sync::unmodelled::Arc;
-use crate::{AcquireError, Limit, Quota};
 
 /// What the layer does with a request from which a rule cannot extract a
 /// key.
@@ -44,12 +44,11 @@ pub enum MissingKey {
     Skip,
 }
 
-type KeyFn<K> = dyn Fn(&Parts) -> Option<K> + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> Result<u64, CostError> + Send + Sync;
 type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 
 /// One limit of a [`RateLimitLayer`](super::RateLimitLayer): a global
-/// [`Limit`] (a [`TokenBucket`](crate::TokenBucket), a window counter …)
+/// [`Limit`](crate::Limit) (a [`TokenBucket`](crate::TokenBucket), a window counter …)
 /// or a [`KeyedLimiter`](crate::KeyedLimiter) with a key extractor, advertised
 /// as a [`RateLimitPolicy`], with a cost per request (1 unless set), an
 /// optional predicate choosing the requests it applies to, a
@@ -83,7 +82,7 @@ pub struct Rule {
     /// was built from (none for a shared rule, whose quota is the caller's
     /// word).
     built: Option<Shape>,
-    source: Limiter,
+    limit: RuleLimit,
     cost: Option<Arc<CostFn>>,
     when: Option<Arc<Predicate>>,
     missing: MissingKey,
@@ -91,7 +90,7 @@ pub struct Rule {
 }
 
 impl Rule {
-    /// One limit shared by every request: any [`Limit`] (a
+    /// One limit shared by every request: any [`Limit`](crate::Limit) (a
     /// [`TokenBucket`](crate::TokenBucket), a [`FixedWindow`](crate::FixedWindow) or
     /// [`SlidingWindow`](crate::SlidingWindow), a
     /// [`StripedBucket`](crate::StripedBucket), any of them
@@ -121,7 +120,7 @@ impl Rule {
     pub fn global<L: Advertised + Send + 'static>(name: PolicyName, limit: Arc<L>) -> Rule {
         let shape = limit.shape();
         let policy = RateLimitPolicy::from_shape(name, shape);
-        Rule::new(policy, Some(shape), Limiter::Local(Arc::new(limit)))
+        Rule::new(policy, Some(shape), RuleLimit::Local(Arc::new(limit)))
     }
 
     /// A limit per key, the key taken from each request by `key`
@@ -163,10 +162,7 @@ impl Rule {
         Rule::new(
             policy,
             Some(shape),
-            Limiter::Local(Arc::new(KeyedSource {
-                limiter,
-                key: Box::new(key) as Box<KeyFn<K>>,
-            })),
+            RuleLimit::Local(Arc::new(WithKey::new(limiter, key))),
         )
     }
 
@@ -233,16 +229,71 @@ impl Rule {
         K: fmt::Display,
         F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
     {
-        let source = SharedSource::new(&name, allowance, *quota, key);
+        let source = SharedLimiter::new(&name, allowance, *quota, key);
         let policy = RateLimitPolicy::from_quota(name, quota);
-        Rule::new(policy, None, Limiter::Shared(source))
+        Rule::new(policy, None, RuleLimit::Shared(source))
     }
 
-    fn new(policy: RateLimitPolicy, built: Option<Shape>, source: Limiter) -> Rule {
+    /// At most as many units of work in flight per key as `limiter`
+    /// allows ([`KeyedConcurrencyLimiter`]), the key taken from each
+    /// request by `key` (the extractors of [`keyed`](Self::keyed); one
+    /// constant key, `|_| Some(())`, makes it a limit for the whole
+    /// server). Each request the rule applies to holds a permit of its
+    /// cost (1 unless set) from admission until the inner service has
+    /// answered, or until the request is dropped unanswered (the client
+    /// hung up, an outer timeout): then the units come back exactly. A
+    /// request with no room is refused with 429 and no Retry-After (work in
+    /// flight ends when it ends), one whose cost exceeds the limit with
+    /// 413, and a new key beyond the limiter's key cap with 503
+    /// ([`Refusal::from_in_flight`](crate::http::Refusal::from_in_flight)).
+    /// Permits are taken before any token is charged, so a request a
+    /// token rule refuses holds none. In-flight rules advertise no
+    /// RateLimit fields (their limit has no window); a refusal names the
+    /// rule in `violated-policies`.
+    ///
+    /// A permit is kept past `call`, as a charge that a status may give
+    /// back is: an admitted request through an in-flight rule allocates
+    /// the list of kept charges and the permit's box.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use http::HeaderName;
+    /// use tollgate::concurrency::KeyedConcurrencyLimiter;
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::{RateLimitLayer, Rule, extract};
+    ///
+    /// // At most 2 reports generated at once per API key.
+    /// let reports = Arc::new(KeyedConcurrencyLimiter::<String>::new(2)?);
+    /// let api_key = extract::header(HeaderName::from_static("x-api-key"));
+    /// let rule = Rule::in_flight(PolicyName::new("reports")?, reports, api_key)
+    ///     .when(|parts| parts.uri.path().starts_with("/reports"));
+    /// assert_eq!(rule.policy().quota(), 2);
+    /// let _layer = RateLimitLayer::builder().rule(rule).build();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_flight<K, S, F>(
+        name: PolicyName,
+        limiter: Arc<KeyedConcurrencyLimiter<K, S>>,
+        key: F,
+    ) -> Rule
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        S: BuildHasher + Clone + Send + Sync + 'static,
+        F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+    {
+        let policy = RateLimitPolicy::new(name, limiter.max());
+        Rule::new(
+            policy,
+            None,
+            RuleLimit::InFlight(Arc::new(KeyedInFlight::new(limiter, key))),
+        )
+    }
+
+    fn new(policy: RateLimitPolicy, built: Option<Shape>, limit: RuleLimit) -> Rule {
         Rule {
             policy,
             built,
-            source,
+            limit,
             cost: None,
             when: None,
             missing: MissingKey::default(),
@@ -453,17 +504,19 @@ impl Rule {
         self.cost.as_ref().map_or(Ok(1), |cost| cost(parts))
     }
 
-    pub(super) fn limiter(&self) -> Binder<'_> {
-        match &self.source {
-            Limiter::Local(source) => Binder::Local(&**source),
-            Limiter::Shared(source) => Binder::Shared(source),
-        }
+    pub(super) fn limiter(&self) -> &RuleLimit {
+        &self.limit
     }
 
     /// Whether this rule's limit is shared by a fleet (charged after the
     /// in-process ones).
     pub(super) fn is_shared(&self) -> bool {
-        matches!(self.source, Limiter::Shared(_))
+        matches!(self.limit, RuleLimit::Shared(_))
+    }
+
+    /// Whether this rule limits work in flight.
+    pub(super) fn is_in_flight(&self) -> bool {
+        matches!(self.limit, RuleLimit::InFlight(_))
     }
 
     pub(super) fn gives_back(&self, status: StatusCode) -> bool {
@@ -487,237 +540,12 @@ impl fmt::Debug for Rule {
     }
 }
 
-/// A rule's limiter: in this process, or shared by a fleet.
+/// A rule's limiter: in this process (bound to each request's key by
+/// [`LocalLimiter::bind`]), or shared by a fleet.
 #[derive(Clone)]
-enum Limiter {
-    Local(Arc<dyn Source>),
-    Shared(SharedSource),
-}
-
-/// A rule's limiter, as the layer binds it to a request.
-pub(super) enum Binder<'a> {
-    /// In this process: bound for the length of a call ([`Source::bind`]).
-    Local(&'a dyn Source),
-    /// Shared by a fleet: bound to the key as the store names it.
-    Shared(&'a SharedSource),
-}
-
-/// An in-process limiter that can be bound to one request's key.
-pub(super) trait Source: Send + Sync {
-    /// Calls `then` with this limit bound to the request's key, or with
-    /// `None` when the request has no key, and answers what `then` does.
-    /// The binding lives on this call's stack and borrows the key, so
-    /// binding allocates nothing; a charge that must outlive the call
-    /// takes an owned copy ([`Bound::to_owned`]).
-    fn bind(&self, parts: &Parts, then: &mut dyn FnMut(Option<&dyn Bound>) -> Decision)
-    -> Decision;
-}
-
-/// A limit bound to one request: the limiter and, if keyed, the key. Its
-/// take, undo, wait, availability and what it advertises are those of a
-/// [`Limit`].
-pub(super) trait Bound: Advertised + Send {
-    fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey>;
-    /// This binding, owning its key: for a charge kept until its response
-    /// (to give back, or to advertise), or one that waits for a store.
-    fn to_owned(&self) -> Box<dyn Bound>;
-}
-
-/// A global rule binds its limit as it is: there is no key.
-impl<L: Advertised + Send + 'static> Source for Arc<L> {
-    fn bind(&self, _: &Parts, then: &mut dyn FnMut(Option<&dyn Bound>) -> Decision) -> Decision {
-        then(Some(self))
-    }
-}
-
-impl<L: Advertised + Send + 'static> Bound for Arc<L> {
-    fn partition(&self, _: &PartitionKeys, _: &PolicyName) -> Option<PartitionKey> {
-        // One partition for everyone: there is nothing to tell apart.
-        None
-    }
-    fn to_owned(&self) -> Box<dyn Bound> {
-        Box::new(Arc::clone(self))
-    }
-}
-
-struct KeyedSource<L, K> {
-    limiter: Arc<L>,
-    key: Box<KeyFn<K>>,
-}
-
-impl<L, K> Source for KeyedSource<L, K>
-where
-    L: PerKey<Key = K> + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-{
-    fn bind(
-        &self,
-        parts: &Parts,
-        then: &mut dyn FnMut(Option<&dyn Bound>) -> Decision,
-    ) -> Decision {
-        match (self.key)(parts) {
-            Some(key) => then(Some(&KeyedRef {
-                limiter: &self.limiter,
-                key: &key,
-            })),
-            None => then(None),
-        }
-    }
-}
-
-/// One key of a keyed limiter, borrowed for the length of a call.
-struct KeyedRef<'a, L, K> {
-    limiter: &'a Arc<L>,
-    key: &'a K,
-}
-
-/// One key of a keyed limiter, owned by a charge kept past the call.
-struct KeyedOwned<L, K> {
-    limiter: Arc<L>,
-    key: K,
-}
-
-impl<L, K> KeyedOwned<L, K> {
-    fn view(&self) -> KeyedRef<'_, L, K> {
-        KeyedRef {
-            limiter: &self.limiter,
-            key: &self.key,
-        }
-    }
-}
-
-/// The key's limit is the keyed limiter's own view of the key
-/// ([`KeyedLimiter::key`](crate::KeyedLimiter::key), [`KeyedWindow::key`](crate::window::KeyedWindow::key)):
-/// taking, undoing and waiting are its.
-impl<L, K> Sealed for KeyedRef<'_, L, K>
-where
-    L: PerKey<Key = K> + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-{
-    fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        PerKey::key(&**self.limiter, self.key).take(cost)
-    }
-    fn take_within(
-        &self,
-        cost: u64,
-        max_wait: Duration,
-    ) -> Result<(Taken, Duration), AcquireError> {
-        PerKey::key(&**self.limiter, self.key).take_within(cost, max_wait)
-    }
-    fn undo(&self, taken: &Taken) {
-        PerKey::key(&**self.limiter, self.key).undo(taken);
-    }
-    fn capacity(&self) -> u64 {
-        PerKey::key(&**self.limiter, self.key).capacity()
-    }
-    fn identity(&self) -> Identity {
-        PerKey::key(&**self.limiter, self.key).identity()
-    }
-}
-
-impl<L, K> Limit for KeyedRef<'_, L, K>
-where
-    L: PerKey<Key = K> + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-{
-    fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
-        PerKey::key(&**self.limiter, self.key).retry_after(cost)
-    }
-    fn available(&self) -> u64 {
-        PerKey::key(&**self.limiter, self.key).available()
-    }
-}
-
-impl<L, K> Advertised for KeyedRef<'_, L, K>
-where
-    L: PerKey<Key = K> + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-{
-    fn shape(&self) -> Shape {
-        PerKey::key(&**self.limiter, self.key).shape()
-    }
-    fn idle_reset(&self) -> Duration {
-        PerKey::key(&**self.limiter, self.key).idle_reset()
-    }
-}
-
-impl<L, K> Bound for KeyedRef<'_, L, K>
-where
-    L: PerKey<Key = K> + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-{
-    fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
-        Some(keys.key(name, self.key))
-    }
-    fn to_owned(&self) -> Box<dyn Bound> {
-        Box::new(KeyedOwned {
-            limiter: Arc::clone(self.limiter),
-            key: self.key.clone(),
-        })
-    }
-}
-
-impl<L, K> Sealed for KeyedOwned<L, K>
-where
-    L: PerKey<Key = K> + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-{
-    fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        self.view().take(cost)
-    }
-    fn take_within(
-        &self,
-        cost: u64,
-        max_wait: Duration,
-    ) -> Result<(Taken, Duration), AcquireError> {
-        self.view().take_within(cost, max_wait)
-    }
-    fn undo(&self, taken: &Taken) {
-        self.view().undo(taken);
-    }
-    fn capacity(&self) -> u64 {
-        self.view().capacity()
-    }
-    fn identity(&self) -> Identity {
-        self.view().identity()
-    }
-}
-
-impl<L, K> Limit for KeyedOwned<L, K>
-where
-    L: PerKey<Key = K> + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-{
-    fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
-        self.view().retry_after(cost)
-    }
-    fn available(&self) -> u64 {
-        self.view().available()
-    }
-}
-
-impl<L, K> Advertised for KeyedOwned<L, K>
-where
-    L: PerKey<Key = K> + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-{
-    fn shape(&self) -> Shape {
-        self.view().shape()
-    }
-    fn idle_reset(&self) -> Duration {
-        self.view().idle_reset()
-    }
-}
-
-impl<L, K> Bound for KeyedOwned<L, K>
-where
-    L: PerKey<Key = K> + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-{
-    fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
-        self.view().partition(keys, name)
-    }
-    fn to_owned(&self) -> Box<dyn Bound> {
-        self.view().to_owned()
-    }
+pub(super) enum RuleLimit {
+    Local(Arc<dyn LocalLimiter<CallDecision>>),
+    Shared(SharedLimiter),
+    /// Work in flight, held by a permit until the inner service answers.
+    InFlight(Arc<dyn InFlightLimiter>),
 }

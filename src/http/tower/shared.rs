@@ -9,17 +9,17 @@ use std::time::Duration;
 
 use http::request::Parts;
 
-use crate::Quota;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
+use crate::quota::Quota;
 use crate::shared::{BudgetError, HotAnswer};
 use crate::shared::{KeyedAllowance, KeyedReceipt, Store};
 use crate::sync::unmodelled::Arc;
 
 /// A shared admission's receipt, its store type erased.
-pub(super) type Receipt = Box<dyn GiveBack>;
+pub(super) type SharedReceipt = Box<dyn GiveBack>;
 
 /// The future of a store decision.
-type Decision = Pin<Box<dyn Future<Output = Result<Receipt, BudgetError>> + Send>>;
+type StoreDecision = Pin<Box<dyn Future<Output = Result<SharedReceipt, BudgetError>> + Send>>;
 
 /// A [`KeyedReceipt`] as the layer uses it, its store type erased.
 pub(super) trait GiveBack: Send {
@@ -36,30 +36,30 @@ impl<S: Store> GiveBack for KeyedReceipt<S> {
 
 /// A keyed shared budget as the layer uses it, its store type erased so
 /// that rules over different stores sit in one list.
-trait SharedLimit: Send + Sync + 'static {
+trait ErasedAllowance: Send + Sync + 'static {
     /// Takes `cost` from the key's local lease now, or refuses; never
     /// awaits. [`HotAnswer::AskStore`] means only the store can decide.
-    fn try_take(&self, key: &str, cost: u64) -> Result<HotAnswer<Receipt>, BudgetError>;
+    fn try_take(&self, key: &str, cost: u64) -> Result<HotAnswer<SharedReceipt>, BudgetError>;
     /// Takes `cost`, going to the store if need be, waiting at most
     /// `max_wait`.
-    fn take(&self, key: String, cost: u64, max_wait: Duration) -> Decision;
+    fn take(&self, key: String, cost: u64, max_wait: Duration) -> StoreDecision;
     /// Tokens this node holds leased for `key` now.
     fn pooled(&self, key: &str) -> u64;
 }
 
-impl<S: Store> SharedLimit for KeyedAllowance<S> {
-    fn try_take(&self, key: &str, cost: u64) -> Result<HotAnswer<Receipt>, BudgetError> {
+impl<S: Store> ErasedAllowance for KeyedAllowance<S> {
+    fn try_take(&self, key: &str, cost: u64) -> Result<HotAnswer<SharedReceipt>, BudgetError> {
         Ok(match KeyedAllowance::try_take(self, key, cost)? {
             HotAnswer::Admitted(receipt) => HotAnswer::Admitted(Box::new(receipt)),
             HotAnswer::AskStore => HotAnswer::AskStore,
         })
     }
 
-    fn take(&self, key: String, cost: u64, max_wait: Duration) -> Decision {
+    fn take(&self, key: String, cost: u64, max_wait: Duration) -> StoreDecision {
         let allowance = self.clone();
         Box::pin(async move {
             let receipt = allowance.take(&key, cost, max_wait).await?;
-            Ok(Box::new(receipt) as Receipt)
+            Ok(Box::new(receipt) as SharedReceipt)
         })
     }
 
@@ -73,27 +73,27 @@ type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 /// A shared limit with its key extractor and the quota its store gives
 /// each key (which the node cannot ask the store for).
 #[derive(Clone)]
-pub(super) struct SharedSource {
-    limit: Arc<dyn SharedLimit>,
+pub(super) struct SharedLimiter {
+    limit: Arc<dyn ErasedAllowance>,
     key: Arc<KeyFn>,
     /// Put before each key to name it in the store ([`store_key`]).
     scope: Arc<str>,
     quota: Quota,
 }
 
-impl SharedSource {
+impl SharedLimiter {
     pub(super) fn new<S, K, F>(
         name: &PolicyName,
         allowance: KeyedAllowance<S>,
         quota: Quota,
         key: F,
-    ) -> SharedSource
+    ) -> SharedLimiter
     where
         S: Store,
         K: std::fmt::Display,
         F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
     {
-        SharedSource {
+        SharedLimiter {
             limit: Arc::new(allowance),
             key: Arc::new(move |parts: &Parts| key(parts).map(|key| key.to_string())),
             scope: rule_scope(name).into(),
@@ -101,9 +101,9 @@ impl SharedSource {
         }
     }
 
-    pub(super) fn bind(&self, parts: &Parts) -> Option<SharedBound> {
+    pub(super) fn bind(&self, parts: &Parts) -> Option<SharedKey> {
         let key = (self.key)(parts)?;
-        Some(SharedBound {
+        Some(SharedKey {
             limit: Arc::clone(&self.limit),
             stored: format!("{}{key}", self.scope),
             key,
@@ -124,8 +124,8 @@ fn rule_scope(name: &PolicyName) -> String {
 }
 
 /// A shared limit bound to one request's key.
-pub(super) struct SharedBound {
-    limit: Arc<dyn SharedLimit>,
+pub(super) struct SharedKey {
+    limit: Arc<dyn ErasedAllowance>,
     /// The key as extracted: what partitions the RateLimit fields.
     key: String,
     /// The key as the store names it: scoped by rule.
@@ -133,15 +133,15 @@ pub(super) struct SharedBound {
     quota: Quota,
 }
 
-impl SharedBound {
+impl SharedKey {
     /// Takes `cost` from this node's lease of the key, or refuses with
     /// answers [`HotAnswer::AskStore`] when only the store can decide.
-    pub(super) fn try_take(&self, cost: u64) -> Result<HotAnswer<Receipt>, BudgetError> {
+    pub(super) fn try_take(&self, cost: u64) -> Result<HotAnswer<SharedReceipt>, BudgetError> {
         self.limit.try_take(&self.stored, cost)
     }
 
     /// Takes `cost`, from the store if need be, within `max_wait`.
-    pub(super) fn take(&self, cost: u64, max_wait: Duration) -> Decision {
+    pub(super) fn take(&self, cost: u64, max_wait: Duration) -> StoreDecision {
         self.limit.take(self.stored.clone(), cost, max_wait)
     }
 
@@ -162,10 +162,10 @@ impl SharedBound {
 
 /// What charging a shared limit came to, for the fields and the refusal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Outcome {
+pub(super) enum SharedOutcome {
     /// Not charged: a rule before it refused, or its cost is 0.
     Untried,
-    /// Charged, from a lease or by the store, or let through by the
+    /// Target, from a lease or by the store, or let through by the
     /// failure policy while the store is down.
     Taken,
     /// Refused.

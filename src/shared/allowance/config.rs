@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::Quota;
+use crate::quota::Quota;
 #[cfg(doc)]
 use crate::shared::{AllowanceStats, LocalAllowance};
 

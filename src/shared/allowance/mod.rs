@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-use crate::AcquireError;
+use crate::error::AcquireError;
 use crate::jitter::JitterGenerator;
 use crate::shared::BudgetError;
 use crate::shared::Store;
@@ -29,7 +29,7 @@ use crate::sync::Ordering;
 use crate::sync::unmodelled::Arc;
 use refill::spawn_refill;
 use returns::watch_idle;
-use state::Inner;
+use state::AllowanceState;
 
 pub use config::{AllowanceConfig, AllowanceError, FailurePolicy};
 pub(crate) use empty::{EmptyUntil, wait_for};
@@ -85,7 +85,7 @@ pub enum Source {
 /// ```
 #[derive(Debug)]
 pub struct LocalAllowance<S: Store> {
-    inner: Arc<Inner<S>>,
+    inner: Arc<AllowanceState<S>>,
 }
 
 impl<S: Store> LocalAllowance<S> {
@@ -108,7 +108,7 @@ impl<S: Store> LocalAllowance<S> {
     ) -> Result<Self, AllowanceError> {
         config.validate()?;
         let runtime = Handle::try_current().map_err(|_| AllowanceError::NoRuntime)?;
-        let inner = Arc::new(Inner::new(store, key.into(), config, runtime));
+        let inner = Arc::new(AllowanceState::new(store, key.into(), config, runtime));
         if let Some(idle) = config.idle_return {
             inner
                 .runtime

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::state::{Answer, Inner, POOL_LIMIT};
+use super::state::{AllowanceState, Answer, POOL_LIMIT};
 use super::stats::add;
 use crate::clock::saturating_nanos;
 #[cfg(doc)]
@@ -20,7 +20,7 @@ use crate::sync::{AtomicU64, Ordering};
 /// started records a failure, since the call may have reached the store; a
 /// drop before it (a refill cancelled in its pause) does not.
 struct Claim<'a, S: Store> {
-    inner: &'a Inner<S>,
+    inner: &'a AllowanceState<S>,
     store_called: bool,
     /// False once the store answered with a refusal of this key: a
     /// failure, but not an outage.
@@ -66,7 +66,7 @@ pub enum RefillError<E: std::error::Error + 'static> {
     Timeout,
 }
 
-pub(super) fn spawn_refill<S: Store>(inner: &Arc<Inner<S>>) {
+pub(super) fn spawn_refill<S: Store>(inner: &Arc<AllowanceState<S>>) {
     let inner = Arc::clone(inner);
     let runtime = inner.runtime.clone();
     runtime.spawn(async move {
@@ -75,7 +75,7 @@ pub(super) fn spawn_refill<S: Store>(inner: &Arc<Inner<S>>) {
     });
 }
 
-impl<S: Store> Inner<S> {
+impl<S: Store> AllowanceState<S> {
     /// Runs the refill this caller claimed, and always ends it: a guard
     /// lands nothing if this future is dropped or the store panics before
     /// the end. Holding the claim while waiting for the next refill time
@@ -246,13 +246,13 @@ impl<S: Store> Inner<S> {
             books.spent_by_then = spent;
             // Half old, half new: follows a change of demand within a few
             // leases without chasing every burst.
-            let old = f64::from_bits(self.demand.load(Ordering::Relaxed));
+            let old = self.demand.load(Ordering::Relaxed);
             let smoothed = if old == 0.0 {
                 rate
             } else {
                 0.5 * old + 0.5 * rate
             };
-            self.demand.store(smoothed.to_bits(), Ordering::Relaxed);
+            self.demand.store(smoothed, Ordering::Relaxed);
             (smoothed, books.pacer.least_ask(smoothed))
         };
         let wanted = (demand * self.config.lease_period.as_secs_f64()).ceil();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::state::Inner;
+use super::state::AllowanceState;
 use super::stats::add;
 use crate::shared::Store;
 use crate::shared::pacing::MIN_PAUSE;
@@ -11,7 +11,7 @@ use crate::sync::Ordering;
 use crate::sync::unmodelled::Weak;
 
 /// Returns the pool's tokens once it has sat unchanged for `idle`.
-pub(super) async fn watch_idle<S: Store>(inner: Weak<Inner<S>>, idle: Duration) {
+pub(super) async fn watch_idle<S: Store>(inner: Weak<AllowanceState<S>>, idle: Duration) {
     let idle = idle.max(MIN_PAUSE);
     let mut last = None;
     loop {
@@ -31,7 +31,7 @@ pub(super) async fn watch_idle<S: Store>(inner: Weak<Inner<S>>, idle: Duration) 
     }
 }
 
-impl<S: Store> Inner<S> {
+impl<S: Store> AllowanceState<S> {
     /// Drains the pool and returns the tokens to the store, once, against
     /// the last lease's receipt. Which lease a pooled token came from does not matter
     /// to the store, which only sees grants; what matters is that no receipt

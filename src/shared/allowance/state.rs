@@ -8,13 +8,14 @@ use tokio::runtime::Handle;
 use super::empty::{EmptyUntil, wait_for};
 use super::stats::{Stats, add};
 use super::{AllowanceConfig, FailurePolicy, Source};
+use crate::bucket::TokenBucket;
+use crate::error::AcquireError;
 use crate::shared::BudgetError;
 use crate::shared::pacing::{MIN_PAUSE, Pacer};
 use crate::shared::pool::LeasePool;
 use crate::shared::{Lease, Store};
 use crate::sync::unmodelled::Arc;
-use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering, lock};
-use crate::{AcquireError, TokenBucket};
+use crate::sync::{AtomicBool, AtomicF64, AtomicU64, Mutex, MutexGuard, Ordering, lock};
 
 /// The most tokens a pool can hold (`LeasePool` counts in 63 bits): a lease
 /// asks for at most what still fits.
@@ -22,7 +23,7 @@ pub(super) const POOL_LIMIT: u64 = u64::MAX >> 1;
 
 /// One allowance: what its handle, its refill task and its returns share.
 #[derive(Debug)]
-pub(super) struct Inner<S: Store> {
+pub(super) struct AllowanceState<S: Store> {
     pub(super) store: Arc<S>,
     pub(super) key: String,
     pub(super) config: AllowanceConfig,
@@ -32,8 +33,8 @@ pub(super) struct Inner<S: Store> {
     /// The largest cost a call can ever be served: `max_lease`, the store's
     /// capacity once a grant has told it, and what a pool can hold.
     pub(super) largest_cost: AtomicU64,
-    /// Smoothed local demand, tokens per second: an `f64`'s bits.
-    pub(super) demand: AtomicU64,
+    /// Smoothed local demand, tokens per second.
+    pub(super) demand: AtomicF64,
     /// Whether the last store call failed with the store unreachable:
     /// failure policy in force.
     pub(super) degraded: AtomicBool,
@@ -134,7 +135,7 @@ fn far_future() -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs(86_400 * 365 * 30)
 }
 
-impl<S: Store> Inner<S> {
+impl<S: Store> AllowanceState<S> {
     /// An allowance of `key` with an empty pool, whose refills and returns
     /// run on `runtime`.
     pub(super) fn new(
@@ -147,14 +148,14 @@ impl<S: Store> Inner<S> {
             FailurePolicy::Fallback(quota) => Some(TokenBucket::new(quota)),
             FailurePolicy::Closed | FailurePolicy::Open => None,
         };
-        Inner {
+        AllowanceState {
             store,
             key,
             config,
             pool: LeasePool::new(),
             low_water: AtomicU64::new(config.min_lease.div_ceil(2)),
             largest_cost: AtomicU64::new(config.max_lease.min(POOL_LIMIT)),
-            demand: AtomicU64::new(0.0_f64.to_bits()),
+            demand: AtomicF64::new(0.0),
             degraded: AtomicBool::new(false),
             refused: AtomicBool::new(false),
             retry_hint: AtomicU64::new(0),
@@ -200,7 +201,7 @@ impl<S: Store> Inner<S> {
                 Ok(Source::FailedOpen)
             }
             (FailurePolicy::Fallback(_), Some(bucket)) => {
-                crate::Limit::try_acquire(bucket, cost)?;
+                crate::limit::Limit::try_acquire(bucket, cost)?;
                 add(&self.stats.fallback, cost);
                 Ok(Source::Fallback)
             }

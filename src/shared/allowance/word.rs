@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::state::Inner;
+use super::state::AllowanceState;
 use crate::shared::Store;
 use crate::shared::pacing::{MAX_PAUSE, MIN_PAUSE};
 
-impl<S: Store> Inner<S> {
+impl<S: Store> AllowanceState<S> {
     /// The store's wait for `cost` tokens, at `now`, while its last empty
     /// answer holds.
     pub(super) fn refused_by_the_store(&self, cost: u64, now: Instant) -> Option<Duration> {

@@ -13,8 +13,8 @@ use ::redis::{
     IntoConnectionInfo, Pipeline, RedisError, Script, TlsCertificates, Value,
 };
 
-use super::RedisStoreError;
 use super::config::RedisConfig;
+use super::error::RedisStoreError;
 
 /// The connection a [`RedisStore`](super::RedisStore) talks through: to one
 /// server (a `redis` [`ConnectionManager`], which reconnects on its own) or

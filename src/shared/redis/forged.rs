@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use ::redis::{Script, Value};
 
+use super::eval::{ACQUIRE, RELEASE, parse_reply};
 use super::redis_client::admin;
 use super::redis_server::RedisServer;
+use super::redis_store::RedisStore;
 use super::scale::{EPOCH_UNIX_SECS, EXACT_LIMIT};
-use super::{ACQUIRE, RELEASE, RedisStore, parse_reply};
-use crate::Quota;
+use crate::quota::Quota;
 
 const KEY: &str = "k";
 

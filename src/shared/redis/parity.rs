@@ -16,12 +16,15 @@ use std::time::Duration;
 
 use ::redis::aio::MultiplexedConnection;
 
+use super::eval::{ACQUIRE, RELEASE};
 use super::redis_client::admin;
 use super::redis_server::RedisServer;
+use super::redis_store::RedisStore;
 use super::scale::Scale;
-use super::{ACQUIRE, RELEASE, RedisStore};
+use crate::clock::ManualClock;
+use crate::keyed::KeyedLimiter;
+use crate::quota::Quota;
 use crate::shared::{Lease, LocalStore, Store};
-use crate::{KeyedLimiter, ManualClock, Quota};
 
 const KEY: &str = "k";
 

@@ -19,9 +19,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::RedisStoreError;
-use crate::Quota;
+use super::error::RedisStoreError;
 use crate::gcra::Interval;
+use crate::quota::Quota;
 
 /// Unix seconds of the store's epoch, 2025-01-01T00:00:00Z. Server time is
 /// counted from here; every store sharing a Redis keyspace uses the same

@@ -14,8 +14,8 @@
 
 use crossbeam_utils::CachePadded;
 
-use crate::Quota;
 use crate::gcra::Gcra;
+use crate::quota::Quota;
 use crate::state::{FIRST, Tat};
 use crate::sync::swap::{Loaded, Swap};
 use crate::sync::{Arc, Mutex, lock};

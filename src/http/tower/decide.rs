@@ -1,0 +1,189 @@
+//! What `call` decides for a request: every rule that applies bound to
+//! the request with its cost, then charged all or nothing; or the 4xx of
+//! a request no rule can charge as it stands.
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{Response, StatusCode};
+
+use super::charge::{
+    BoundRule, Charge, SharedProgress, charge_chain, charge_local, charge_shared_now,
+};
+use super::config::Config;
+use super::cost::CostError;
+use super::decision::CallDecision;
+use super::in_flight::InFlightAnswer;
+use super::rule::MissingKey;
+use super::rule::RuleLimit;
+use crate::http::problem::client_error;
+use crate::http::{RateLimitPolicy, Refusal};
+
+impl Config {
+    /// Binds every rule that applies to the request, with its cost, then
+    /// charges them; or the 4xx for a request no rule can charge as it
+    /// stands (no key, no readable cost), which charges nothing.
+    pub(super) fn decide(&self, parts: &Parts) -> CallDecision {
+        self.bind_from(parts, 0, None)
+    }
+
+    /// Binds the in-process rules from `index` on, each on a stack frame of
+    /// its own (where its limiter keeps the request's key: nothing is
+    /// allocated), with `bound` the bindings so far; at the first shared
+    /// rule, or past the last rule, charges them all.
+    fn bind_from(
+        &self,
+        parts: &Parts,
+        index: usize,
+        bound: Option<&BoundRule<'_>>,
+    ) -> CallDecision {
+        let Some(rule) = self.rules.get(index) else {
+            return self.charge(parts, index, bound);
+        };
+        // The layer sorts in-flight and shared rules after the in-process
+        // ones: `charge` takes them.
+        let RuleLimit::Local(limiter) = rule.limiter() else {
+            return self.charge(parts, index, bound);
+        };
+        if !rule.applies_to(parts) {
+            return self.bind_from(parts, index + 1, bound);
+        }
+        limiter.bind(parts, &mut |limit| {
+            let Some(limit) = limit else {
+                return match rule.missing_key() {
+                    MissingKey::Skip => self.bind_from(parts, index + 1, bound),
+                    MissingKey::Reject => Unchargeable::NoKey(rule.policy()).decision(),
+                };
+            };
+            match rule.cost_of(parts) {
+                Ok(cost) => {
+                    let next = BoundRule {
+                        rule: index,
+                        limit,
+                        cost,
+                        before: bound,
+                    };
+                    self.bind_from(parts, index + 1, Some(&next))
+                }
+                Err(error) => Unchargeable::Cost(rule.policy(), error).decision(),
+            }
+        })
+    }
+
+    /// Binds the shared rules from `index` on after the in-process ones in
+    /// `bound`, then charges the in-process ones in one chain and the
+    /// shared ones from this node's leases, as far as it can without
+    /// waiting.
+    fn charge(&self, parts: &Parts, index: usize, bound: Option<&BoundRule<'_>>) -> CallDecision {
+        if index == self.rules.len() && !self.keeps {
+            // The common case: every rule in process, and no charge kept
+            // past the call. Charged as bound, with no charge recorded
+            // unless the chain refuses.
+            return match charge_chain(bound) {
+                Ok(()) => CallDecision::Admitted(Vec::new()),
+                Err(refused) => {
+                    CallDecision::Refused(self.refusal(&BoundRule::charges(bound), refused))
+                }
+            };
+        }
+        let mut charges = BoundRule::charges(bound);
+        // In-flight permits (sorted before the shared rules) first, then the
+        // in-process chain: a request the chain refuses drops its permits
+        // with its charges, which releases them exactly, and no token is
+        // taken for a request refused a permit.
+        for (index, rule) in self.rules.iter().enumerate().skip(index) {
+            if !rule.applies_to(parts) {
+                continue;
+            }
+            match rule.limiter() {
+                RuleLimit::Local(_) => {}
+                RuleLimit::InFlight(limiter) => {
+                    match limiter.acquire(parts, &|parts| rule.cost_of(parts)) {
+                        InFlightAnswer::Permit(permit) => {
+                            charges.push(Charge::in_flight(index, permit));
+                        }
+                        InFlightAnswer::Nothing => {}
+                        InFlightAnswer::Refused(error) => {
+                            let refusal = Refusal::from_in_flight(&error, rule.policy().name());
+                            return CallDecision::Refused(refusal.into_response());
+                        }
+                        InFlightAnswer::Cost(error) => {
+                            return Unchargeable::Cost(rule.policy(), error).decision();
+                        }
+                        InFlightAnswer::NoKey => match rule.missing_key() {
+                            MissingKey::Skip => {}
+                            MissingKey::Reject => {
+                                return Unchargeable::NoKey(rule.policy()).decision();
+                            }
+                        },
+                    }
+                }
+                RuleLimit::Shared(limiter) => {
+                    let Some(limit) = limiter.bind(parts) else {
+                        match rule.missing_key() {
+                            MissingKey::Skip => continue,
+                            MissingKey::Reject => {
+                                return Unchargeable::NoKey(rule.policy()).decision();
+                            }
+                        }
+                    };
+                    match rule.cost_of(parts) {
+                        Ok(cost) => charges.push(Charge::shared(index, limit, cost)),
+                        Err(error) => return Unchargeable::Cost(rule.policy(), error).decision(),
+                    }
+                }
+            }
+        }
+        if let Err(refused) = charge_local(&mut charges) {
+            return CallDecision::Refused(self.refusal(&charges, refused));
+        }
+        match charge_shared_now(&mut charges, self.store_wait) {
+            SharedProgress::Admitted => CallDecision::Admitted(
+                charges
+                    .into_iter()
+                    .filter(|charge| {
+                        charge.is_in_flight()
+                            || self.on_success
+                            || self.rules[charge.rule].gives_back_any()
+                    })
+                    .map(Charge::into_owned)
+                    .collect(),
+            ),
+            SharedProgress::Refused(refused) => {
+                CallDecision::Refused(self.refusal(&charges, refused))
+            }
+            SharedProgress::Waits(from) => CallDecision::Waits {
+                charges: charges.into_iter().map(Charge::into_owned).collect(),
+                from,
+            },
+        }
+    }
+}
+
+/// Why a rule cannot charge a request as it stands: it names the rule's
+/// policy.
+enum Unchargeable<'a> {
+    /// The rule's key extractor found nothing, and the rule rejects that.
+    NoKey(&'a RateLimitPolicy),
+    /// The rule's cost function could not read a cost.
+    Cost(&'a RateLimitPolicy, CostError),
+}
+
+impl Unchargeable<'_> {
+    /// The 4xx that says so: a 400 for a missing key, the cost error's own.
+    fn decision(self) -> CallDecision {
+        CallDecision::Refused(self.response())
+    }
+
+    fn response(self) -> Response<Bytes> {
+        match self {
+            Unchargeable::NoKey(policy) => {
+                let detail = format!(
+                    "The request carries no identity for rate-limit policy \"{}\".",
+                    policy.name()
+                );
+                client_error(StatusCode::BAD_REQUEST, &detail)
+            }
+            Unchargeable::Cost(policy, error) => error.response(policy),
+        }
+    }
+}
