@@ -22,6 +22,11 @@ pub mod design {}
 #[doc = include_str!("../docs/clocks.md")]
 pub mod clocks {}
 
+/// Keyed limiters: the accessors every keyed limiter shares (features
+/// `keyed` and `tokio`).
+#[cfg_attr(feature = "tokio", doc = include_str!("../docs/keyed.md"))]
+pub mod keyed {}
+
 /// Limits on work in flight.
 #[doc = include_str!("../docs/concurrency.md")]
 pub mod concurrency {}

@@ -317,7 +317,7 @@ fn a_key_panicking_as_its_permit_is_released_leaks_no_units_and_no_place() {
         drop(again);
         let other = limiter.try_acquire(&Fragile(2), 2);
         assert!(other.is_ok(), "call {calls}: {:?}", other.err());
-        assert_eq!(limiter.keys_in_flight(), 1, "call {calls}");
+        assert_eq!(limiter.len(), 1, "call {calls}");
         assert!(matches!(
             limiter.try_acquire(&Fragile(3), 1),
             Err(InFlightError::TooManyKeys { max_keys: 1 })

@@ -10,7 +10,7 @@
 //! `publish`, `convert`, `finish`), a sweep's hold (`steady`) and the
 //! decisions on an entry. The dashmap shard around an entry is not
 //! loom-aware, so a loom read-write lock over the entry stands in for it,
-//! taken as `table.rs` and `set_quota` take the shard: for reading by a
+//! taken as `admission.rs` and `set_quota` take the shard: for reading by a
 //! decision, for writing by an insert, a drop and the change's walk. A
 //! second loom read-write lock stands in for the overflow bucket's, which a
 //! change publishes under (writing) and a drop raises the watermark under

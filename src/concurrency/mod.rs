@@ -29,7 +29,11 @@
 mod counter;
 mod error;
 #[cfg(feature = "keyed")]
+mod in_flight;
+#[cfg(feature = "keyed")]
 mod keyed;
+#[cfg(feature = "keyed")]
+mod keyed_permit;
 mod limiter;
 mod permit;
 #[cfg(feature = "tokio")]
@@ -37,6 +41,8 @@ mod wait;
 
 pub use error::{InFlightError, LimitError};
 #[cfg(feature = "keyed")]
-pub use keyed::{KeyedConcurrencyLimiter, KeyedPermit};
+pub use keyed::KeyedConcurrencyLimiter;
+#[cfg(feature = "keyed")]
+pub use keyed_permit::KeyedPermit;
 pub use limiter::ConcurrencyLimiter;
 pub use permit::{OwnedPermit, Permit};

@@ -67,15 +67,22 @@ impl KeyCap {
         }
     }
 
+    /// The most keys counted in at once.
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
     /// Keys counted in.
     pub fn counted(&self) -> usize {
         self.keys.load(Ordering::Acquire)
     }
 
     /// A place for a new key if the table has room, without waiting: the
-    /// path of every new key while the table is below its cap.
+    /// path of every new key while the table is below its cap, and the
+    /// whole of it for a table that never sweeps at the cap (one whose
+    /// caller holds a shard lock, which a sweep would wait for).
     #[inline]
-    fn count_in(&self) -> Option<Place<'_>> {
+    pub fn count_in(&self) -> Option<Place<'_>> {
         self.keys
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < self.max_keys).then_some(n + 1)

@@ -4,7 +4,9 @@ use std::hash::{BuildHasher, Hash};
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use crate::{Clock, DefaultClock, KeyedLimiter, Quota};
+use crate::clock::{Clock, DefaultClock};
+use crate::keyed::KeyedLimiter;
+use crate::quota::Quota;
 
 /// What a keyed limiter does with a new key once it tracks
 /// [`max_keys`](KeyedBuilder::max_keys) keys and no bucket can be dropped

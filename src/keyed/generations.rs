@@ -22,10 +22,11 @@
 
 use crossbeam_utils::CachePadded;
 
+use crate::error::AcquireError;
 use crate::gcra::{Gcra, LAST, WORDS};
+use crate::quota::{InitialCredit, Quota};
 use crate::state::{Admission, Tat};
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering, fence, lock};
-use crate::{AcquireError, InitialCredit, Quota};
 
 /// One key's bucket as a table keeps it: its state, and the quota
 /// generation the state is kept in. Sixteen bytes: the generation is a whole
@@ -472,7 +473,7 @@ impl<'a> Change<'a> {
 }
 
 /// A keyed limiter's decisions on an entry, as the loom models make them on
-/// a stand-in table: the calls `table.rs` makes under the shard's lock.
+/// a stand-in table: the calls `admission.rs` and `eviction.rs` make under the shard's lock.
 #[cfg(tollgate_loom)]
 impl Generations {
     /// A new key's entry at the clock reading `nanos`, born in the current

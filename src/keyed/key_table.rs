@@ -19,8 +19,8 @@ use super::config::KeyBound;
 use super::fingerprint::{Fingerprint, Fingerprinter, PassThrough, hashed_len};
 use super::key_ref::{Find, KeyRef};
 use super::stats::{KeyTableStats, TableCounters};
-use crate::AcquireError;
 use crate::clock::saturating_nanos;
+use crate::error::AcquireError;
 
 /// A key's state as a key table keeps it: one that can tell, given its
 /// limit's context `Cx` (a quota, a window's frame), whether dropping it

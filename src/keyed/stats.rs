@@ -3,8 +3,14 @@
 
 use crate::sync::{AtomicU64, Ordering};
 
-/// A snapshot of a [`KeyedLimiter`](crate::KeyedLimiter)'s key table, from
-/// [`table_stats`](crate::KeyedLimiter::table_stats).
+/// A snapshot of what a keyed limiter's key table holds and has dropped,
+/// from `table_stats()` on every keyed thing:
+/// [`KeyedLimiter`](crate::KeyedLimiter::table_stats),
+/// [`Tiered`](crate::Tiered::table_stats) (summed over its tiers), the keyed
+/// windows ([`KeyedWindow`](crate::window::KeyedWindow::table_stats)),
+/// [`KeyedConcurrencyLimiter`](crate::concurrency::KeyedConcurrencyLimiter::table_stats)
+/// and (feature `tokio`) `KeyedAllowance`. A key's state is its bucket, its
+/// window word, its count in flight or its demand record.
 ///
 /// ```
 /// use tollgate::{KeyedLimiter, Quota};
@@ -20,14 +26,15 @@ pub struct KeyTableStats {
     pub keys: u64,
     /// The key cap.
     pub max_keys: u64,
-    /// Buckets created so far. At rest, `created = keys + evicted`.
+    /// Keys' states created so far. At rest, `created = keys + evicted`.
     pub created: u64,
     /// Sweeps run, explicit and automatic (an automatic sweep is counted
     /// even when it finds nothing to drop).
     pub sweeps: u64,
-    /// Buckets dropped because they had refilled to full: by sweeps, and by
-    /// undos (a refused hierarchy, an abandoned async `acquire`) that left
-    /// their key's bucket full.
+    /// States dropped because they were idle (a bucket refilled to full, a
+    /// window nothing counted in still weighs, no work in flight, a key
+    /// asking for nothing): by sweeps, and by undos (a refused hierarchy, an
+    /// abandoned async `acquire`) or releases that left their key idle.
     pub evicted: u64,
     /// Admissions served by the shared overflow bucket because the table
     /// was full ([`AtCapacity::SharedOverflow`](crate::AtCapacity::SharedOverflow)),
@@ -36,6 +43,19 @@ pub struct KeyTableStats {
 }
 
 impl KeyTableStats {
+    /// The two snapshots' counts added, saturating: the stats of two tables
+    /// as one.
+    pub(crate) fn plus(self, other: KeyTableStats) -> KeyTableStats {
+        KeyTableStats {
+            keys: self.keys.saturating_add(other.keys),
+            max_keys: self.max_keys.saturating_add(other.max_keys),
+            created: self.created.saturating_add(other.created),
+            sweeps: self.sweeps.saturating_add(other.sweeps),
+            evicted: self.evicted.saturating_add(other.evicted),
+            overflowed: self.overflowed.saturating_add(other.overflowed),
+        }
+    }
+
     /// Publishes this snapshot through the `metrics` facade (feature
     /// `metrics`): gauges `{prefix}_keys` and `{prefix}_max_keys`, counters
     /// `{prefix}_created_total`, `_sweeps_total`, `_evicted_total` and

@@ -2,7 +2,9 @@
 
 use std::hash::{BuildHasher, Hash};
 
-use crate::{AcquireError, Clock, DefaultClock, KeyLimit, KeyedLimiter};
+use crate::clock::{Clock, DefaultClock};
+use crate::error::AcquireError;
+use crate::keyed::{KeyLimit, KeyRef, KeyTableStats, KeyedLimiter};
 
 /// Keyed limiters with different quotas, and a resolver that decides which
 /// one a key belongs to (a plan, a tier, an operation class).
@@ -16,6 +18,9 @@ use crate::{AcquireError, Clock, DefaultClock, KeyLimit, KeyedLimiter};
 ///
 /// The resolver returns a tier index; an index past the last tier means the
 /// last tier, so put the most restrictive tier last and unknown keys get it.
+/// It takes the form keys are looked up by (`K`, or a borrowed form such as
+/// `str` for `String` keys, any [`KeyRef`]), so a lookup by a borrowed form
+/// copies nothing.
 ///
 /// ```
 /// use tollgate::{KeyedLimiter, ManualClock, Quota, Tiered};
@@ -55,7 +60,6 @@ impl<K, F, const N: usize, C, S> std::fmt::Debug for Tiered<K, F, N, C, S> {
 impl<K, F, const N: usize, C, S> Tiered<K, F, N, C, S>
 where
     K: Hash + Eq,
-    F: Fn(&K) -> usize,
     C: Clock,
     S: BuildHasher + Clone,
 {
@@ -89,7 +93,11 @@ where
     /// assert_eq!(tiers.tier(&500).quota().capacity(), 1); // past the end: the last tier
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn tier(&self, key: &K) -> &KeyedLimiter<K, C, S> {
+    pub fn tier<Q>(&self, key: &Q) -> &KeyedLimiter<K, C, S>
+    where
+        Q: KeyRef<K> + ?Sized,
+        F: Fn(&Q) -> usize,
+    {
         let index = (self.resolve)(key).min(N - 1);
         &self.tiers[index]
     }
@@ -131,11 +139,19 @@ where
     ///
     /// let tiers = Tiered::new([KeyedLimiter::builder(Quota::per_second(1)?).build::<u8>()], |_: &u8| 0);
     /// tiers.try_acquire(&1, 1)?;
+    ///
+    /// // String keys, looked up and resolved as `&str`.
+    /// let plans = Tiered::new(
+    ///     [KeyedLimiter::builder(Quota::per_second(1)?).build::<String>()],
+    ///     |_: &str| 0,
+    /// );
+    /// plans.try_acquire("alice", 1)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn try_acquire(&self, key: &K, cost: u64) -> Result<(), AcquireError>
+    pub fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), AcquireError>
     where
-        K: Clone,
+        Q: KeyRef<K> + ?Sized,
+        F: Fn(&Q) -> usize,
     {
         self.tier(key).try_acquire(key, cost)
     }
@@ -157,9 +173,10 @@ where
     /// assert_eq!(tiers.key(&1).retry_after(1)?, Duration::from_millis(500));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn key<'a>(&'a self, key: &'a K) -> KeyLimit<'a, K, K, C, S>
+    pub fn key<'a, Q>(&'a self, key: &'a Q) -> KeyLimit<'a, Q, K, C, S>
     where
-        K: Clone,
+        Q: KeyRef<K> + ?Sized,
+        F: Fn(&Q) -> usize,
     {
         self.tier(key).key(key)
     }
@@ -175,5 +192,92 @@ where
     /// ```
     pub fn sweep(&self) -> usize {
         self.tiers.iter().map(KeyedLimiter::sweep).sum()
+    }
+
+    /// Keys tracked by all tiers together (a key in two tiers, after its
+    /// resolver's answer changed, counts twice until its old bucket is
+    /// swept).
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota, Tiered};
+    ///
+    /// let tiers = Tiered::new(
+    ///     [
+    ///         KeyedLimiter::builder(Quota::per_second(5)?).build::<u32>(),
+    ///         KeyedLimiter::builder(Quota::per_second(1)?).build::<u32>(),
+    ///     ],
+    ///     |id: &u32| usize::from(*id >= 100),
+    /// );
+    /// tiers.try_acquire(&1, 1)?;
+    /// tiers.try_acquire(&500, 1)?;
+    /// assert_eq!(tiers.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn len(&self) -> usize {
+        self.tiers.iter().map(KeyedLimiter::len).sum()
+    }
+
+    /// Whether no tier tracks a key.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota, Tiered};
+    ///
+    /// let tiers = Tiered::new([KeyedLimiter::builder(Quota::per_second(1)?).build::<u8>()], |_: &u8| 0);
+    /// assert!(tiers.is_empty());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.tiers.iter().all(KeyedLimiter::is_empty)
+    }
+
+    /// The most keys tracked at once by all tiers together: the sum of
+    /// their caps, since each tier bounds its own table.
+    ///
+    /// ```
+    /// use std::num::NonZeroUsize;
+    /// use tollgate::{KeyedLimiter, Quota, Tiered};
+    ///
+    /// let cap = NonZeroUsize::new(10).unwrap();
+    /// let tiers = Tiered::new(
+    ///     [
+    ///         KeyedLimiter::builder(Quota::per_second(5)?).max_keys(cap).build::<u32>(),
+    ///         KeyedLimiter::builder(Quota::per_second(1)?).max_keys(cap).build::<u32>(),
+    ///     ],
+    ///     |id: &u32| usize::from(*id >= 100),
+    /// );
+    /// assert_eq!(tiers.max_keys(), 20);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn max_keys(&self) -> usize {
+        self.tiers
+            .iter()
+            .map(KeyedLimiter::max_keys)
+            .fold(0, usize::saturating_add)
+    }
+
+    /// What the tiers' key tables hold and have dropped, summed over the
+    /// tiers (each tier's own is [`tier_at`](Self::tier_at)`(i)?.table_stats()`).
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota, Tiered};
+    ///
+    /// let tiers = Tiered::new(
+    ///     [
+    ///         KeyedLimiter::builder(Quota::per_second(5)?).build::<u32>(),
+    ///         KeyedLimiter::builder(Quota::per_second(1)?).build::<u32>(),
+    ///     ],
+    ///     |id: &u32| usize::from(*id >= 100),
+    /// );
+    /// tiers.try_acquire(&1, 1)?;
+    /// tiers.try_acquire(&500, 1)?;
+    /// let stats = tiers.table_stats();
+    /// assert_eq!((stats.keys, stats.created, stats.max_keys), (2, 2, 2 << 20));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn table_stats(&self) -> KeyTableStats {
+        self.tiers
+            .iter()
+            .map(KeyedLimiter::table_stats)
+            .fold(KeyTableStats::default(), KeyTableStats::plus)
     }
 }

@@ -9,11 +9,12 @@ use super::keys::WindowKeys;
 use super::state::WindowState;
 use super::{Fixed, Sliding, WindowKind, WindowQuota};
 use crate::advertised::{Advertised, Shape};
+use crate::clock::{Clock, DefaultClock};
+use crate::error::{AcquireError, QuotaError};
 use crate::keyed::{
     AtCapacity, Find, Found, KeyRef, KeyTable, KeyTableStats, KeyedBuilder, PerKey, in_table,
 };
 use crate::limit::{Identity, Limit, Taken, sealed};
-use crate::{AcquireError, Clock, DefaultClock, QuotaError};
 
 /// A window counter per key ([`FixedWindow`](super::FixedWindow) or
 /// [`SlidingWindow`](super::SlidingWindow) by its kind `Kind`), in the same
@@ -274,6 +275,29 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
         self.table.drop_idle(&self.keys.frame, at)
     }
 
+    /// Counts `cost` for `key` now, or refuses without counting anything;
+    /// the decision of [`key`](Self::key)`(key).try_acquire(cost)`, as
+    /// [`KeyedLimiter::try_acquire`](crate::KeyedLimiter::try_acquire) is.
+    ///
+    /// ```
+    /// use tollgate::{KeyedSlidingWindow, ManualClock, WindowQuota};
+    ///
+    /// let limiter = KeyedSlidingWindow::builder(WindowQuota::per_second(2)?)
+    ///     .clock(ManualClock::new())
+    ///     .build_sliding::<String>()?;
+    /// limiter.try_acquire("alice", 2)?;
+    /// assert!(limiter.try_acquire("alice", 1).is_err());
+    /// assert!(limiter.try_acquire(&"bob".to_owned(), 1).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<(), AcquireError>
+    where
+        Q: KeyRef<K> + ?Sized,
+    {
+        self.admit(key, cost, 0).map(drop)
+    }
+
     /// `key`'s window counter: a [`Limit`] (decisions, reservations,
     /// [`Receipt`](crate::Receipt)s, steps of a hierarchy).
     ///
@@ -376,7 +400,8 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
         self.table.bound.max_keys
     }
 
-    /// The limit every key gets.
+    /// The limit every key gets, by value (a [`WindowQuota`] is `Copy`, as
+    /// [`KeyedLimiter::quota`](crate::KeyedLimiter::quota)'s [`Quota`](crate::Quota) is).
     ///
     /// ```
     /// use tollgate::{KeyedFixedWindow, WindowQuota};
@@ -385,8 +410,24 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
     /// assert_eq!(limiter.quota().limit(), 4);
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn quota(&self) -> &WindowQuota {
-        &self.quota
+    pub fn quota(&self) -> WindowQuota {
+        self.quota
+    }
+
+    /// The hasher of the table of exact keys (see
+    /// [`KeyedLimiter::hasher`](crate::KeyedLimiter::hasher)).
+    ///
+    /// ```
+    /// use std::hash::BuildHasher;
+    /// use tollgate::{KeyedFixedWindow, WindowQuota};
+    ///
+    /// let a = KeyedFixedWindow::builder(WindowQuota::per_second(1)?).build_fixed::<u64>()?;
+    /// let b = KeyedFixedWindow::builder(WindowQuota::per_second(1)?).build_fixed::<u64>()?;
+    /// assert_ne!(a.hasher().hash_one(7u64), b.hasher().hash_one(7u64));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn hasher(&self) -> &S {
+        self.table.exact.hasher()
     }
 
     /// The clock every key's window reads.

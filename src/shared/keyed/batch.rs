@@ -154,7 +154,7 @@ async fn send_batch<S: Store>(store: Arc<S>, batch: Vec<Request<S::Error>>, time
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Quota;
+    use crate::quota::Quota;
     use crate::shared::LocalStore;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::{Context, Waker};
@@ -167,7 +167,7 @@ mod tests {
     }
 
     impl Store for Counting {
-        type Error = crate::AcquireError;
+        type Error = crate::error::AcquireError;
 
         async fn acquire(&self, key: &str, want: u64) -> Result<Grant, Self::Error> {
             self.requests.fetch_add(1, Ordering::SeqCst);

@@ -20,7 +20,7 @@ use crate::sync::unmodelled::Arc;
 
 /// What the store decided on a cold request.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Decided {
+pub(crate) enum ColdAnswer {
     /// The whole cost was debited; the receipt covers what may be returned
     /// should nobody admit it.
     Granted(Lease),
@@ -53,7 +53,7 @@ pub(crate) struct ColdKey<S: Store> {
 /// caller's future cancelled) returns a grant that arrived, or arrives
 /// later, to the store.
 pub(crate) struct ColdCall<S: Store> {
-    reply: oneshot::Receiver<Decided>,
+    reply: oneshot::Receiver<ColdAnswer>,
     key: Arc<ColdKey<S>>,
     runtime: Handle,
     cost: u64,
@@ -77,10 +77,10 @@ impl<S: Store> ColdCall<S> {
 
     /// The store's decision. The call is bounded by the store timeout, so
     /// this ends within it.
-    pub(crate) async fn answer(mut self) -> Decided {
+    pub(crate) async fn answer(mut self) -> ColdAnswer {
         let decided = (&mut self.reply)
             .await
-            .unwrap_or(Decided::Failed { unavailable: true });
+            .unwrap_or(ColdAnswer::Failed { unavailable: true });
         self.answered = true;
         decided
     }
@@ -94,7 +94,7 @@ impl<S: Store> Drop for ColdCall<S> {
         // Closed first: from now on the task cannot hand a grant over and
         // returns it itself; one handed over before is returned here.
         self.reply.close();
-        if let Ok(Decided::Granted(lease)) = self.reply.try_recv() {
+        if let Ok(ColdAnswer::Granted(lease)) = self.reply.try_recv() {
             let key = Arc::clone(&self.key);
             let cost = self.cost;
             self.runtime
@@ -104,7 +104,7 @@ impl<S: Store> Drop for ColdCall<S> {
 }
 
 /// The task of one cold call.
-async fn decide<S: Store>(key: Arc<ColdKey<S>>, cost: u64, reply: oneshot::Sender<Decided>) {
+async fn decide<S: Store>(key: Arc<ColdKey<S>>, cost: u64, reply: oneshot::Sender<ColdAnswer>) {
     add(&key.counters.cold_calls, 1);
     let call = tokio::time::timeout(key.timeout, key.store.acquire(&key.key, cost)).await;
     let grant = match call {
@@ -115,7 +115,7 @@ async fn decide<S: Store>(key: Arc<ColdKey<S>>, cost: u64, reply: oneshot::Sende
                 _ => true,
             };
             add(&key.counters.store_errors, 1);
-            let _ = reply.send(Decided::Failed { unavailable });
+            let _ = reply.send(ColdAnswer::Failed { unavailable });
             return;
         }
     };
@@ -128,7 +128,7 @@ async fn decide<S: Store>(key: Arc<ColdKey<S>>, cost: u64, reply: oneshot::Sende
     };
     add(&key.counters.stranded, grant.tokens - kept);
     if kept == cost {
-        if let Err(Decided::Granted(lease)) = reply.send(Decided::Granted(lease)) {
+        if let Err(ColdAnswer::Granted(lease)) = reply.send(ColdAnswer::Granted(lease)) {
             return_to_store(&key, lease, kept).await;
         }
         return;
@@ -137,7 +137,7 @@ async fn decide<S: Store>(key: Arc<ColdKey<S>>, cost: u64, reply: oneshot::Sende
     // the store as it left it.
     return_to_store(&key, lease, kept).await;
     add(&key.counters.cold_refused, 1);
-    let _ = reply.send(Decided::Refused {
+    let _ = reply.send(ColdAnswer::Refused {
         had: kept,
         first_token: grant.retry_after,
         refill_interval: grant.refill_interval,

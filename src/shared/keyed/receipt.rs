@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::Inner;
+use super::KeyedAllowanceState;
 use super::batch::Batched;
 use super::cold::{ColdKey, return_to_store};
 use crate::shared::allowance::add;
@@ -97,7 +97,7 @@ impl<S: Store> Origin<S> {
 /// ```
 #[must_use = "dropping a receipt keeps its tokens spent: call `keep` to say so, or `undo`"]
 pub struct KeyedReceipt<S: Store> {
-    pub(super) inner: Arc<Inner<S>>,
+    pub(super) inner: Arc<KeyedAllowanceState<S>>,
     /// The store's name for the key.
     pub(super) name: String,
     pub(super) tokens: u64,

@@ -13,7 +13,8 @@ use super::config::KeyedAllowanceConfig;
 use super::demand::{Demand, Switch};
 use super::receipt::Pool;
 use super::stats::{Counters, KeyedAllowanceStats, sum};
-use crate::AcquireError;
+use crate::error::AcquireError;
+use crate::keyed::{KeyCap, KeyTableStats, TableCounters};
 use crate::shared::BudgetError;
 use crate::shared::allowance::{EmptyUntil, add};
 use crate::shared::{AllowanceStats, LocalAllowance, Source, Store};
@@ -71,19 +72,21 @@ impl<S: Store> Tracked<S> {
 
 /// The tracked keys, by the store's name for them.
 #[derive(Debug)]
-pub(crate) struct Table<S: Store> {
+pub(crate) struct TrackedKeys<S: Store> {
     keys: DashMap<Box<str>, Tracked<S>, ahash::RandomState>,
-    /// Keys tracked or about to be (reserved before inserting, so
-    /// concurrent inserts never overshoot the cap).
-    count: AtomicUsize,
+    /// Keys tracked or about to be (a place taken before inserting, so
+    /// concurrent inserts never overshoot the cap): the key cap of every
+    /// keyed limit, never swept at the cap (forgetting is the sampler's).
+    cap: KeyCap,
     bytes: AtomicUsize,
     hot: AtomicUsize,
-    max_keys: usize,
     max_bytes: usize,
     max_hot: usize,
     /// What `empty` counts from.
     epoch: Instant,
     counters: Arc<Counters>,
+    /// Keys tracked, samples and sweeps, keys forgotten.
+    table_counters: TableCounters,
 }
 
 /// Tokens a pool has spent: leased, less what is pooled, returned or
@@ -112,18 +115,18 @@ fn reserve(counter: &AtomicUsize, n: usize, max: usize) -> bool {
         .is_ok()
 }
 
-impl<S: Store> Table<S> {
+impl<S: Store> TrackedKeys<S> {
     pub(crate) fn new(config: &KeyedAllowanceConfig, counters: Arc<Counters>) -> Self {
-        Table {
+        TrackedKeys {
             keys: DashMap::with_hasher(ahash::RandomState::new()),
-            count: AtomicUsize::new(0),
+            cap: KeyCap::new(config.max_keys, None),
             bytes: AtomicUsize::new(0),
             hot: AtomicUsize::new(0),
-            max_keys: config.max_keys,
             max_bytes: config.max_bytes,
             max_hot: config.max_hot_keys,
             epoch: Instant::now(),
             counters,
+            table_counters: TableCounters::default(),
         }
     }
 
@@ -254,19 +257,22 @@ impl<S: Store> Table<S> {
             return true;
         }
         let bytes = entry_bytes::<S>(name);
-        if !reserve(&self.count, 1, self.max_keys) {
+        let Some(place) = self.cap.count_in() else {
             return false;
-        }
+        };
         if !reserve(&self.bytes, bytes, self.max_bytes) {
-            self.count.fetch_sub(1, Ordering::AcqRel);
+            // The place goes back as it drops.
             return false;
         }
         match self.keys.entry(name.into()) {
+            // Its place goes back as it drops.
             Entry::Occupied(tracked) => {
-                self.release(bytes);
+                self.bytes.fetch_sub(bytes, Ordering::AcqRel);
                 add(&tracked.get().asked, cost);
             }
             Entry::Vacant(slot) => {
+                place.keep();
+                self.table_counters.created();
                 slot.insert(Tracked {
                     pool: None,
                     credit: AtomicU64::new(0),
@@ -285,7 +291,7 @@ impl<S: Store> Table<S> {
     }
 
     fn release(&self, bytes: usize) {
-        self.count.fetch_sub(1, Ordering::AcqRel);
+        self.cap.forget(1);
         self.bytes.fetch_sub(bytes, Ordering::AcqRel);
     }
 
@@ -348,6 +354,7 @@ impl<S: Store> Table<S> {
     pub(crate) fn sample(&self, over: Duration, config: &KeyedAllowanceConfig) -> Vec<String> {
         let counters = &self.counters;
         let mut promote = Vec::new();
+        self.table_counters.swept();
         // Inside `retain` the shard is locked: nothing here touches the
         // map, and a pool dropped here gives its tokens back on a task.
         self.keys.retain(|name, tracked| {
@@ -389,10 +396,50 @@ impl<S: Store> Table<S> {
             if forget {
                 self.release(entry_bytes::<S>(name));
                 add(&counters.forgotten, 1);
+                self.table_counters.evicted(1);
             }
             !forget
         });
         promote
+    }
+
+    /// Forgets every key the last sample found idle for `forget_after`
+    /// (cold, and asking for nothing since); how many. Demand is left to
+    /// the sampler.
+    pub(crate) fn sweep(&self, forget_after: Duration) -> usize {
+        self.table_counters.swept();
+        let mut forgotten = 0;
+        // Inside `retain` the shard is locked: nothing here touches the map.
+        self.keys.retain(|name, tracked| {
+            let forget = tracked.asked.load(Ordering::Relaxed) == 0
+                && !tracked.holds_hot_slot()
+                && tracked.idle_for >= forget_after;
+            if forget {
+                self.release(entry_bytes::<S>(name));
+                forgotten += 1;
+            }
+            !forget
+        });
+        add(&self.counters.forgotten, forgotten as u64);
+        self.table_counters.evicted(forgotten);
+        forgotten
+    }
+
+    /// Keys tracked, as counted against the cap (reserved before each
+    /// insertion, so for a moment above the table, never below).
+    pub(crate) fn len(&self) -> usize {
+        self.cap.counted()
+    }
+
+    /// The most keys tracked at once.
+    pub(crate) fn max_keys(&self) -> usize {
+        self.cap.max_keys()
+    }
+
+    /// What the table holds and has dropped.
+    pub(crate) fn table_stats(&self) -> KeyTableStats {
+        self.table_counters
+            .snapshot(self.len() as u64, self.max_keys() as u64)
     }
 
     /// Ends the promotion of the key named `name` with its warmed `pool`

@@ -1,7 +1,8 @@
-//! The decisions, creations and evictions of one key table, written once
-//! for both of a limiter's tables (keys kept as they are, and long keys kept
-//! as fingerprints), and the watermarks the two share so that no eviction
-//! ever mints credit.
+//! A keyed limiter's decision on one key table, written once for both of
+//! its tables (keys kept as they are, and long keys kept as fingerprints):
+//! the lookup, a new key's creation under the cap (or the overflow bucket),
+//! and the state a new bucket starts from, so that no recreation ever
+//! mints credit.
 
 use std::hash::{BuildHasher, Hash};
 
@@ -9,52 +10,20 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::VacantEntry;
 use dashmap::mapref::one::Ref;
 
-use std::cell::Cell;
-
 use super::cap::Place;
 use super::generations::{Entry, Held, Marked};
-use super::key_ref::{Find, KeyRef};
-use super::key_table::{Found, KeyState};
-use super::{AtCapacity, Decided, KeyedLimiter, Overflow};
+use super::key_ref::KeyRef;
+use super::key_table::Found;
+use super::{AtCapacity, KeyDecision, KeyedLimiter, Overflow};
+use crate::clock::Clock;
+use crate::error::AcquireError;
 use crate::gcra::Gcra;
 use crate::state::Admission;
 use crate::sync::{Ordering, read};
 use crate::timeline::Reading;
-use crate::{AcquireError, Clock};
 
 /// A key table: one bucket per stored key.
-pub(super) type Table<M, H> = DashMap<M, Entry, H>;
-
-/// A drop of buckets (a sweep, or the eviction of one key) in one quota
-/// generation: the one whose watermarks it raises, once, before the first
-/// bucket goes.
-pub(super) struct Dropping<'a, K, C, S> {
-    limiter: &'a KeyedLimiter<K, C, S>,
-    generation: u64,
-    /// Whether the watermarks are raised (`Some(true)`), or could not be
-    /// because a change published the next generation first.
-    raised: Cell<Option<bool>>,
-}
-
-/// A bucket is idle when full, in the generation being dropped from: a new
-/// one, with that generation's watermarks raised, starts no fuller. One of
-/// another generation (a change's walk has not reached it, or has converted
-/// it since the drop began) is left for later.
-impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyState<Dropping<'_, K, C, S>> for Entry {
-    fn is_idle(&self, dropping: &Dropping<'_, K, C, S>, nanos: u64) -> bool {
-        let limiter = dropping.limiter;
-        if self.generation() != dropping.generation || !self.is_full(&limiter.generations, nanos) {
-            return false;
-        }
-        // Run under the entry's shard write lock: whoever recreates the key
-        // reads the watermarks under the same lock, after this.
-        dropping.raised.get().unwrap_or_else(|| {
-            let raised = limiter.raise_watermarks(dropping.generation, nanos);
-            dropping.raised.set(Some(raised));
-            raised
-        })
-    }
-}
+pub(super) type BucketMap<M, H> = DashMap<M, Entry, H>;
 
 /// Which bucket serves a key's decision.
 enum Bucket<'a, M> {
@@ -75,11 +44,11 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     #[inline]
     pub(super) fn decide_in<M, Q, H>(
         &self,
-        table: &Table<M, H>,
+        table: &BucketMap<M, H>,
         key: &Q,
         cost: u64,
         admit: impl FnOnce(Held<'_>, u64, Reading) -> Result<Admission, AcquireError>,
-    ) -> Result<Decided, AcquireError>
+    ) -> Result<KeyDecision, AcquireError>
     where
         M: Hash + Eq,
         Q: KeyRef<M> + ?Sized,
@@ -105,7 +74,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 let held = entry.held(&self.generations);
                 let now = held.gcra.ticks(nanos);
                 let admission = admit(held, now, reading)?;
-                Ok(Decided::new(admission, held.gcra, reading, false))
+                Ok(KeyDecision::new(admission, held.gcra, reading, false))
             }
             Bucket::Overflow { absent, floor } => {
                 let overflow = read(&self.overflow);
@@ -123,7 +92,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 self.table.counters.overflowed();
                 // Last, the key's owned copy, whose `Drop` may panic.
                 drop(absent);
-                Ok(Decided::new(admission, gcra, reading, true))
+                Ok(KeyDecision::new(admission, gcra, reading, true))
             }
         }
     }
@@ -142,7 +111,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     #[cold]
     fn insert_in<'t, M, Q, H>(
         &'t self,
-        table: &'t Table<M, H>,
+        table: &'t BucketMap<M, H>,
         key: &Q,
         cost: u64,
         nanos: u64,
@@ -231,7 +200,11 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// The slot of `key`'s overflow floor among the slots of table hashes,
     /// under the overflow policy.
     #[inline]
-    pub(super) fn overflow_floor_in<M, Q, H>(&self, table: &Table<M, H>, key: &Q) -> Option<usize>
+    pub(super) fn overflow_floor_in<M, Q, H>(
+        &self,
+        table: &BucketMap<M, H>,
+        key: &Q,
+    ) -> Option<usize>
     where
         M: Hash + Eq,
         Q: Hash + ?Sized,
@@ -247,7 +220,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// reading `nanos`: its quota, state and `now` in its ticks.
     pub(super) fn unknown_in<M, Q, H>(
         &self,
-        table: &Table<M, H>,
+        table: &BucketMap<M, H>,
         key: &Q,
         nanos: u64,
     ) -> (Gcra, u64, u64)
@@ -266,93 +239,5 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         });
         let tat = self.fresh_tat(&gcra, generation, floor, nanos);
         (gcra, tat, gcra.ticks(nanos))
-    }
-
-    /// Gives back `tokens` of `admission` to `key`'s bucket in `table` by
-    /// the one rule that never mints credit (`Tat::undo`): nothing if the
-    /// bucket's quota changed since. A key no longer tracked was full when
-    /// dropped: nothing is owed. Drops the key's bucket if the undo left it
-    /// full.
-    pub(super) fn undo_in<M, Q, H>(
-        &self,
-        table: &Table<M, H>,
-        key: &Q,
-        admission: &Admission,
-        tokens: u64,
-    ) where
-        M: Hash + Eq,
-        Q: Find<M> + ?Sized,
-        H: BuildHasher + Clone,
-    {
-        if let Some(entry) = key.find_in(table) {
-            let held = entry.held(&self.generations);
-            let ticks = held.gcra.returned_ticks(admission.tokens, tokens);
-            held.tat
-                .undo(&held.gcra, admission, ticks, held.generation, || {
-                    held.gcra.ticks(self.timeline.nanos())
-                });
-        }
-        // The guard above is dropped: the map may be written now.
-        self.forget_if_full_in(table, key);
-    }
-
-    /// Drops `key`'s bucket if it is full, as a sweep would (losslessly,
-    /// with the same watermarks), so that a key created by a request a later
-    /// limit refused leaves no trace in the table: refusals elsewhere must
-    /// not fill this limiter's key cap. Only a bucket of the current
-    /// generation is dropped: a change's walk owns the others.
-    fn forget_if_full_in<M, Q, H>(&self, table: &Table<M, H>, key: &Q)
-    where
-        M: Hash + Eq,
-        Q: Find<M> + ?Sized,
-        H: BuildHasher + Clone,
-    {
-        let nanos = self.timeline.nanos();
-        let dropping = self.dropping(self.generations.current());
-        self.table.forget_if_idle_in(table, key, &dropping, nanos);
-    }
-
-    /// A drop of buckets of `generation`.
-    fn dropping(&self, generation: u64) -> Dropping<'_, K, C, S> {
-        Dropping {
-            limiter: self,
-            generation,
-            raised: Cell::new(None),
-        }
-    }
-
-    /// Makes every bucket of `generation` created from now on, the overflow
-    /// bucket included, no fuller than one full at the clock reading
-    /// `nanos`, and so every bucket of a later generation no fuller than
-    /// that one carried: done before a bucket full at `nanos` is dropped,
-    /// since whoever recreates it reads them under the same shard lock (see
-    /// `fresh_tat`). Under the overflow bucket's read lock, so either
-    /// before the next generation's publication, which carries the raise,
-    /// or, if that came first, not at all (`false`): the bucket is then
-    /// not dropped.
-    fn raise_watermarks(&self, generation: u64, nanos: u64) -> bool {
-        let overflow = read(&self.overflow);
-        if self.generations.current() != generation {
-            return false;
-        }
-        let held = self.overflow_held(&overflow);
-        let full = held.gcra.ticks(nanos);
-        self.generations.raise_dropped(generation, full);
-        // A dropped key may come back through the overflow bucket, so that
-        // bucket, too, must be no fuller than one full at `nanos`: otherwise
-        // a decision on an older reading would credit it the refill the
-        // dropped bucket wasted while full.
-        held.tat.raise_to(full);
-        true
-    }
-
-    /// Drops every bucket full at the clock reading `nanos` from both
-    /// tables; how many. Run only as a sweep of the cap, which it uncounts
-    /// them from. Changes are held off meanwhile, and a walk a panic cut
-    /// short is finished first, so every bucket is in one generation.
-    pub(super) fn drop_full_at(&self, nanos: u64) -> usize {
-        let steady = self.generations.steady(|pending| self.walk(pending));
-        self.table
-            .drop_idle(&self.dropping(steady.generation()), nanos)
     }
 }
