@@ -844,6 +844,6 @@ async fn an_in_flight_permit_is_held_while_the_store_decides_and_released_by_its
         .unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(exports.in_flight(&alice), 0);
-    assert_eq!(exports.keys_in_flight(), 0);
+    assert_eq!(exports.len(), 0);
     assert_eq!(reached.load(Ordering::SeqCst), 1);
 }
