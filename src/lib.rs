@@ -129,6 +129,7 @@
 //! - [`design`](guide::design): the layers, the state word, exactness and
 //!   the linearization point of each operation.
 //! - [`clocks`](guide::clocks): what each clock costs and trades.
+//! - [`keyed`](guide::keyed): the accessors every keyed limiter shares.
 //! - [`concurrency`](guide::concurrency): in-flight limits.
 //! - [`distributed`](guide::distributed) and [`redis`](guide::redis):
 //!   shared budgets, the bound across nodes, the Redis store.

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use super::KeyRef;
 use crate::advertised::{Advertised, Shape};
+use crate::clock::Clock;
+use crate::error::AcquireError;
+use crate::keyed::KeyedLimiter;
 use crate::limit::{Identity, Limit, Taken, sealed};
-use crate::{AcquireError, Clock, KeyedLimiter};
 
 /// One key of a [`KeyedLimiter`] (or of a [`Tiered`](crate::Tiered)): a
 /// [`Limit`], for everything written over any limit (hierarchies, receipts,

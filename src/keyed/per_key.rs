@@ -6,8 +6,7 @@ use std::hash::{BuildHasher, Hash};
 
 use crate::advertised::{Advertised, Shape};
 use crate::clock::Clock;
-use crate::keyed::KeyRef;
-use crate::keyed::KeyedLimiter;
+use crate::keyed::{KeyRef, KeyedLimiter};
 
 /// A limiter with a [`Limit`](crate::Limit) per key: a [`KeyedLimiter`], a
 /// [`KeyedFixedWindow`](crate::KeyedFixedWindow) or a
