@@ -81,8 +81,8 @@ impl From<&WindowQuota> for Shape {
 }
 
 /// A [`Limit`] that can describe itself to clients: every limit of the
-/// crate, and one key of every keyed limiter. What the tower layer's rules
-/// advertise ([`Rule::global`](crate::http::tower::Rule::global)); a
+/// crate, and one key of every keyed limiter. An HTTP adapter advertises a
+/// limit's policy and reset from it (the crate's tower layer does); a
 /// server that writes its own responses reads it the same way.
 ///
 /// ```

@@ -489,8 +489,8 @@ impl<L: PerKey> Counted<L> {
     }
 }
 
-/// A counted keyed limiter is a keyed limiter: a keyed rule of the tower
-/// layer counts its decisions.
+/// A counted keyed limiter is a keyed limiter: whatever serves keyed
+/// limiters counts its decisions through it.
 #[cfg(feature = "keyed")]
 impl<L: PerKey> PerKey for Counted<L> {
     type Key = L::Key;

@@ -18,7 +18,7 @@ use http_body_util::Full;
 use tokio::sync::Notify;
 use tollgate::concurrency::KeyedConcurrencyLimiter;
 use tollgate::http::PolicyName;
-use tollgate::http::tower::{RateLimitLayer, Rule, extract};
+use tollgate::http::tower::{CostError, MissingKey, RateLimitLayer, Rule, extract};
 use tollgate::{
     Advertised, Counted, KeyRef, KeyedLimiter, Limit, ManualClock, PerKey, Quota, Shape,
     TokenBucket,
@@ -985,4 +985,92 @@ async fn an_in_flight_rule_answers_a_heavy_request_413_a_full_key_table_503_and_
     gate.0.notify_one();
     assert_eq!(held.await.unwrap().status(), StatusCode::OK);
     assert_eq!(limiter.len(), 0);
+}
+
+#[tokio::test]
+async fn in_flight_rules_skip_no_key_and_cost_0_refuse_a_bad_cost_and_release_every_permit_on_a_refusal()
+ {
+    let clock = ManualClock::new();
+    let tokens = per_account(hourly(10), &clock);
+    let reports = Arc::new(KeyedConcurrencyLimiter::<Account>::new(5).unwrap());
+    let exports = Arc::new(KeyedConcurrencyLimiter::<Account>::new(1).unwrap());
+    let in_flight = |name: &str, limiter: &Arc<KeyedConcurrencyLimiter<Account>>| {
+        Rule::in_flight(
+            PolicyName::new(name).unwrap(),
+            Arc::clone(limiter),
+            extract::extension::<Account>(),
+        )
+    };
+    let layer = RateLimitLayer::builder()
+        .rule(account_rule(&tokens).on_missing_key(MissingKey::Skip))
+        .rule(
+            in_flight("reports", &reports)
+                .on_missing_key(MissingKey::Skip)
+                .try_cost(|parts| match parts.uri.path() {
+                    "/free" => Ok(0),
+                    "/bad" => Err(CostError::InvalidContentLength),
+                    _ => Ok(1),
+                }),
+        )
+        .rule(in_flight("exports", &exports).on_missing_key(MissingKey::Skip))
+        .advertise_on_success(true)
+        .build();
+    let mut service = layer.layer(tower::service_fn(answer));
+    // No key: every rule skips it.
+    let anonymous = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request(None, 200))
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::OK);
+    // A cost of 0 holds no "reports" unit; the fields advertise the token
+    // rule alone.
+    let mut free = request(Some(1), 200);
+    *free.uri_mut() = "/free".parse().unwrap();
+    let gate = Gate::default();
+    free.extensions_mut().insert(gate.clone());
+    let mut free = Box::pin(service.ready().await.unwrap().call(free));
+    assert!(poll_once(&mut free).is_pending());
+    assert_eq!(
+        (
+            reports.in_flight(&Account(1)),
+            exports.in_flight(&Account(1))
+        ),
+        (0, 1)
+    );
+    // The second in-flight rule refuses: the first's permit is released,
+    // and no token is taken.
+    let available = tokens.available(&Account(1));
+    let refused = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Some(1), 200))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        problem(refused).await["violated-policies"],
+        serde_json::json!(["exports"])
+    );
+    assert_eq!(reports.in_flight(&Account(1)), 0);
+    assert_eq!(tokens.available(&Account(1)), available);
+    // A cost that cannot be read is the cost error's 4xx, and holds nothing.
+    let mut bad = request(Some(1), 200);
+    *bad.uri_mut() = "/bad".parse().unwrap();
+    let bad = service.ready().await.unwrap().call(bad).await.unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(reports.in_flight(&Account(1)), 0);
+    gate.0.notify_one();
+    let free = free.await.unwrap();
+    assert_eq!(free.status(), StatusCode::OK);
+    let policy = free.headers()["ratelimit-policy"].to_str().unwrap();
+    assert!(
+        policy.starts_with("\"account\"") && !policy.contains("reports"),
+        "{policy}"
+    );
+    assert!(!policy.contains("exports"), "{policy}");
+    assert_eq!((reports.len(), exports.len()), (0, 0));
 }

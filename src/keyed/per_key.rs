@@ -15,8 +15,47 @@ use crate::keyed::{KeyRef, KeyedLimiter};
 /// the key [`KeyRef`] allows, and every key advertises one [`Shape`].
 ///
 /// Open to implement: a collection of limits of your own (buckets made
-/// ahead for a fixed set of tenants, say) becomes a keyed rule of the
-/// tower layer by implementing it.
+/// ahead for a fixed set of tenants, say) becomes a keyed limiter by
+/// implementing it, countable per key and servable by the tower layer's
+/// keyed rules. Its limits are the crate's ([`Limit`](crate::Limit) is sealed), and it
+/// looks a key up from any [`KeyRef`] form by `key.to_owned()` (for
+/// `Copy` keys, free; for `String` keys, an allocation a lookup).
+///
+/// ```
+/// use tollgate::{Advertised, KeyRef, Limit, PerKey, Quota, Shape, TokenBucket};
+///
+/// /// Two plans, a bucket each, shared by every tenant on the plan.
+/// struct Plans {
+///     free: TokenBucket,
+///     paid: TokenBucket,
+/// }
+///
+/// impl PerKey for Plans {
+///     type Key = u32; // tenant ids; the paid ones are even
+///
+///     fn key<'a, Q>(&'a self, tenant: &'a Q) -> impl Advertised + 'a
+///     where
+///         Q: KeyRef<u32> + Sync + ?Sized,
+///     {
+///         if tenant.to_owned() % 2 == 0 { &self.paid } else { &self.free }
+///     }
+///
+///     fn shape(&self) -> Shape {
+///         self.free.shape()
+///     }
+/// }
+///
+/// let plans = Plans {
+///     free: TokenBucket::new(Quota::per_second(1)?),
+///     paid: TokenBucket::new(Quota::per_second(100)?),
+/// };
+/// assert!(plans.key(&3).try_acquire(1).is_ok());
+/// assert!(plans.key(&5).try_acquire(1).is_err()); // the free plan's bucket is shared
+/// assert!(plans.key(&4).try_acquire(50).is_ok());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Written once for any keyed limiter:
 ///
 /// ```
 /// use tollgate::{KeyedLimiter, KeyedSlidingWindow, Limit, PerKey, Quota, WindowQuota};

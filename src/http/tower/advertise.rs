@@ -143,7 +143,7 @@ struct Advert {
     shape: Option<Shape>,
 }
 
-/// The charges that advertise: all but in-flight permits.
+/// The charges that advertise ([`Charge::advertises`]).
 fn advertised<'c, 'a>(charges: &'c [Charge<'a>]) -> impl Iterator<Item = &'c Charge<'a>> {
-    charges.iter().filter(|charge| !charge.is_in_flight())
+    charges.iter().filter(|charge| charge.advertises())
 }

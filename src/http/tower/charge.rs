@@ -1,7 +1,8 @@
-//! Charging one request's rules, all or nothing: the in-process ones first,
-//! in one chain, then the shared ones in order; if any refuses, every
-//! charge taken so far, in-process or shared, is given back through its own
-//! receipt.
+//! Charging one request's rules, all or nothing: the in-flight rules'
+//! permits first, then the in-process rules in one chain, then the shared
+//! ones in order; if any refuses, every charge taken so far, in-process or
+//! shared, is given back through its own receipt, and every permit is
+//! released.
 
 use std::cell::Cell;
 use std::time::Duration;
@@ -108,9 +109,17 @@ impl<'a> Charge<'a> {
     }
 
     /// Whether this charge is an in-flight permit, kept until the response
-    /// whatever the rule gives back, and advertised nowhere.
+    /// whatever the rule gives back.
     pub(super) fn is_in_flight(&self) -> bool {
         matches!(self.limit, Target::InFlight(_))
+    }
+
+    /// Whether this charge is advertised to the client: every charge but an
+    /// in-flight permit, whose limit has no window for the fields. The
+    /// policies of a refusal and its violated flags ([`violated`]) both
+    /// follow this, so they stay in step.
+    pub(super) fn advertises(&self) -> bool {
+        !self.is_in_flight()
     }
 
     /// This charge, owning its limit: to keep past the call that bound it.
@@ -218,8 +227,8 @@ impl<'a> Charge<'a> {
         match &self.limit {
             Target::Local { bound, .. } => bound.get().identity(),
             Target::Shared { bound, .. } => Identity::of(&**bound),
-            // No token limit's: it is never combined with another's cost.
-            Target::InFlight(permit) => Identity::of(&**permit),
+            // No token limit's: its wait is never asked.
+            Target::InFlight(_) => Identity::NONE,
         }
     }
 
@@ -264,7 +273,7 @@ pub(super) fn violated(charges: &[Charge<'_>]) -> SmallVec<[bool; 4]> {
         .iter()
         .zip(waits(charges))
         // In the order of the advertised policies, which leave permits out.
-        .filter(|(charge, _)| !charge.is_in_flight())
+        .filter(|(charge, _)| charge.advertises())
         .map(|(charge, wait)| charge.cost > 0 && wait.is_some_and(|wait| wait > Duration::ZERO))
         .collect()
 }

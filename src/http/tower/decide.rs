@@ -1,6 +1,7 @@
 //! What `call` decides for a request: every rule that applies bound to
-//! the request with its cost, then charged all or nothing; or the 4xx of
-//! a request no rule can charge as it stands.
+//! the request with its cost, then charged all or nothing (in-flight
+//! permits first); or the 4xx of a request no rule can charge as it
+//! stands.
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -13,8 +14,7 @@ use super::config::Config;
 use super::cost::CostError;
 use super::decision::CallDecision;
 use super::in_flight::InFlightAnswer;
-use super::rule::MissingKey;
-use super::rule::RuleLimit;
+use super::rule::{MissingKey, Rule, RuleLimit};
 use crate::http::problem::client_error;
 use crate::http::{RateLimitPolicy, Refusal};
 
@@ -28,8 +28,9 @@ impl Config {
 
     /// Binds the in-process rules from `index` on, each on a stack frame of
     /// its own (where its limiter keeps the request's key: nothing is
-    /// allocated), with `bound` the bindings so far; at the first shared
-    /// rule, or past the last rule, charges them all.
+    /// allocated), with `bound` the bindings so far; at the first rule not
+    /// in process (in-flight or shared), or past the last rule, charges
+    /// them all.
     fn bind_from(
         &self,
         parts: &Parts,
@@ -49,10 +50,8 @@ impl Config {
         }
         limiter.bind(parts, &mut |limit| {
             let Some(limit) = limit else {
-                return match rule.missing_key() {
-                    MissingKey::Skip => self.bind_from(parts, index + 1, bound),
-                    MissingKey::Reject => Unchargeable::NoKey(rule.policy()).decision(),
-                };
+                return missing_key(rule)
+                    .unwrap_or_else(|| self.bind_from(parts, index + 1, bound));
             };
             match rule.cost_of(parts) {
                 Ok(cost) => {
@@ -70,9 +69,10 @@ impl Config {
     }
 
     /// Binds the shared rules from `index` on after the in-process ones in
-    /// `bound`, then charges the in-process ones in one chain and the
-    /// shared ones from this node's leases, as far as it can without
-    /// waiting.
+    /// `bound`, takes the in-flight rules' permits, then charges the
+    /// in-process ones in one chain and the shared ones from this node's
+    /// leases, as far as it can without waiting. (The layer sorts rules
+    /// in-process, in-flight, shared: past `index` none is in-process.)
     fn charge(&self, parts: &Parts, index: usize, bound: Option<&BoundRule<'_>>) -> CallDecision {
         if index == self.rules.len() && !self.keeps {
             // The common case: every rule in process, and no charge kept
@@ -86,49 +86,48 @@ impl Config {
             };
         }
         let mut charges = BoundRule::charges(bound);
-        // In-flight permits (sorted before the shared rules) first, then the
-        // in-process chain: a request the chain refuses drops its permits
-        // with its charges, which releases them exactly, and no token is
-        // taken for a request refused a permit.
-        for (index, rule) in self.rules.iter().enumerate().skip(index) {
-            if !rule.applies_to(parts) {
+        let rules = || {
+            let applying = self.rules.iter().enumerate().skip(index);
+            applying.filter(|(_, rule)| rule.applies_to(parts))
+        };
+        // Every rule is bound (its key and cost read) before any permit is
+        // taken, so a request that is a 4xx never holds one, even briefly.
+        for (index, rule) in rules() {
+            let RuleLimit::Shared(limiter) = rule.limiter() else {
                 continue;
-            }
-            match rule.limiter() {
-                RuleLimit::Local(_) => {}
-                RuleLimit::InFlight(limiter) => {
-                    match limiter.acquire(parts, &|parts| rule.cost_of(parts)) {
-                        InFlightAnswer::Permit(permit) => {
-                            charges.push(Charge::in_flight(index, permit));
-                        }
-                        InFlightAnswer::Nothing => {}
-                        InFlightAnswer::Refused(error) => {
-                            let refusal = Refusal::from_in_flight(&error, rule.policy().name());
-                            return CallDecision::Refused(refusal.into_response());
-                        }
-                        InFlightAnswer::Cost(error) => {
-                            return Unchargeable::Cost(rule.policy(), error).decision();
-                        }
-                        InFlightAnswer::NoKey => match rule.missing_key() {
-                            MissingKey::Skip => {}
-                            MissingKey::Reject => {
-                                return Unchargeable::NoKey(rule.policy()).decision();
-                            }
-                        },
-                    }
+            };
+            let Some(limit) = limiter.bind(parts) else {
+                match missing_key(rule) {
+                    Some(answer) => return answer,
+                    None => continue,
                 }
-                RuleLimit::Shared(limiter) => {
-                    let Some(limit) = limiter.bind(parts) else {
-                        match rule.missing_key() {
-                            MissingKey::Skip => continue,
-                            MissingKey::Reject => {
-                                return Unchargeable::NoKey(rule.policy()).decision();
-                            }
-                        }
-                    };
-                    match rule.cost_of(parts) {
-                        Ok(cost) => charges.push(Charge::shared(index, limit, cost)),
-                        Err(error) => return Unchargeable::Cost(rule.policy(), error).decision(),
+            };
+            match rule.cost_of(parts) {
+                Ok(cost) => charges.push(Charge::shared(index, limit, cost)),
+                Err(error) => return Unchargeable::Cost(rule.policy(), error).decision(),
+            }
+        }
+        // Then the permits, then the in-process chain: a request the chain
+        // (or a shared rule) refuses drops its permits with its charges,
+        // which releases them exactly, and no token is taken for a request
+        // refused a permit.
+        for (index, rule) in rules() {
+            let RuleLimit::InFlight(limiter) = rule.limiter() else {
+                continue;
+            };
+            match limiter.acquire(parts, &|parts| rule.cost_of(parts)) {
+                InFlightAnswer::Permit(permit) => charges.push(Charge::in_flight(index, permit)),
+                InFlightAnswer::Nothing => {}
+                InFlightAnswer::Refused(error) => {
+                    let refusal = Refusal::from_in_flight(&error, rule.policy().name());
+                    return CallDecision::Refused(refusal.into_response());
+                }
+                InFlightAnswer::Cost(error) => {
+                    return Unchargeable::Cost(rule.policy(), error).decision();
+                }
+                InFlightAnswer::NoKey => {
+                    if let Some(answer) = missing_key(rule) {
+                        return answer;
                     }
                 }
             }
@@ -156,6 +155,15 @@ impl Config {
                 from,
             },
         }
+    }
+}
+
+/// What a request without a key for `rule` comes to: the 400 if the rule
+/// rejects it, or `None` to go on without the rule.
+fn missing_key(rule: &Rule) -> Option<CallDecision> {
+    match rule.missing_key() {
+        MissingKey::Skip => None,
+        MissingKey::Reject => Some(Unchargeable::NoKey(rule.policy()).decision()),
     }
 }
 

@@ -20,10 +20,12 @@ use crate::sync::unmodelled::Arc;
 
 /// What the response future needs once the inner service answers: the
 /// charges kept past `call` (those a status may give back, or every one
-/// when the fields are advertised). It has no `Drop`: a request whose
-/// response never arrives (a client gone, an outer timeout, an inner error
-/// or panic) keeps every charge, because its handler may have done the
-/// work and no response said otherwise.
+/// when the fields are advertised, and every in-flight permit). It has no
+/// `Drop` of its own: a request whose response never arrives (a client
+/// gone, an outer timeout, an inner error or panic) keeps every token
+/// charge, because its handler may have done the work and no response said
+/// otherwise; its permits are released with it, the work being no longer
+/// in flight.
 pub(super) struct KeptCharges {
     pub(super) config: Arc<Config>,
     pub(super) charges: Vec<Charge<'static>>,

@@ -8,14 +8,12 @@ use std::hash::{BuildHasher, Hash};
 use http::request::Parts;
 
 use super::cost::CostError;
+use super::local::WithKey;
 use crate::concurrency::{InFlightError, KeyedConcurrencyLimiter};
-use crate::sync::unmodelled::Arc;
 
 /// A permit held for a request, its key type erased: dropping it releases
 /// its units.
 pub(super) type InFlightPermit = Box<dyn Send>;
-
-type KeyFn<K> = dyn Fn(&Parts) -> Option<K> + Send + Sync;
 
 /// What an in-flight rule's limiter answers for a request.
 pub(super) enum InFlightAnswer {
@@ -44,26 +42,7 @@ pub(super) trait InFlightLimiter: Send + Sync {
     ) -> InFlightAnswer;
 }
 
-/// A keyed in-flight limiter and the function that takes its key from a
-/// request.
-pub(super) struct KeyedInFlight<K, S> {
-    limiter: Arc<KeyedConcurrencyLimiter<K, S>>,
-    key: Box<KeyFn<K>>,
-}
-
-impl<K, S> KeyedInFlight<K, S> {
-    pub(super) fn new(
-        limiter: Arc<KeyedConcurrencyLimiter<K, S>>,
-        key: impl Fn(&Parts) -> Option<K> + Send + Sync + 'static,
-    ) -> Self {
-        KeyedInFlight {
-            limiter,
-            key: Box::new(key),
-        }
-    }
-}
-
-impl<K, S> InFlightLimiter for KeyedInFlight<K, S>
+impl<K, S> InFlightLimiter for WithKey<KeyedConcurrencyLimiter<K, S>, K>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
@@ -73,13 +52,13 @@ where
         parts: &Parts,
         cost: &dyn Fn(&Parts) -> Result<u64, CostError>,
     ) -> InFlightAnswer {
-        let Some(key) = (self.key)(parts) else {
+        let Some(key) = self.key_of(parts) else {
             return InFlightAnswer::NoKey;
         };
         match cost(parts) {
             Err(error) => InFlightAnswer::Cost(error),
             Ok(0) => InFlightAnswer::Nothing,
-            Ok(weight) => match self.limiter.try_acquire(&key, weight) {
+            Ok(weight) => match self.limiter().try_acquire(&key, weight) {
                 Ok(permit) => InFlightAnswer::Permit(Box::new(permit)),
                 Err(error) => InFlightAnswer::Refused(error),
             },

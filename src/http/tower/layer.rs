@@ -17,13 +17,17 @@ use crate::sync::unmodelled::Arc;
 
 /// A tower [`Layer`] that rate-limits requests with a list of [`Rule`]s.
 ///
-/// For each request, every rule that applies is charged in order with
-/// [`try_acquire_all`](crate::try_acquire_all) (so a refusal spends
-/// nothing anywhere). An admitted request goes to the inner service and
+/// For each request, every rule that applies is charged, all or nothing:
+/// the in-process token rules in one chain, as
+/// [`try_acquire_all`](crate::try_acquire_all) charges it, in-flight rules
+/// ([`Rule::in_flight`]) by a permit each, shared rules by their store (so
+/// a refusal spends nothing anywhere). An admitted request goes to the inner service and
 /// stays charged: only a response whose status a rule gives back
 /// ([`Rule::give_back_on`]) returns that rule's charge, by the one rule of
 /// [`docs/semantics.md`](crate::guide::semantics) ("Giving back"). A response future that is dropped
-/// (the client hung up), an inner error or a panic gives nothing back. A
+/// (the client hung up), an inner error or a panic gives nothing back (an
+/// in-flight rule's permit does come back: the work is no longer in
+/// flight). A
 /// refused request gets the response of [`Refusal`](crate::http::Refusal) (429 with Retry-After,
 /// the RateLimit fields and a problem+json body; 503 when the limiter
 /// itself is short of capacity). Refusals are responses, not errors: the
@@ -101,7 +105,8 @@ impl RateLimitLayer {
 impl RateLimitLayerBuilder {
     /// Adds a rule, charged after the ones added before it, except that
     /// rules over a budget shared by a fleet ([`Rule::shared`]) are charged
-    /// after every in-process rule. Add them from the most selective (per
+    /// after every in-process rule, and in-flight rules ([`Rule::in_flight`])
+    /// take their permits before any token is charged. Add them from the most selective (per
     /// address) to the most shared (global), so a request refused early
     /// never touches the shared limit.
     ///
@@ -197,10 +202,10 @@ impl RateLimitLayerBuilder {
         // added: a request refused in this process never costs the fleet's
         // store a round trip, and the in-process chain is all or nothing on
         // its own before any shared budget is touched. In-flight rules
-        // between them: their permits are taken before any charge
-        // (`Config::decide`), and they are no part of the chain.
-        self.rules
-            .sort_by_key(|rule| (rule.is_shared(), rule.is_in_flight()));
+        // between them: they are no part of the chain, and their permits
+        // are taken before it is charged (`Config::charge`, which relies
+        // on this order).
+        self.rules.sort_by_key(Rule::rank);
         RateLimitLayer {
             kind: PhantomData,
             config: Arc::new(Config {

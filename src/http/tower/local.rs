@@ -16,7 +16,8 @@ use crate::limit::sealed::Sealed;
 use crate::limit::{Identity, Limit, Taken};
 use crate::sync::unmodelled::Arc;
 
-type KeyFn<K> = dyn Fn(&Parts) -> Option<K> + Send + Sync;
+/// A rule's key extractor.
+pub(super) type KeyFn<K> = dyn Fn(&Parts) -> Option<K> + Send + Sync;
 
 /// An in-process limiter that can be bound to one request's key, for a
 /// continuation answering `Out` (what the layer decides: generic, so that
@@ -57,7 +58,8 @@ impl<L: Advertised + Send + 'static> RequestLimit for Arc<L> {
     }
 }
 
-/// A keyed limiter and the function that takes its key from a request.
+/// A keyed limiter (of tokens, or of work in flight) and the function that
+/// takes its key from a request.
 pub(super) struct WithKey<L, K> {
     limiter: Arc<L>,
     key: Box<KeyFn<K>>,
@@ -72,6 +74,15 @@ impl<L, K> WithKey<L, K> {
             limiter,
             key: Box::new(key),
         }
+    }
+
+    pub(super) fn limiter(&self) -> &L {
+        &self.limiter
+    }
+
+    /// The request's key, if it has one.
+    pub(super) fn key_of(&self, parts: &Parts) -> Option<K> {
+        (self.key)(parts)
     }
 }
 

@@ -10,7 +10,7 @@
 //! nothing; a refusal becomes the [`Refusal`](crate::http::Refusal)
 //! response. An admitted request stays charged unless its response has a
 //! status its rule gives back ([`Rule::give_back_on`]); a client that hangs
-//! up gets nothing back. [`docs/http.md`](crate::guide::http) has the contract and an axum
+//! up gets nothing back (but its in-flight permits: [`Rule::in_flight`]). [`docs/http.md`](crate::guide::http) has the contract and an axum
 //! example, and `examples/axum_server.rs` a runnable server.
 //!
 //! ```

@@ -9,7 +9,7 @@ use http::request::Parts;
 
 use super::cost::CostError;
 use super::decision::CallDecision;
-use super::in_flight::{InFlightLimiter, KeyedInFlight};
+use super::in_flight::InFlightLimiter;
 use super::local::{LocalLimiter, WithKey};
 use super::shared::SharedLimiter;
 use crate::advertised::{Advertised, Shape};
@@ -240,8 +240,10 @@ impl Rule {
     /// constant key, `|_| Some(())`, makes it a limit for the whole
     /// server). Each request the rule applies to holds a permit of its
     /// cost (1 unless set) from admission until the inner service has
-    /// answered, or until the request is dropped unanswered (the client
-    /// hung up, an outer timeout): then the units come back exactly. A
+    /// answered with its response head, or until the request is dropped
+    /// unanswered (the client hung up, an outer timeout): then the units
+    /// come back exactly. A body streamed after the head is not counted:
+    /// the rule bounds handlers that compute their answer first. A
     /// request with no room is refused with 429 and no Retry-After (work in
     /// flight ends when it ends), one whose cost exceeds the limit with
     /// 413, and a new key beyond the limiter's key cap with 503
@@ -249,7 +251,8 @@ impl Rule {
     /// Permits are taken before any token is charged, so a request a
     /// token rule refuses holds none. In-flight rules advertise no
     /// RateLimit fields (their limit has no window); a refusal names the
-    /// rule in `violated-policies`.
+    /// rule in `violated-policies`. It has no token to give back:
+    /// [`give_back_on`](Self::give_back_on) changes nothing for it.
     ///
     /// A permit is kept past `call`, as a charge that a status may give
     /// back is: an admitted request through an in-flight rule allocates
@@ -285,7 +288,7 @@ impl Rule {
         Rule::new(
             policy,
             None,
-            RuleLimit::InFlight(Arc::new(KeyedInFlight::new(limiter, key))),
+            RuleLimit::InFlight(Arc::new(WithKey::new(limiter, key))),
         )
     }
 
@@ -508,15 +511,14 @@ impl Rule {
         &self.limit
     }
 
-    /// Whether this rule's limit is shared by a fleet (charged after the
-    /// in-process ones).
-    pub(super) fn is_shared(&self) -> bool {
-        matches!(self.limit, RuleLimit::Shared(_))
-    }
-
-    /// Whether this rule limits work in flight.
-    pub(super) fn is_in_flight(&self) -> bool {
-        matches!(self.limit, RuleLimit::InFlight(_))
+    /// Where the layer charges this rule: in-process rules first (0), then
+    /// in-flight (1), then shared (2).
+    pub(super) fn rank(&self) -> u8 {
+        match self.limit {
+            RuleLimit::Local(_) => 0,
+            RuleLimit::InFlight(_) => 1,
+            RuleLimit::Shared(_) => 2,
+        }
     }
 
     pub(super) fn gives_back(&self, status: StatusCode) -> bool {
@@ -541,7 +543,8 @@ impl fmt::Debug for Rule {
 }
 
 /// A rule's limiter: in this process (bound to each request's key by
-/// [`LocalLimiter::bind`]), or shared by a fleet.
+/// [`LocalLimiter::bind`]), a limit on work in flight, or shared by a
+/// fleet.
 #[derive(Clone)]
 pub(super) enum RuleLimit {
     Local(Arc<dyn LocalLimiter<CallDecision>>),

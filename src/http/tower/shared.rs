@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use http::request::Parts;
 
+use super::local::KeyFn;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
 use crate::quota::Quota;
 use crate::shared::{BudgetError, HotAnswer};
@@ -68,14 +69,12 @@ impl<S: Store> ErasedAllowance for KeyedAllowance<S> {
     }
 }
 
-type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
-
 /// A shared limit with its key extractor and the quota its store gives
 /// each key (which the node cannot ask the store for).
 #[derive(Clone)]
 pub(super) struct SharedLimiter {
     limit: Arc<dyn ErasedAllowance>,
-    key: Arc<KeyFn>,
+    key: Arc<KeyFn<String>>,
     /// Put before each key to name it in the store ([`store_key`]).
     scope: Arc<str>,
     quota: Quota,
@@ -165,7 +164,7 @@ impl SharedKey {
 pub(super) enum SharedOutcome {
     /// Not charged: a rule before it refused, or its cost is 0.
     Untried,
-    /// Target, from a lease or by the store, or let through by the
+    /// Taken, from a lease or by the store, or let through by the
     /// failure policy while the store is down.
     Taken,
     /// Refused.
