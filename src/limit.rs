@@ -120,6 +120,51 @@ pub trait Limit: sealed::Sealed + Sync {
         self.take_within(cost, max_wait).map(|(_, wait)| wait)
     }
 
+    /// Takes `cost` tokens and sleeps the calling thread until they may be
+    /// used: [`reserve`](Self::reserve) for code without async (a worker
+    /// loop, a batch job). If the tokens exist within `max_wait` they are
+    /// reserved at once and the thread sleeps the wait
+    /// ([`std::thread::sleep`], which never wakes early); the answer is the
+    /// wait slept. Otherwise it refuses at once, spending nothing, with the
+    /// exact `retry_after`, and does not sleep.
+    ///
+    /// The tokens are spent when the call is made, so a caller that must
+    /// give up while it sleeps cannot: on an async runtime use
+    /// [`acquire`](Self::acquire) (feature `tokio`), which gives the
+    /// reservation back when its future is dropped. Never call it on an
+    /// async runtime's worker threads: it blocks the thread.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{AcquireError, Limit, ManualClock, Quota, TokenBucket};
+    ///
+    /// // A worker loop held to 1000 items a second, in bursts of at most 10
+    /// // (on a clock that stands still, so the waits are exact).
+    /// let bucket = TokenBucket::with_clock(Quota::new(10, 1000, Duration::from_secs(1))?, ManualClock::new());
+    /// let mut waited = Duration::ZERO;
+    /// for _item in 0..12 {
+    ///     waited += bucket.acquire_blocking(1, Duration::from_secs(1))?;
+    ///     // ... process the item ...
+    /// }
+    /// // Ten went at once; the 11th slept 1 ms and the 12th 2 ms.
+    /// assert_eq!(waited, Duration::from_millis(3));
+    /// // The next would wait 3 ms: beyond a `max_wait` of 1 ms, refused at
+    /// // once, spending nothing; the same call fits 2 ms later.
+    /// assert_eq!(
+    ///     bucket.acquire_blocking(1, Duration::from_millis(1)),
+    ///     Err(AcquireError::Insufficient { retry_after: Duration::from_millis(2) }),
+    /// );
+    /// assert_eq!(bucket.retry_after(1)?, Duration::from_millis(3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn acquire_blocking(&self, cost: u64, max_wait: Duration) -> Result<Duration, AcquireError> {
+        let wait = self.reserve(cost, max_wait)?;
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+        Ok(wait)
+    }
+
     /// How long until `cost` tokens would be admitted, zero if they would be
     /// now. Spends nothing (and creates no key): another caller may take the
     /// credit first.

@@ -88,7 +88,8 @@ impl Quota {
         })
     }
 
-    /// `n` tokens per second with a burst capacity of `n`.
+    /// `n` tokens per second with a burst capacity of `n`, starting full
+    /// (all `n` at once, then one every `1 s / n`).
     ///
     /// ```
     /// use tollgate::Quota;
@@ -97,6 +98,49 @@ impl Quota {
     /// ```
     pub fn per_second(n: u64) -> Result<Self, QuotaError> {
         Quota::new(n, n, Duration::from_secs(1))
+    }
+
+    /// `n` tokens per minute with a burst capacity of `n`. A new limiter
+    /// starts full, so it admits all `n` at once and then one every
+    /// `60 s / n`: for an even spread from the start, begin empty
+    /// ([`with_initial_credit`](Self::with_initial_credit),
+    /// [`InitialCredit::Empty`]) or take a smaller burst with
+    /// [`new`](Self::new).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{InitialCredit, Limit, ManualClock, Quota, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::with_clock(Quota::per_minute(30)?, ManualClock::new());
+    /// for _ in 0..30 {
+    ///     bucket.try_acquire(1)?; // the whole burst, at once
+    /// }
+    /// assert_eq!(bucket.retry_after(1)?, Duration::from_secs(2)); // then one every 2 s
+    /// let even = Quota::per_minute(30)?.with_initial_credit(InitialCredit::Empty)?;
+    /// assert_eq!(TokenBucket::with_clock(even, ManualClock::new()).available(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn per_minute(n: u64) -> Result<Self, QuotaError> {
+        Quota::new(n, n, Duration::from_secs(60))
+    }
+
+    /// `n` tokens per hour with a burst capacity of `n`. A new limiter
+    /// starts full, so it admits all `n` at once and then one every
+    /// `3600 s / n` (see [`per_minute`](Self::per_minute) for an even
+    /// spread from the start).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Limit, ManualClock, Quota, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::with_clock(Quota::per_hour(1200)?, ManualClock::new());
+    /// assert_eq!(bucket.available(), 1200);
+    /// bucket.try_acquire(1200)?;
+    /// assert_eq!(bucket.retry_after(1)?, Duration::from_secs(3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn per_hour(n: u64) -> Result<Self, QuotaError> {
+        Quota::new(n, n, Duration::from_secs(3600))
     }
 
     /// The same quota with another initial credit.
