@@ -385,6 +385,10 @@ impl<S> Counted<S> {
 impl<S: Store> Store for Counted<S> {
     type Error = S::Error;
 
+    fn quota(&self) -> Quota {
+        self.inner.quota()
+    }
+
     async fn acquire(&self, key: &str, want: u64) -> Result<Grant, S::Error> {
         self.count(key);
         self.inner.acquire(key, want).await

@@ -100,7 +100,6 @@ fn allowance(hot: bool) -> KeyedAllowance<LocalStore> {
 fn shared_rule(allowance: KeyedAllowance<LocalStore>) -> Rule {
     Rule::shared(
         PolicyName::new("per-api-key").expect("a valid name"),
-        &quota(),
         allowance,
         extract::header(API_KEY),
     )

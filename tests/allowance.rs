@@ -55,6 +55,10 @@ impl Flaky {
 impl Store for Flaky {
     type Error = Unreachable;
 
+    fn quota(&self) -> Quota {
+        self.inner.quota()
+    }
+
     async fn acquire(&self, key: &str, want: u64) -> Result<Grant, Unreachable> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if self.hanging.load(Ordering::SeqCst) {

@@ -99,7 +99,7 @@ fn fleet_node(url: &str) {
                 Err(_) => server::per_key_quota(),
             };
             let store = RedisStore::connect(url, quota, PREFIX, server::STORE_WAIT).await?;
-            nodes::run(Arc::new(store), quota).await
+            nodes::run(Arc::new(store)).await
         })
         .unwrap();
 }

@@ -78,6 +78,10 @@ impl Ledger {
 impl Store for Ledger {
     type Error = Unreachable;
 
+    fn quota(&self) -> Quota {
+        self.inner.quota()
+    }
+
     async fn acquire(&self, key: &str, want: u64) -> Result<Grant, Unreachable> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if self.failing.load(Ordering::SeqCst) {
@@ -1373,6 +1377,10 @@ impl Blackhole {
 impl Store for Blackhole {
     type Error = AcquireError;
 
+    fn quota(&self) -> Quota {
+        self.inner.quota()
+    }
+
     async fn acquire(&self, key: &str, want: u64) -> Result<Grant, AcquireError> {
         self.inner.acquire(key, want).await
     }
@@ -1470,6 +1478,10 @@ struct Down;
 
 impl Store for Down {
     type Error = Unreachable;
+
+    fn quota(&self) -> Quota {
+        Quota::per_second(1).unwrap()
+    }
 
     async fn acquire(&self, _: &str, _: u64) -> Result<Grant, Unreachable> {
         Err(Unreachable)

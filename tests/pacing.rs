@@ -52,6 +52,10 @@ impl Counted {
 impl Store for Counted {
     type Error = AcquireError;
 
+    fn quota(&self) -> Quota {
+        self.honest.quota()
+    }
+
     async fn acquire(&self, key: &str, want: u64) -> Result<Grant, AcquireError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         match self.reply {

@@ -742,6 +742,10 @@ struct Recorded {
 impl Store for Recorded {
     type Error = RedisStoreError;
 
+    fn quota(&self) -> Quota {
+        self.inner.quota()
+    }
+
     async fn acquire(&self, key: &str, want: u64) -> Result<Grant, RedisStoreError> {
         let grant = self.inner.acquire(key, want).await?;
         if grant.tokens > 0 {

@@ -54,23 +54,18 @@ fn node<S: Store>(store: Arc<S>, on_failure: FailurePolicy) -> KeyedAllowance<S>
     KeyedAllowance::new(store, KeyedAllowanceConfig::new(on_failure)).unwrap()
 }
 
-/// The per-API-key rule over `allowance`, advertised as `quota`.
-fn per_key<S: Store>(quota: Quota, allowance: KeyedAllowance<S>) -> Rule {
+/// The per-API-key rule over `allowance`, advertised as its store's quota.
+fn per_key<S: Store>(allowance: KeyedAllowance<S>) -> Rule {
     Rule::shared(
         PolicyName::new("per-api-key").unwrap(),
-        &quota,
         allowance,
         extract::header(API_KEY),
     )
 }
 
-/// The per-API-key rule of a node over `store`, whose keys hold
-/// `capacity`, failing closed.
-fn closed_per_key(store: &Arc<Shared>, capacity: u64) -> Rule {
-    per_key(
-        hourly(capacity),
-        node(Arc::clone(store), FailurePolicy::Closed),
-    )
+/// The per-API-key rule of a node over `store`, failing closed.
+fn closed_per_key(store: &Arc<Shared>) -> Rule {
+    per_key(node(Arc::clone(store), FailurePolicy::Closed))
 }
 
 /// Sends `n` requests with `key` through `layer`, each of which must be
@@ -159,7 +154,7 @@ async fn a_cold_key_goes_to_the_store_and_its_refusal_carries_the_shared_state()
     let clock = ManualClock::new();
     let store = store(hourly(3), &clock);
     let layer = RateLimitLayer::builder()
-        .rule(closed_per_key(&store, 3))
+        .rule(closed_per_key(&store))
         .build();
     // A cold key is never refused as "not local": the store decides, and
     // admits all three tokens.
@@ -201,7 +196,7 @@ async fn a_cold_key_goes_to_the_store_and_its_refusal_carries_the_shared_state()
 async fn a_cost_above_the_shared_capacity_is_413_and_spends_nothing() {
     let clock = ManualClock::new();
     let store = store(hourly(3), &clock);
-    let (local, layer) = after_a_global_limit(&clock, closed_per_key(&store, 3).cost(|_| 4));
+    let (local, layer) = after_a_global_limit(&clock, closed_per_key(&store).cost(|_| 4));
     let response = send(&layer, with_key("alice")).await;
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
     assert!(response.headers().get("retry-after").is_none());
@@ -215,6 +210,10 @@ struct Down;
 impl Store for Down {
     type Error = std::io::Error;
 
+    fn quota(&self) -> Quota {
+        hourly(3)
+    }
+
     async fn acquire(&self, _: &str, _: u64) -> Result<Grant, Self::Error> {
         Err(std::io::Error::other("connection refused"))
     }
@@ -227,10 +226,8 @@ impl Store for Down {
 #[tokio::test(start_paused = true)]
 async fn a_store_that_is_down_is_503_when_closed_and_spends_nothing_here() {
     let clock = ManualClock::new();
-    let (local, layer) = after_a_global_limit(
-        &clock,
-        per_key(hourly(3), node(Arc::new(Down), FailurePolicy::Closed)),
-    );
+    let (local, layer) =
+        after_a_global_limit(&clock, per_key(node(Arc::new(Down), FailurePolicy::Closed)));
     for _ in 0..5 {
         let response = send(&layer, with_key("alice")).await;
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -250,10 +247,7 @@ async fn a_store_that_is_down_is_503_when_closed_and_spends_nothing_here() {
 #[tokio::test(start_paused = true)]
 async fn a_store_that_is_down_lets_requests_through_when_open() {
     let layer = RateLimitLayer::builder()
-        .rule(per_key(
-            hourly(3),
-            node(Arc::new(Down), FailurePolicy::Open),
-        ))
+        .rule(per_key(node(Arc::new(Down), FailurePolicy::Open)))
         .build();
     admit(&layer, "alice", 5).await;
 }
@@ -272,7 +266,7 @@ async fn a_shared_refusal_gives_back_everything_the_local_rules_took() {
     let global = Arc::new(TokenBucket::with_clock(hourly(5), clock.clone()));
     // Added shared first: the layer still charges it after the local ones.
     let layer = RateLimitLayer::builder()
-        .rule(closed_per_key(&store, 2))
+        .rule(closed_per_key(&store))
         .rule(Rule::keyed(
             PolicyName::new("per-account").unwrap(),
             Arc::clone(&per_account),
@@ -325,7 +319,6 @@ async fn make_hot(layer: &RateLimitLayer, key: &str) -> u64 {
 fn per_tenant(tenants: &Arc<Shared>) -> Rule {
     Rule::shared(
         PolicyName::new("per-tenant").unwrap(),
-        &hourly(1),
         node(Arc::clone(tenants), FailurePolicy::Closed),
         extract::header(TENANT),
     )
@@ -352,7 +345,7 @@ async fn a_later_shared_refusal_gives_the_earlier_shared_charge_back() {
     let keys = store(hourly(10), &clock);
     let tenants = store(hourly(1), &clock);
     let layer = RateLimitLayer::builder()
-        .rule(closed_per_key(&keys, 10))
+        .rule(closed_per_key(&keys))
         .rule(per_tenant(&tenants))
         .build();
     let request = || for_tenant(with_key("alice"), "acme");
@@ -383,12 +376,12 @@ async fn a_later_shared_refusal_gives_a_hot_keys_token_back_into_its_pool() {
     let tenants = store(hourly(1), &clock);
     let per_key_node = hot_soon(&keys);
     let alone = RateLimitLayer::builder()
-        .rule(per_key(hourly(1000), per_key_node.clone()))
+        .rule(per_key(per_key_node.clone()))
         .build();
     let mut admitted = make_hot(&alone, "alice").await;
     assert!(per_key_node.is_hot(&stored("per-api-key", "alice")));
     let layer = RateLimitLayer::builder()
-        .rule(per_key(hourly(1000), per_key_node.clone()))
+        .rule(per_key(per_key_node.clone()))
         .rule(per_tenant(&tenants))
         .build();
     let request = || for_tenant(with_key("alice"), "acme");
@@ -411,7 +404,7 @@ async fn a_later_shared_refusal_gives_a_hot_keys_token_back_into_its_pool() {
 async fn a_client_that_hangs_up_while_the_store_decides_stays_charged_here() {
     let clock = ManualClock::new();
     let store = store(hourly(3), &clock);
-    let (local, layer) = after_a_global_limit(&clock, closed_per_key(&store, 3));
+    let (local, layer) = after_a_global_limit(&clock, closed_per_key(&store));
     let reached = Arc::new(AtomicUsize::new(0));
     let mut service = layer.layer(inner(&reached));
     for _ in 0..4 {
@@ -447,7 +440,7 @@ async fn a_client_that_hangs_up_once_admitted_stays_charged_everywhere() {
     let clock = ManualClock::new();
     let store = store(hourly(2), &clock);
     let layer = RateLimitLayer::builder()
-        .rule(closed_per_key(&store, 2).give_back_on([StatusCode::UNAUTHORIZED]))
+        .rule(closed_per_key(&store).give_back_on([StatusCode::UNAUTHORIZED]))
         .build();
     let handler = tower::service_fn(|_: Request<Full<Bytes>>| async {
         std::future::pending::<Result<Response<Full<Bytes>>, Infallible>>().await
@@ -472,7 +465,7 @@ async fn a_client_that_hangs_up_once_admitted_stays_charged_everywhere() {
 async fn duplicated_or_folded_api_keys_are_400_and_charge_no_one() {
     let clock = ManualClock::new();
     let store = store(hourly(3), &clock);
-    let (local, layer) = after_a_global_limit(&clock, closed_per_key(&store, 3));
+    let (local, layer) = after_a_global_limit(&clock, closed_per_key(&store));
     let twice = Request::get("/")
         .header(API_KEY, "alice")
         .header(API_KEY, "bob")
@@ -498,7 +491,7 @@ async fn a_forged_api_key_spends_the_budget_of_the_key_it_claims() {
     let clock = ManualClock::new();
     let store = store(hourly(3), &clock);
     let layer = RateLimitLayer::builder()
-        .rule(closed_per_key(&store, 3))
+        .rule(closed_per_key(&store))
         .build();
     // The layer charges the key a request claims: whoever sends alice's
     // key spends alice's budget (docs/http.md, "Shared rules").
@@ -538,7 +531,7 @@ async fn a_flood_of_fresh_api_keys_keeps_the_node_bounded_and_each_key_within_it
     )
     .unwrap();
     let layer = RateLimitLayer::builder()
-        .rule(per_key(hourly(1), allowance.clone()))
+        .rule(per_key(allowance.clone()))
         .build();
     let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
     for i in 0..200 {
@@ -563,7 +556,7 @@ async fn a_hot_key_is_decided_without_awaiting_and_an_empty_lease_waits_for_its_
     let store = store(hourly(1000), &clock);
     let allowance = hot_soon(&store);
     let layer = RateLimitLayer::builder()
-        .rule(per_key(hourly(1000), allowance.clone()))
+        .rule(per_key(allowance.clone()))
         .build();
     let mut admitted = make_hot(&layer, "alice").await;
     assert!(allowance.is_hot(&stored("per-api-key", "alice")));
@@ -600,7 +593,7 @@ async fn a_request_refused_in_process_never_reaches_the_store() {
     let local = Arc::new(TokenBucket::with_clock(hourly(1), clock.clone()));
     // The shared rule is added first; the in-process one still goes first.
     let layer = RateLimitLayer::builder()
-        .rule(closed_per_key(&store, 5))
+        .rule(closed_per_key(&store))
         .rule(Rule::global(
             PolicyName::new("global").unwrap(),
             Arc::clone(&local),
@@ -626,7 +619,7 @@ async fn a_response_given_back_returns_the_local_and_the_shared_charge() {
             Rule::global(PolicyName::new("global").unwrap(), Arc::clone(&local))
                 .give_back_on([StatusCode::UNAUTHORIZED]),
         )
-        .rule(closed_per_key(&store, 5).give_back_on([StatusCode::UNAUTHORIZED]))
+        .rule(closed_per_key(&store).give_back_on([StatusCode::UNAUTHORIZED]))
         .build();
     let mut unauthorized = with_key("alice");
     unauthorized
@@ -652,6 +645,10 @@ struct Hung;
 impl Store for Hung {
     type Error = std::io::Error;
 
+    fn quota(&self) -> Quota {
+        hourly(3)
+    }
+
     async fn acquire(&self, _: &str, _: u64) -> Result<Grant, Self::Error> {
         std::future::pending().await
     }
@@ -664,10 +661,8 @@ impl Store for Hung {
 #[tokio::test(start_paused = true)]
 async fn a_store_that_hangs_is_a_503_within_its_timeout_not_a_request_held_for_ever() {
     let clock = ManualClock::new();
-    let (local, layer) = after_a_global_limit(
-        &clock,
-        per_key(hourly(3), node(Arc::new(Hung), FailurePolicy::Closed)),
-    );
+    let (local, layer) =
+        after_a_global_limit(&clock, per_key(node(Arc::new(Hung), FailurePolicy::Closed)));
     // The allowance's store timeout (50 ms by default) ends the call: an
     // instant of tokio's paused clock, which only that timer moves, and
     // no real time passes.
@@ -702,7 +697,7 @@ async fn a_shared_refusal_is_the_stores_word_and_its_wait_the_stores() {
     ));
     let allowance = node(Arc::clone(&store), FailurePolicy::Closed);
     let layer = RateLimitLayer::builder()
-        .rule(per_key(quota, allowance.clone()))
+        .rule(per_key(allowance.clone()))
         .build();
     let key = stored("per-api-key", "fresh");
     let (mut admitted, mut refused) = (0u64, 0u64);
@@ -762,13 +757,11 @@ async fn two_shared_rules_over_one_store_keep_their_budgets_apart() {
     let layer = RateLimitLayer::builder()
         .rule(Rule::shared(
             PolicyName::new("per-api-key").unwrap(),
-            &quota,
             node.clone(),
             extract::header(API_KEY),
         ))
         .rule(Rule::shared(
             PolicyName::new("per-tenant").unwrap(),
-            &quota,
             node,
             extract::header(TENANT),
         ))
@@ -806,7 +799,7 @@ async fn an_in_flight_permit_is_held_while_the_store_decides_and_released_by_its
     let exports =
         Arc::new(tollgate::concurrency::KeyedConcurrencyLimiter::<String>::new(5).unwrap());
     let layer = RateLimitLayer::builder()
-        .rule(closed_per_key(&store, 1))
+        .rule(closed_per_key(&store))
         .rule(Rule::in_flight(
             PolicyName::new("exports").unwrap(),
             Arc::clone(&exports),
@@ -846,4 +839,43 @@ async fn an_in_flight_permit_is_held_while_the_store_decides_and_released_by_its
     assert_eq!(exports.in_flight(&alice), 0);
     assert_eq!(exports.len(), 0);
     assert_eq!(reached.load(Ordering::SeqCst), 1);
+}
+
+/// What the rule advertises of its store's quota on `response`.
+fn advertised_quota(response: &Response<RateLimitBody<Full<Bytes>>>) -> (u64, Option<Duration>) {
+    let policies = parse_rate_limit_policy(
+        response
+            .headers()
+            .get_all("ratelimit-policy")
+            .iter()
+            .map(|v| v.as_bytes()),
+    );
+    assert_eq!(policies.len(), 1);
+    (policies[0].quota, policies[0].window)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shared_rule_advertises_its_stores_quota_and_follows_a_change_of_it() {
+    let clock = ManualClock::new();
+    let store = store(hourly(3), &clock);
+    let rule = closed_per_key(&store);
+    // Given once, to the store: the rule reads it from there.
+    assert_eq!(rule.policy().quota(), 3);
+    let layer = RateLimitLayer::builder()
+        .rule(rule)
+        .advertise_on_success(true)
+        .build();
+    let admitted = send(&layer, with_key("alice")).await;
+    assert_eq!(admitted.status(), StatusCode::OK);
+    assert_eq!(
+        advertised_quota(&admitted),
+        (3, Some(Duration::from_secs(3 * 3600)))
+    );
+    store.set_quota(hourly(5));
+    let admitted = send(&layer, with_key("alice")).await;
+    assert_eq!(admitted.status(), StatusCode::OK);
+    assert_eq!(
+        advertised_quota(&admitted),
+        (5, Some(Duration::from_secs(5 * 3600)))
+    );
 }

@@ -82,7 +82,7 @@ async fn in_process() -> Result<Vec<Running>, Box<dyn std::error::Error>> {
         running.push(Running::Task(format!("http://{}/", listener.local_addr()?)));
         let store = Arc::clone(&store);
         tokio::spawn(async move {
-            if let Err(error) = server::serve(store, server::per_key_quota(), listener).await {
+            if let Err(error) = server::serve(store, listener).await {
                 eprintln!("server: {error}");
             }
         });
@@ -121,7 +121,7 @@ async fn serve(url: &str, prefix: &str) -> Result<(), Box<dyn std::error::Error>
         server::STORE_WAIT,
     )
     .await?;
-    nodes::run(Arc::new(store), server::per_key_quota()).await
+    nodes::run(Arc::new(store)).await
 }
 
 #[cfg(not(feature = "redis"))]

@@ -8,7 +8,6 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tollgate::Quota;
 use tollgate::shared::Store;
 
 use super::server;
@@ -70,18 +69,17 @@ impl Drop for Node {
     }
 }
 
-/// Runs this process as a node on `store`, whose quota is `quota`:
-/// listens on a free loopback port, prints its URL for the parent, and
+/// Runs this process as a node on `store`: listens on a free loopback port, prints its URL for the parent, and
 /// exits when its stdin closes (the parent ended, whichever way).
 // Only a store another process can reach makes a node process: without
 // Redis the example runs its servers as tasks.
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub async fn run(store: Arc<impl Store>, quota: Quota) -> Result<(), Box<dyn std::error::Error>> {
+pub async fn run(store: Arc<impl Store>) -> Result<(), Box<dyn std::error::Error>> {
     let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await?;
     println!("{LISTENING}http://{}/", listener.local_addr()?);
     std::thread::spawn(|| {
         let _ = std::io::stdin().read_to_end(&mut Vec::new());
         std::process::exit(0);
     });
-    server::serve(store, quota, listener).await
+    server::serve(store, listener).await
 }

@@ -39,11 +39,10 @@ pub const STORE_WAIT: Duration = Duration::from_secs(10);
 
 /// Serves one node on `listener` until the process ends: every request
 /// spends one token of its API key's fleet-wide budget in `store` (whose
-/// quota is `quota`, [`per_key_quota`] in the demo), after one of its
-/// address's budget on this node.
+/// quota, [`per_key_quota`] in the demo, the shared rule advertises),
+/// after one of its address's budget on this node.
 pub async fn serve<S: Store>(
     store: Arc<S>,
-    quota: Quota,
     listener: TcpListener,
 ) -> Result<(), Box<dyn std::error::Error>> {
     // The few lines a fleet-wide per-key limit takes: a keyed allowance
@@ -66,7 +65,6 @@ pub async fn serve<S: Store>(
         ))
         .rule(Rule::shared(
             PolicyName::new(PER_KEY_POLICY)?,
-            &quota,
             per_key,
             extract::header(API_KEY),
         ))

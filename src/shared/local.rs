@@ -168,6 +168,10 @@ where
         false
     }
 
+    fn quota(&self) -> Quota {
+        self.limiter().quota()
+    }
+
     async fn acquire(&self, key: &str, want: u64) -> Result<Grant, AcquireError> {
         self.grant(key, want)
     }

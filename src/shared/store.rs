@@ -3,6 +3,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::quota::Quota;
+
 /// What a [`Store`] granted for one lease request.
 ///
 /// ```
@@ -179,6 +181,20 @@ pub trait Store: Send + Sync + 'static {
         let _ = error;
         true
     }
+
+    /// The quota this store gives every key, as this handle knows it now
+    /// (after a quota change, the new one): what a rule over the store
+    /// advertises, so the quota is given once, to the store.
+    ///
+    /// ```
+    /// use tollgate::Quota;
+    /// use tollgate::shared::{LocalStore, Store};
+    ///
+    /// let store = LocalStore::new(Quota::per_minute(100)?);
+    /// assert_eq!(store.quota().capacity(), 100);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    fn quota(&self) -> Quota;
 
     /// Refills `key`'s bucket to the store's now and grants up to `want`
     /// tokens of it (`want >= 1`), in one atomic step, telling the key's

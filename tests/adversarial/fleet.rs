@@ -137,6 +137,10 @@ async fn a_store_with_no_capacity_is_refused_as_exceeding_it() {
     struct Empty;
     impl Store for Empty {
         type Error = Refused;
+
+        fn quota(&self) -> Quota {
+            Quota::per_second(1).unwrap()
+        }
         async fn acquire(&self, _key: &str, _want: u64) -> Result<Grant, Refused> {
             Ok(Grant::nothing(Duration::ZERO, 0))
         }

@@ -114,6 +114,10 @@ impl Rogue {
 impl Store for Rogue {
     type Error = Refused;
 
+    fn quota(&self) -> Quota {
+        self.honest.quota()
+    }
+
     async fn acquire(&self, key: &str, want: u64) -> Result<Grant, Refused> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.asked.fetch_add(want, Ordering::SeqCst);

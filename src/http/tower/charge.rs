@@ -196,12 +196,14 @@ impl<'a> Charge<'a> {
         }
     }
 
-    /// The quota and window this charge's limit advertises now, if it is
-    /// in this process (a shared limit's is the caller's word).
+    /// The quota and window this charge's limit advertises now: an
+    /// in-process limit's own, a shared limit's store's quota; none for a
+    /// permit.
     pub(super) fn shape(&self) -> Option<Shape> {
         match &self.limit {
             Target::Local { bound, .. } => Some(bound.get().shape()),
-            Target::Shared { .. } | Target::InFlight(_) => None,
+            Target::Shared { bound, .. } => Some(Shape::from(&bound.quota())),
+            Target::InFlight(_) => None,
         }
     }
 

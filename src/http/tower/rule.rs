@@ -16,7 +16,6 @@ use crate::advertised::{Advertised, Shape};
 use crate::concurrency::KeyedConcurrencyLimiter;
 use crate::http::{PolicyName, RateLimitPolicy};
 use crate::keyed::PerKey;
-use crate::quota::Quota;
 use crate::shared::{KeyedAllowance, Store};
 use crate::sync::unmodelled::Arc;
 
@@ -79,8 +78,7 @@ type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 pub struct Rule {
     policy: RateLimitPolicy,
     /// The shape the limiter had when the rule was made, which its policy
-    /// was built from (none for a shared rule, whose quota is the caller's
-    /// word).
+    /// was built from (none for an in-flight rule, which has no window).
     built: Option<Shape>,
     limit: RuleLimit,
     cost: Option<Arc<CostFn>>,
@@ -171,8 +169,10 @@ impl Rule {
     /// taken from each request by `key` (the same extractors as
     /// [`keyed`](Self::keyed), its `Display` form naming the key in the
     /// store after the rule's name, so two rules over one store keep their
-    /// budgets apart), advertised as `quota`, which must be the quota the store
-    /// gives each key (a node cannot ask the store for it).
+    /// budgets apart), advertised as the quota its store gives every key
+    /// ([`KeyedAllowance::quota`]: given once, to the store; a quota the
+    /// store changes reaches the fields of the next response, as a keyed
+    /// limiter's does).
     ///
     /// A shared rule is charged after every in-process rule, whatever the
     /// order rules were added in. A key this node holds a lease of is
@@ -210,28 +210,24 @@ impl Rule {
     /// let store = Arc::new(LocalStore::new(quota));
     /// let per_key = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
     /// let api_key = extract::header(HeaderName::from_static("x-api-key"));
-    /// let layer = RateLimitLayer::builder()
-    ///     .rule(Rule::shared(PolicyName::new("per-api-key")?, &quota, per_key, api_key))
-    ///     .build();
+    /// let rule = Rule::shared(PolicyName::new("per-api-key")?, per_key, api_key);
+    /// assert_eq!((rule.policy().quota(), rule.policy().window_seconds()), (100, Some(60)));
+    /// let layer = RateLimitLayer::builder().rule(rule).build();
     /// # let _ = layer;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn shared<S, K, F>(
-        name: PolicyName,
-        quota: &Quota,
-        allowance: KeyedAllowance<S>,
-        key: F,
-    ) -> Rule
+    pub fn shared<S, K, F>(name: PolicyName, allowance: KeyedAllowance<S>, key: F) -> Rule
     where
         S: Store,
         K: fmt::Display,
         F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
     {
-        let source = SharedLimiter::new(&name, allowance, *quota, key);
-        let policy = RateLimitPolicy::from_quota(name, quota);
-        Rule::new(policy, None, RuleLimit::Shared(source))
+        let limiter = SharedLimiter::new(&name, allowance, key);
+        let shape = Shape::from(&limiter.quota());
+        let policy = RateLimitPolicy::from_shape(name, shape);
+        Rule::new(policy, Some(shape), RuleLimit::Shared(limiter))
     }
 
     /// At most as many units of work in flight per key as `limiter`

@@ -46,6 +46,8 @@ trait ErasedAllowance: Send + Sync + 'static {
     fn take(&self, key: String, cost: u64, max_wait: Duration) -> StoreDecision;
     /// Tokens this node holds leased for `key` now.
     fn pooled(&self, key: &str) -> u64;
+    /// The quota the store gives every key, as its handle knows it now.
+    fn quota(&self) -> Quota;
 }
 
 impl<S: Store> ErasedAllowance for KeyedAllowance<S> {
@@ -67,24 +69,25 @@ impl<S: Store> ErasedAllowance for KeyedAllowance<S> {
     fn pooled(&self, key: &str) -> u64 {
         KeyedAllowance::pooled(self, key)
     }
+
+    fn quota(&self) -> Quota {
+        KeyedAllowance::quota(self)
+    }
 }
 
-/// A shared limit with its key extractor and the quota its store gives
-/// each key (which the node cannot ask the store for).
+/// A shared limit with its key extractor.
 #[derive(Clone)]
 pub(super) struct SharedLimiter {
     limit: Arc<dyn ErasedAllowance>,
     key: Arc<KeyFn<String>>,
     /// Put before each key to name it in the store ([`store_key`]).
     scope: Arc<str>,
-    quota: Quota,
 }
 
 impl SharedLimiter {
     pub(super) fn new<S, K, F>(
         name: &PolicyName,
         allowance: KeyedAllowance<S>,
-        quota: Quota,
         key: F,
     ) -> SharedLimiter
     where
@@ -96,8 +99,12 @@ impl SharedLimiter {
             limit: Arc::new(allowance),
             key: Arc::new(move |parts: &Parts| key(parts).map(|key| key.to_string())),
             scope: rule_scope(name).into(),
-            quota,
         }
+    }
+
+    /// The quota the store gives every key now.
+    pub(super) fn quota(&self) -> Quota {
+        self.limit.quota()
     }
 
     pub(super) fn bind(&self, parts: &Parts) -> Option<SharedKey> {
@@ -106,7 +113,6 @@ impl SharedLimiter {
             limit: Arc::clone(&self.limit),
             stored: format!("{}{key}", self.scope),
             key,
-            quota: self.quota,
         })
     }
 }
@@ -129,7 +135,6 @@ pub(super) struct SharedKey {
     key: String,
     /// The key as the store names it: scoped by rule.
     stored: String,
-    quota: Quota,
 }
 
 impl SharedKey {
@@ -150,8 +155,9 @@ impl SharedKey {
         self.limit.pooled(&self.stored)
     }
 
-    pub(super) fn quota(&self) -> &Quota {
-        &self.quota
+    /// The quota the store gives every key now.
+    pub(super) fn quota(&self) -> Quota {
+        self.limit.quota()
     }
 
     pub(super) fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> PartitionKey {

@@ -66,6 +66,10 @@ impl<S: Store> Batched<S> {
 impl<S: Store> Store for Batched<S> {
     type Error = BatchError<S::Error>;
 
+    fn quota(&self) -> crate::quota::Quota {
+        self.store.quota()
+    }
+
     /// The store's own verdict on its errors; no answer counts as the store
     /// being unreachable, as a timeout does.
     fn unavailable(error: &Self::Error) -> bool {
@@ -168,6 +172,10 @@ mod tests {
 
     impl Store for Counting {
         type Error = crate::error::AcquireError;
+
+        fn quota(&self) -> crate::quota::Quota {
+            self.inner.quota()
+        }
 
         async fn acquire(&self, key: &str, want: u64) -> Result<Grant, Self::Error> {
             self.requests.fetch_add(1, Ordering::SeqCst);

@@ -21,6 +21,7 @@ use tokio::runtime::Handle;
 
 use crate::keyed::KeyTableStats;
 use crate::keyed::KeyedLimiter;
+use crate::quota::Quota;
 use crate::shared::{AllowanceError, FailurePolicy, Store};
 use crate::sync::unmodelled::Arc;
 use batch::Batched;
@@ -288,6 +289,29 @@ impl<S: Store> KeyedAllowance<S> {
     /// ```
     pub fn table_stats(&self) -> KeyTableStats {
         self.inner.table.table_stats()
+    }
+
+    /// The quota the store gives every key, as the store's handle knows it
+    /// ([`Store::quota`]): what a shared rule over this allowance
+    /// advertises.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_minute(100)?));
+    /// let node = KeyedAllowance::new(Arc::clone(&store), KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// assert_eq!(node.quota(), Quota::per_minute(100)?);
+    /// store.set_quota(Quota::per_minute(200)?);
+    /// assert_eq!(node.quota().capacity(), 200);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn quota(&self) -> Quota {
+        self.inner.store.quota()
     }
 
     /// Keys tracked now, as counted against the cap (see

@@ -10,6 +10,7 @@ use super::error::RedisStoreError;
 use super::eval::{ACQUIRE, RELEASE};
 use super::redis_store::{RedisStore, Setting};
 use super::scale;
+use crate::quota::Quota;
 use crate::shared::store::{Grant, Lease, Store};
 
 /// The most tokens one call asks for or gives back: every count a script
@@ -172,6 +173,11 @@ fn unasked(setting: &Setting) -> Grant {
 
 impl Store for RedisStore {
     type Error = RedisStoreError;
+
+    /// The quota of this handle's setting ([`RedisStore::quota`]).
+    fn quota(&self) -> Quota {
+        RedisStore::quota(self)
+    }
 
     /// False for the errors the server answers about one key or refuses to
     /// decide on: [`ForeignValue`](RedisStoreError::ForeignValue) (that
