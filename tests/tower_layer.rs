@@ -1074,3 +1074,122 @@ async fn in_flight_rules_skip_no_key_and_cost_0_refuse_a_bad_cost_and_release_ev
     assert!(!policy.contains("exports"), "{policy}");
     assert_eq!((reports.len(), exports.len()), (0, 0));
 }
+
+#[tokio::test]
+async fn a_refusal_hook_shapes_every_refusal_by_a_limit_and_nothing_else() {
+    let clock = ManualClock::new();
+    let bucket = Arc::new(TokenBucket::with_clock(
+        Quota::per_second(3).unwrap(),
+        clock.clone(),
+    ));
+    let reports = Arc::new(KeyedConcurrencyLimiter::<Account>::new(1).unwrap());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::global(PolicyName::new("global").unwrap(), Arc::clone(&bucket))
+                .when(|parts| parts.uri.path() == "/tokens"),
+        )
+        .rule(
+            Rule::in_flight(
+                PolicyName::new("reports").unwrap(),
+                Arc::clone(&reports),
+                extract::extension::<Account>(),
+            )
+            .when(|parts| parts.uri.path() == "/reports"),
+        )
+        .on_refusal({
+            let seen = Arc::clone(&seen);
+            move |refusal| {
+                let names: Vec<String> = refusal
+                    .violated()
+                    .iter()
+                    .map(|name| name.as_str().to_owned())
+                    .collect();
+                seen.lock()
+                    .unwrap()
+                    .push((refusal.status(), names, refusal.retry_after()));
+                // Only token refusals are reshaped; others keep the default.
+                let wait = refusal.retry_after()?;
+                let mut response = Response::new(Bytes::from(format!("{}", wait.as_nanos())));
+                *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                Some(response)
+            }
+        })
+        .build();
+    let mut service = layer.layer(tower::service_fn(answer));
+    let to = |path: &str, account: Option<u32>| {
+        let mut request = request(account, 200);
+        *request.uri_mut() = path.parse().unwrap();
+        request
+    };
+    for _ in 0..3 {
+        let admitted = service
+            .ready()
+            .await
+            .unwrap()
+            .call(to("/tokens", None))
+            .await
+            .unwrap();
+        assert_eq!(admitted.status(), StatusCode::OK);
+    }
+    // The fourth: the hook's answer, carrying the exact wait of 3/s.
+    let refused = service
+        .ready()
+        .await
+        .unwrap()
+        .call(to("/tokens", None))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    use http_body_util::BodyExt;
+    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"333333334");
+    // An in-flight refusal reaches it without a wait, and keeps the default.
+    let gate = Gate::default();
+    let mut held = to("/reports", Some(1));
+    held.extensions_mut().insert(gate.clone());
+    let mut held = Box::pin(service.ready().await.unwrap().call(held));
+    assert!(poll_once(&mut held).is_pending());
+    let refused = service
+        .ready()
+        .await
+        .unwrap()
+        .call(to("/reports", Some(1)))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        problem(refused).await["violated-policies"],
+        serde_json::json!(["reports"])
+    );
+    // A request no rule can charge (no key) is not a refusal: the hook
+    // never sees it.
+    let anonymous = service
+        .ready()
+        .await
+        .unwrap()
+        .call(to("/reports", None))
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::BAD_REQUEST);
+    gate.0.notify_one();
+    assert_eq!(held.await.unwrap().status(), StatusCode::OK);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                vec!["global".to_owned()],
+                Some(Duration::from_nanos(333_333_334))
+            ),
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                vec!["reports".to_owned()],
+                None
+            ),
+        ]
+    );
+    // The refusal charged nothing: the bucket is as three admissions left it.
+    assert_eq!(bucket.retry_after(1), Ok(Duration::from_nanos(333_333_334)));
+}

@@ -448,6 +448,23 @@ impl Refusal {
         &self.violated
     }
 
+    /// The policies the response advertises in `RateLimit-Policy`: every
+    /// limit the refused request was charged on, the violated ones among
+    /// them.
+    ///
+    /// ```
+    /// use tollgate::{AcquireError, Quota};
+    /// use tollgate::http::{PolicyName, RateLimitPolicy, Refusal};
+    ///
+    /// let policy = RateLimitPolicy::from_quota(PolicyName::new("burst")?, &Quota::per_second(5)?);
+    /// let refusal = Refusal::from_acquire(&AcquireError::ZeroCost, &policy);
+    /// assert_eq!(refusal.policies()[0].quota(), 5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn policies(&self) -> &[RateLimitPolicy] {
+        &self.policies
+    }
+
     /// The `detail` member.
     ///
     /// ```
@@ -457,6 +474,27 @@ impl Refusal {
     /// ```
     pub fn detail(&self) -> &str {
         &self.detail
+    }
+
+    /// The exact wait after which the refused request would fit, as the
+    /// limit decided it (to the nanosecond, before the rounding and jitter
+    /// of Retry-After): what a response of another protocol carries, such
+    /// as a gRPC `RetryInfo`. `None` when no wait would help.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::AcquireError;
+    /// use tollgate::http::{PolicyName, RateLimitPolicy, Refusal};
+    ///
+    /// let policy = RateLimitPolicy::new(PolicyName::new("burst")?, 5);
+    /// let refused = AcquireError::Insufficient { retry_after: Duration::from_millis(1500) };
+    /// let refusal = Refusal::from_acquire(&refused, &policy);
+    /// assert_eq!(refusal.retry_after(), Some(Duration::from_millis(1500)));
+    /// assert_eq!(refusal.retry_after_seconds(), Some(2));
+    /// # Ok::<(), tollgate::http::HttpError>(())
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
     }
 
     /// The Retry-After value that will be sent, in seconds: the wait rounded

@@ -116,7 +116,7 @@ impl Config {
             // down): the policies' windows say nothing about when to come
             // back, so they neither move Retry-After nor count as violated
             // by waiting.
-            return refusal.into_response();
+            return self.respond(refusal);
         }
         // Every limit that would refuse its cost now is violated, not only
         // the first one that did.
@@ -126,10 +126,7 @@ impl Config {
             .filter(|(violated, _)| *violated)
             .map(|(_, policy)| policy.name().clone())
             .collect::<Vec<_>>();
-        refusal
-            .with_violated(violated)
-            .with_service_limits(limits)
-            .into_response()
+        self.respond(refusal.with_violated(violated).with_service_limits(limits))
     }
 }
 

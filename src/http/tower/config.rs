@@ -3,9 +3,17 @@
 use std::fmt;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::Response;
+
 use super::rule::Rule;
 use crate::http::fields::PolicyText;
-use crate::http::{Jitter, PartitionKeys};
+use crate::http::{Jitter, PartitionKeys, Refusal};
+use crate::sync::unmodelled::Arc;
+
+/// What shapes a refusal's response instead of the layer's default
+/// ([`RateLimitLayerBuilder::on_refusal`](super::RateLimitLayerBuilder::on_refusal)).
+pub(super) type RefusalHook = dyn Fn(&Refusal) -> Option<Response<Bytes>> + Send + Sync;
 
 pub(super) struct Config {
     pub(super) rules: Vec<Rule>,
@@ -21,6 +29,18 @@ pub(super) struct Config {
     pub(super) jitter: Jitter,
     pub(super) on_success: bool,
     pub(super) store_wait: Duration,
+    pub(super) on_refusal: Option<Arc<RefusalHook>>,
+}
+
+impl Config {
+    /// The response a refusal answers: the hook's, if it has one for it,
+    /// else the refusal's own.
+    pub(super) fn respond(&self, refusal: Refusal) -> Response<Bytes> {
+        self.on_refusal
+            .as_ref()
+            .and_then(|hook| hook(&refusal))
+            .unwrap_or_else(|| refusal.into_response())
+    }
 }
 
 impl fmt::Debug for Config {
@@ -30,6 +50,7 @@ impl fmt::Debug for Config {
             .field("jitter", &self.jitter)
             .field("on_success", &self.on_success)
             .field("store_wait", &self.store_wait)
+            .field("on_refusal", &self.on_refusal.is_some())
             .finish_non_exhaustive()
     }
 }

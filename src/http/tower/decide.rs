@@ -120,7 +120,7 @@ impl Config {
                 InFlightAnswer::Nothing => {}
                 InFlightAnswer::Refused(error) => {
                     let refusal = Refusal::from_in_flight(&error, rule.policy().name());
-                    return CallDecision::Refused(refusal.into_response());
+                    return CallDecision::Refused(self.respond(refusal));
                 }
                 InFlightAnswer::Cost(error) => {
                     return Unchargeable::Cost(rule.policy(), error).decision();

@@ -2,17 +2,20 @@
 //! [`RateLimitLayerBuilder`], wrapping services in a
 //! [`RateLimitService`].
 
+use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::Response;
 use tower::Layer;
 
 use super::body::{EitherBody, InnerBody};
-use super::config::Config;
+use super::config::{Config, RefusalHook};
 use super::rule::Rule;
 use super::service::RateLimitService;
 use crate::http::fields::PolicyText;
-use crate::http::{Jitter, PartitionKeys};
+use crate::http::{Jitter, PartitionKeys, Refusal};
 use crate::sync::unmodelled::Arc;
 
 /// A tower [`Layer`] that rate-limits requests with a list of [`Rule`]s.
@@ -74,13 +77,26 @@ pub struct RateLimitLayer<K = EitherBody> {
 ///     .build();
 /// # let _ = layer;
 /// ```
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct RateLimitLayerBuilder {
     rules: Vec<Rule>,
     keys: Option<PartitionKeys>,
     jitter: Jitter,
     on_success: bool,
     store_wait: Option<Duration>,
+    on_refusal: Option<Arc<RefusalHook>>,
+}
+
+impl fmt::Debug for RateLimitLayerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder")
+            .field("rules", &self.rules)
+            .field("jitter", &self.jitter)
+            .field("on_success", &self.on_success)
+            .field("store_wait", &self.store_wait)
+            .field("on_refusal", &self.on_refusal.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// How long a request may wait for shared limits' stores unless set: a
@@ -189,6 +205,48 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// Shapes the response of every refusal by a limit (a token, in-flight
+    /// or shared rule's, a store that is down) for a stack or convention
+    /// this crate does not know: `respond` gets the typed
+    /// [`Refusal`](crate::http::Refusal) (its status, the violated policies,
+    /// the exact wait, [`Refusal::retry_after`](crate::http::Refusal::retry_after)) and answers the response to
+    /// send, or `None` for the layer's own. The answers to requests no rule
+    /// can charge as they stand (a missing key, a cost that cannot be read)
+    /// are not refusals and do not reach it. It runs in `call` (or, for a
+    /// shared rule's store refusal, in the response future); a panic in it
+    /// unwinds from there, with nothing charged.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use bytes::Bytes;
+    /// use http::{Response, StatusCode};
+    /// use tollgate::{Quota, TokenBucket};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::{RateLimitLayer, Rule};
+    ///
+    /// // A plain-text 429 with the exact wait in milliseconds, for an old client.
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::global(PolicyName::new("global")?, Arc::new(TokenBucket::new(Quota::per_second(10)?))))
+    ///     .on_refusal(|refusal| {
+    ///         let wait = refusal.retry_after()?;
+    ///         let mut response = Response::new(Bytes::from(format!("slow down: {} ms\n", wait.as_millis())));
+    ///         *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    ///         let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+    ///         response.headers_mut().insert("x-retry-after-ms", millis.into());
+    ///         Some(response)
+    ///     })
+    ///     .build();
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_refusal(
+        mut self,
+        respond: impl Fn(&Refusal) -> Option<Response<Bytes>> + Send + Sync + 'static,
+    ) -> Self {
+        self.on_refusal = Some(Arc::new(respond));
+        self
+    }
+
     /// The layer.
     ///
     /// ```
@@ -221,6 +279,7 @@ impl RateLimitLayerBuilder {
                 jitter: self.jitter,
                 on_success: self.on_success,
                 store_wait: self.store_wait.unwrap_or(DEFAULT_STORE_WAIT),
+                on_refusal: self.on_refusal,
             }),
         }
     }
