@@ -90,8 +90,9 @@ impl Config {
             let applying = self.rules.iter().enumerate().skip(index);
             applying.filter(|(_, rule)| rule.applies_to(parts))
         };
-        // Every rule is bound (its key and cost read) before any permit is
-        // taken, so a request that is a 4xx never holds one, even briefly.
+        // Every token rule is bound (its key and cost read) before any
+        // permit is taken, so a request a token rule answers with a 4xx
+        // never holds one, even briefly.
         for (index, rule) in rules() {
             let RuleLimit::Shared(limiter) = rule.limiter() else {
                 continue;
