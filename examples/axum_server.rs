@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::ConnectInfo;
 use axum::routing::{get, post};
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
 use tollgate::http::{Jitter, PolicyName, QuotaUnit};
@@ -33,8 +32,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         HeaderSource::XForwardedFor,
         TrustedProxies::parse(["127.0.0.1"])?,
     );
-    let peer = extract::extension_map(|info: &ConnectInfo<SocketAddr>| info.0.ip());
-    let client = extract::forwarded(resolver, peer);
+    // The peer is read from axum's `ConnectInfo` (feature `axum`): the
+    // server below is made with `into_make_service_with_connect_info`, and
+    // without it every request is answered 500, reported once in the log.
+    let client = extract::forwarded(resolver, extract::peer_ip);
 
     // Bursts of 5 per client, refilled at 1 per second; 50 per second in all.
     let per_client = Arc::new(

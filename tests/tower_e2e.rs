@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::ConnectInfo;
 use axum::routing::{get, post};
 use http::StatusCode;
 use serde_json::Value;
@@ -52,7 +51,6 @@ async fn serve_app(app: Router) -> SocketAddr {
 fn per_address_layer(capacity: u64, proxies: TrustedProxies) -> RateLimitLayer {
     let clock = ManualClock::new();
     let resolver = ForwardedResolver::new(HeaderSource::XForwardedFor, proxies);
-    let peer = extract::extension_map(|info: &ConnectInfo<SocketAddr>| info.0.ip());
     let per_address = Arc::new(
         KeyedLimiter::builder(quota(capacity))
             .clock(clock.clone())
@@ -63,7 +61,7 @@ fn per_address_layer(capacity: u64, proxies: TrustedProxies) -> RateLimitLayer {
         .rule(Rule::keyed(
             PolicyName::new("per-address").unwrap(),
             per_address,
-            extract::forwarded(resolver, peer),
+            extract::forwarded(resolver, extract::peer_ip),
         ))
         .rule(Rule::global(PolicyName::new("global").unwrap(), global))
         .build()
@@ -241,13 +239,12 @@ async fn clients_that_hang_up_stay_charged_over_tcp() {
             .build(),
     );
     let resolver = ForwardedResolver::new(HeaderSource::XForwardedFor, TrustedProxies::none());
-    let peer = extract::extension_map(|info: &ConnectInfo<SocketAddr>| info.0.ip());
     let layer = RateLimitLayer::builder()
         .rule(
             Rule::keyed(
                 PolicyName::new("per-address").unwrap(),
                 Arc::clone(&per_address),
-                extract::forwarded(resolver, peer),
+                extract::forwarded(resolver, extract::peer_ip),
             )
             .give_back_on([StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN]),
         )

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::ConnectInfo;
 use axum::routing::get;
 use http::HeaderName;
 use tokio::net::TcpListener;
@@ -55,7 +54,7 @@ pub async fn serve<S: Store>(
     let per_address = Arc::new(KeyedLimiter::new(Quota::per_second(1000)?));
     let client = extract::forwarded(
         ForwardedResolver::new(HeaderSource::XForwardedFor, TrustedProxies::none()),
-        extract::extension_map(|info: &ConnectInfo<SocketAddr>| info.0.ip()),
+        extract::peer_ip,
     );
     let layer = RateLimitLayer::builder()
         .rule(Rule::keyed(

@@ -245,7 +245,7 @@ async fn a_second_forwarded_line_cannot_choose_the_key() {
         .rule(Rule::keyed(
             PolicyName::new("per-address").unwrap(),
             Arc::clone(&per_address),
-            extract::forwarded(resolver, extract::extension_map(|a: &SocketAddr| a.ip())),
+            extract::forwarded(resolver, extract::peer_ip),
         ))
         .build();
     let mut statuses = Vec::new();
@@ -526,7 +526,11 @@ async fn rotating_through_an_ipv6_prefix_buys_no_fresh_budgets() {
     let addresses: Vec<IpAddr> = (1..=1000_u128)
         .map(|host| IpAddr::V6(Ipv6Addr::from(subscriber | host << 20)))
         .collect();
-    type KeyFn = Box<dyn Fn(&http::request::Parts) -> Option<AddrKey> + Send + Sync>;
+    type KeyFn = Box<
+        dyn Fn(&http::request::Parts) -> Result<AddrKey, tollgate::http::tower::NoPeer>
+            + Send
+            + Sync,
+    >;
     let per_64 = PrefixPolicy::new(32, 64).unwrap();
     let keys: [(PrefixPolicy, KeyFn); 2] = [
         (per_64, Box::new(extract::peer_addr_with(per_64))),

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 
 use crate::http::RateLimitPolicy;
-use crate::http::problem::client_error;
+use crate::http::problem::problem_response;
 
 /// Why a cost function could not price a request. The layer answers the
 /// request with this error's status and a problem+json body
@@ -65,6 +65,6 @@ impl CostError {
                 policy.name()
             ),
         };
-        client_error(self.status(), &detail)
+        problem_response(self.status(), &detail)
     }
 }

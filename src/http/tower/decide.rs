@@ -1,7 +1,7 @@
 //! What `call` decides for a request: every rule that applies bound to
 //! the request with its cost, then charged all or nothing (in-flight
 //! permits first); or the 4xx of a request no rule can charge as it
-//! stands.
+//! stands (the 500 of one the server gave no peer address).
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -14,8 +14,9 @@ use super::config::Config;
 use super::cost::CostError;
 use super::decision::CallDecision;
 use super::in_flight::InFlightAnswer;
+use super::key::NoKey;
 use super::rule::{MissingKey, Rule, RuleLimit};
-use crate::http::problem::client_error;
+use crate::http::problem::problem_response;
 use crate::http::{RateLimitPolicy, Refusal};
 
 impl Config {
@@ -49,9 +50,12 @@ impl Config {
             return self.bind_from(parts, index + 1, bound);
         }
         limiter.bind(parts, &mut |limit| {
-            let Some(limit) = limit else {
-                return missing_key(rule)
-                    .unwrap_or_else(|| self.bind_from(parts, index + 1, bound));
+            let limit = match limit {
+                Ok(limit) => limit,
+                Err(missing) => {
+                    return missing_key(rule, missing)
+                        .unwrap_or_else(|| self.bind_from(parts, index + 1, bound));
+                }
             };
             match rule.cost_of(parts) {
                 Ok(cost) => {
@@ -97,11 +101,12 @@ impl Config {
             let RuleLimit::Shared(limiter) = rule.limiter() else {
                 continue;
             };
-            let Some(limit) = limiter.bind(parts) else {
-                match missing_key(rule) {
+            let limit = match limiter.bind(parts) {
+                Ok(limit) => limit,
+                Err(missing) => match missing_key(rule, missing) {
                     Some(answer) => return answer,
                     None => continue,
-                }
+                },
             };
             match rule.cost_of(parts) {
                 Ok(cost) => charges.push(Charge::shared(index, limit, cost)),
@@ -126,8 +131,8 @@ impl Config {
                 InFlightAnswer::Cost(error) => {
                     return Unchargeable::Cost(rule.policy(), error).decision();
                 }
-                InFlightAnswer::NoKey => {
-                    if let Some(answer) = missing_key(rule) {
+                InFlightAnswer::NoKey(missing) => {
+                    if let Some(answer) = missing_key(rule, missing) {
                         return answer;
                     }
                 }
@@ -159,9 +164,15 @@ impl Config {
     }
 }
 
-/// What a request without a key for `rule` comes to: the 400 if the rule
-/// rejects it, or `None` to go on without the rule.
-fn missing_key(rule: &Rule) -> Option<CallDecision> {
+/// What a request without a key for `rule` comes to: the 500 of a server
+/// that gave it no peer address (reported once per rule), the 400 if the
+/// rule rejects a request without its key, or `None` to go on without the
+/// rule.
+fn missing_key(rule: &Rule, missing: NoKey) -> Option<CallDecision> {
+    if missing == NoKey::NoPeer {
+        rule.no_peer_report().report(rule.policy().name());
+        return Some(Unchargeable::NoPeer(rule.policy()).decision());
+    }
     match rule.missing_key() {
         MissingKey::Skip => None,
         MissingKey::Reject => Some(Unchargeable::NoKey(rule.policy()).decision()),
@@ -173,6 +184,8 @@ fn missing_key(rule: &Rule) -> Option<CallDecision> {
 enum Unchargeable<'a> {
     /// The rule's key extractor found nothing, and the rule rejects that.
     NoKey(&'a RateLimitPolicy),
+    /// The rule keys on the peer address, and the server gave none.
+    NoPeer(&'a RateLimitPolicy),
     /// The rule's cost function could not read a cost.
     Cost(&'a RateLimitPolicy, CostError),
 }
@@ -190,7 +203,15 @@ impl Unchargeable<'_> {
                     "The request carries no identity for rate-limit policy \"{}\".",
                     policy.name()
                 );
-                client_error(StatusCode::BAD_REQUEST, &detail)
+                problem_response(StatusCode::BAD_REQUEST, &detail)
+            }
+            Unchargeable::NoPeer(policy) => {
+                let detail = format!(
+                    "The server is misconfigured: rate-limit policy \"{}\" keys on the \
+                     connection's peer address, and the server gave this request none.",
+                    policy.name()
+                );
+                problem_response(StatusCode::INTERNAL_SERVER_ERROR, &detail)
             }
             Unchargeable::Cost(policy, error) => error.response(policy),
         }

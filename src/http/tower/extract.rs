@@ -11,8 +11,8 @@ use std::net::{IpAddr, SocketAddr};
 use http::request::Parts;
 use http::{HeaderName, Method};
 
-use super::CostError;
 use super::length;
+use super::{CostError, NoPeer};
 use crate::identity::{AddrKey, ForwardedResolver, PrefixPolicy};
 
 /// The request extension of type `T`, cloned: an authenticated principal
@@ -36,9 +36,9 @@ pub fn extension<T: Clone + Send + Sync + 'static>()
     |parts: &Parts| parts.extensions.get::<T>().cloned()
 }
 
-/// The request extension of type `E`, mapped by `f`: how to read axum's
-/// `ConnectInfo<SocketAddr>` without this crate depending on axum
-/// (`extension_map(|info: &ConnectInfo<SocketAddr>| info.0.ip())`).
+/// The request extension of type `E`, mapped by `f`: a field of a
+/// principal that authentication placed there, say. (For the peer address,
+/// use [`peer_ip`], whose absence is answered as the server's fault.)
 ///
 /// ```
 /// use std::net::{IpAddr, SocketAddr};
@@ -58,12 +58,51 @@ where
     move |parts: &Parts| parts.extensions.get::<E>().map(&f)
 }
 
-/// The peer's address from a plain `SocketAddr` extension (what a bare
-/// hyper server can insert per connection), keyed under the default
+/// The connection's peer address, from what the server placed in the
+/// request's extensions: a bare `SocketAddr` (what a plain hyper server
+/// inserts per connection), axum's `ConnectInfo<SocketAddr>` (feature
+/// `axum`; the server is made with
+/// `into_make_service_with_connect_info::<SocketAddr>()`), or tonic's
+/// `TcpConnectInfo` (feature `tonic`; tonic's server inserts it for every
+/// call over TCP). No peer is [`NoPeer`]: the server's misconfiguration,
+/// which a rule answers 500 and reports through `tracing`, never a 400 that
+/// blames the client.
+///
+/// ```
+/// use std::net::{IpAddr, SocketAddr};
+/// use tollgate::http::tower::{NoPeer, extract};
+///
+/// let (mut parts, ()) = http::Request::new(()).into_parts();
+/// assert_eq!(extract::peer_ip(&parts), Err(NoPeer));
+/// parts.extensions.insert("192.0.2.7:443".parse::<SocketAddr>()?);
+/// assert_eq!(extract::peer_ip(&parts), Ok("192.0.2.7".parse::<IpAddr>()?));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn peer_ip(parts: &Parts) -> Result<IpAddr, NoPeer> {
+    let extensions = &parts.extensions;
+    let bare = || extensions.get::<SocketAddr>().copied();
+    #[cfg(feature = "axum")]
+    let bare = || {
+        bare().or_else(|| {
+            let info = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>()?;
+            Some(info.0)
+        })
+    };
+    #[cfg(feature = "tonic")]
+    let bare = || {
+        bare().or_else(|| {
+            let info = extensions.get::<tonic::transport::server::TcpConnectInfo>()?;
+            info.remote_addr()
+        })
+    };
+    bare().map(|addr| addr.ip()).ok_or(NoPeer)
+}
+
+/// The peer's address ([`peer_ip`]) as a key under the default
 /// [`PrefixPolicy`]: one budget per IPv4 address and per IPv6 network the
 /// policy names, so that a client cannot buy fresh budgets by rotating
 /// through the addresses of its own IPv6 prefix. [`peer_addr_with`]
-/// chooses the policy.
+/// chooses the policy. No peer address is [`NoPeer`] (500).
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -71,16 +110,16 @@ where
 ///
 /// let (mut parts, ()) = http::Request::new(()).into_parts();
 /// parts.extensions.insert("[2001:db8::1]:80".parse::<SocketAddr>()?);
-/// assert_eq!(extract::peer_addr(&parts).map(|k| k.to_string()), Some("2001:db8::".into()));
+/// assert_eq!(extract::peer_addr(&parts).map(|k| k.to_string()), Ok("2001:db8::".into()));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn peer_addr(parts: &Parts) -> Option<AddrKey> {
+pub fn peer_addr(parts: &Parts) -> Result<AddrKey, NoPeer> {
     peer_key(parts, PrefixPolicy::default())
 }
 
-/// The peer's address from a plain `SocketAddr` extension, keyed under
-/// `policy`: [`peer_addr`] with another prefix length (a `/56` for an ISP
-/// that hands each subscriber one, say).
+/// The peer's address ([`peer_ip`]) as a key under `policy`:
+/// [`peer_addr`] with another prefix length (a `/56` for an ISP that hands
+/// each subscriber one, say).
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -90,28 +129,27 @@ pub fn peer_addr(parts: &Parts) -> Option<AddrKey> {
 /// let per_subscriber = extract::peer_addr_with(PrefixPolicy::new(32, 56)?);
 /// let (mut parts, ()) = http::Request::new(()).into_parts();
 /// parts.extensions.insert("[2001:db8:0:ab::1]:80".parse::<SocketAddr>()?);
-/// assert_eq!(per_subscriber(&parts).map(|k| k.to_string()), Some("2001:db8::".into()));
+/// assert_eq!(per_subscriber(&parts).map(|k| k.to_string()), Ok("2001:db8::".into()));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn peer_addr_with(
     policy: PrefixPolicy,
-) -> impl Fn(&Parts) -> Option<AddrKey> + Send + Sync + Clone {
+) -> impl Fn(&Parts) -> Result<AddrKey, NoPeer> + Send + Sync + Clone {
     move |parts: &Parts| peer_key(parts, policy)
 }
 
-fn peer_key(parts: &Parts, policy: PrefixPolicy) -> Option<AddrKey> {
-    parts
-        .extensions
-        .get::<SocketAddr>()
-        .map(|addr| AddrKey::new(addr.ip(), policy))
+fn peer_key(parts: &Parts, policy: PrefixPolicy) -> Result<AddrKey, NoPeer> {
+    peer_ip(parts).map(|ip| AddrKey::new(ip, policy))
 }
 
 /// The client's address behind trusted proxies: `peer` gives the
-/// connection's address, and `resolver` reads its configured header (only
-/// when the peer is a trusted proxy). When the header cannot be believed,
-/// the key is the resolver's fallback, the nearest trusted hop: coarse, but
-/// never an address the client chose. No peer address means no key. The
-/// key is the address under the resolver's prefix policy
+/// connection's address ([`peer_ip`] reads every server's; a function of
+/// your own reads another connection type), and `resolver` reads its
+/// configured header (only when the peer is a trusted proxy). When the
+/// header cannot be believed, the key is the resolver's fallback, the
+/// nearest trusted hop: coarse, but never an address the client chose. No
+/// peer address is [`NoPeer`] (500). The key is the address under the
+/// resolver's prefix policy
 /// ([`ForwardedResolver::with_prefix_policy`]).
 ///
 /// ```
@@ -120,21 +158,21 @@ fn peer_key(parts: &Parts, policy: PrefixPolicy) -> Option<AddrKey> {
 /// use tollgate::http::tower::extract;
 ///
 /// let resolver = ForwardedResolver::new(HeaderSource::XForwardedFor, TrustedProxies::parse(["127.0.0.1"])?);
-/// let client = extract::forwarded(resolver, extract::extension_map(|a: &SocketAddr| a.ip()));
+/// let client = extract::forwarded(resolver, extract::peer_ip);
 ///
 /// let mut request = http::Request::new(());
 /// request.headers_mut().insert("x-forwarded-for", "203.0.113.9".parse()?);
 /// request.extensions_mut().insert("127.0.0.1:5000".parse::<SocketAddr>()?);
 /// let (parts, ()) = request.into_parts();
-/// assert_eq!(client(&parts).map(|k| k.addr()), Some("203.0.113.9".parse::<IpAddr>()?));
+/// assert_eq!(client(&parts).map(|k| k.addr()), Ok("203.0.113.9".parse::<IpAddr>()?));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn forwarded<P>(
     resolver: ForwardedResolver,
     peer: P,
-) -> impl Fn(&Parts) -> Option<AddrKey> + Send + Sync + Clone
+) -> impl Fn(&Parts) -> Result<AddrKey, NoPeer> + Send + Sync + Clone
 where
-    P: Fn(&Parts) -> Option<IpAddr> + Send + Sync + Clone,
+    P: Fn(&Parts) -> Result<IpAddr, NoPeer> + Send + Sync + Clone,
 {
     move |parts: &Parts| {
         let peer = peer(parts)?;
@@ -143,7 +181,7 @@ where
             .get_all(resolver.source().header_name())
             .iter()
             .map(|value| value.as_bytes());
-        Some(match resolver.resolve(peer, lines) {
+        Ok(match resolver.resolve(peer, lines) {
             Ok(client) => client.key(),
             Err(unbelievable) => unbelievable.fallback().key(),
         })

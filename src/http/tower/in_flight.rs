@@ -8,6 +8,7 @@ use std::hash::{BuildHasher, Hash};
 use http::request::Parts;
 
 use super::cost::CostError;
+use super::key::NoKey;
 use super::local::WithKey;
 use crate::concurrency::{InFlightError, KeyedConcurrencyLimiter};
 
@@ -17,8 +18,8 @@ pub(super) type InFlightPermit = Box<dyn Send>;
 
 /// What an in-flight rule's limiter answers for a request.
 pub(super) enum InFlightAnswer {
-    /// The request has no key.
-    NoKey,
+    /// The request has no key: why.
+    NoKey(NoKey),
     /// The cost could not be read from the request.
     Cost(CostError),
     /// A cost of 0: nothing to hold, as nothing is charged.
@@ -52,8 +53,9 @@ where
         parts: &Parts,
         cost: &dyn Fn(&Parts) -> Result<u64, CostError>,
     ) -> InFlightAnswer {
-        let Some(key) = self.key_of(parts) else {
-            return InFlightAnswer::NoKey;
+        let key = match self.key_of(parts) {
+            Ok(key) => key,
+            Err(missing) => return InFlightAnswer::NoKey(missing),
         };
         match cost(parts) {
             Err(error) => InFlightAnswer::Cost(error),

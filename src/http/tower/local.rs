@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use http::request::Parts;
 
+use super::key::{IntoKey, KeyFn, NoKey};
 use crate::advertised::{Advertised, Shape};
 use crate::error::AcquireError;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
@@ -16,20 +17,21 @@ use crate::limit::sealed::Sealed;
 use crate::limit::{Identity, Limit, Taken};
 use crate::sync::unmodelled::Arc;
 
-/// A rule's key extractor.
-pub(super) type KeyFn<K> = dyn Fn(&Parts) -> Option<K> + Send + Sync;
-
 /// An in-process limiter that can be bound to one request's key, for a
 /// continuation answering `Out` (what the layer decides: generic, so that
 /// this module knows nothing of decisions).
 pub(super) trait LocalLimiter<Out>: Send + Sync {
     /// Calls `then` with this limit bound to the request's key, or with
-    /// `None` when the request has no key, and answers what `then` does.
+    /// why the request has none, and answers what `then` does.
     /// The binding lives on this call's stack and borrows the key, so
     /// binding allocates nothing; a charge that must outlive the call
     /// takes an owned copy ([`RequestLimit::to_owned`]).
-    fn bind(&self, parts: &Parts, then: &mut dyn FnMut(Option<&dyn RequestLimit>) -> Out) -> Out;
+    fn bind(&self, parts: &Parts, then: &mut Bound<'_, Out>) -> Out;
 }
+
+/// What a bound limit is handed to: the limit, or why the request has no
+/// key for it.
+pub(super) type Bound<'a, Out> = dyn FnMut(Result<&dyn RequestLimit, NoKey>) -> Out + 'a;
 
 /// A limit bound to one request: the limiter and, if keyed, the key. Its
 /// take, undo, wait, availability and what it advertises are those of a
@@ -43,8 +45,8 @@ pub(super) trait RequestLimit: Advertised + Send {
 
 /// A global rule binds its limit as it is: there is no key.
 impl<L: Advertised + Send + 'static, Out> LocalLimiter<Out> for Arc<L> {
-    fn bind(&self, _: &Parts, then: &mut dyn FnMut(Option<&dyn RequestLimit>) -> Out) -> Out {
-        then(Some(self))
+    fn bind(&self, _: &Parts, then: &mut Bound<'_, Out>) -> Out {
+        then(Ok(self))
     }
 }
 
@@ -66,13 +68,13 @@ pub(super) struct WithKey<L, K> {
 }
 
 impl<L, K> WithKey<L, K> {
-    pub(super) fn new(
+    pub(super) fn new<R: IntoKey<K>>(
         limiter: Arc<L>,
-        key: impl Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+        key: impl Fn(&Parts) -> R + Send + Sync + 'static,
     ) -> Self {
         WithKey {
             limiter,
-            key: Box::new(key),
+            key: Box::new(move |parts: &Parts| key(parts).into_key()),
         }
     }
 
@@ -80,8 +82,8 @@ impl<L, K> WithKey<L, K> {
         &self.limiter
     }
 
-    /// The request's key, if it has one.
-    pub(super) fn key_of(&self, parts: &Parts) -> Option<K> {
+    /// The request's key, or why it has none.
+    pub(super) fn key_of(&self, parts: &Parts) -> Result<K, NoKey> {
         (self.key)(parts)
     }
 }
@@ -91,13 +93,13 @@ where
     L: PerKey<Key = K> + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
-    fn bind(&self, parts: &Parts, then: &mut dyn FnMut(Option<&dyn RequestLimit>) -> Out) -> Out {
+    fn bind(&self, parts: &Parts, then: &mut Bound<'_, Out>) -> Out {
         match (self.key)(parts) {
-            Some(key) => then(Some(&KeyBorrowed {
+            Ok(key) => then(Ok(&KeyBorrowed {
                 limiter: &self.limiter,
                 key: &key,
             })),
-            None => then(None),
+            Err(missing) => then(Err(missing)),
         }
     }
 }

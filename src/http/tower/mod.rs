@@ -14,7 +14,6 @@
 //! example, and `examples/axum_server.rs` a runnable server.
 //!
 //! ```
-//! use std::net::SocketAddr;
 //! use std::sync::Arc;
 //! use tollgate::identity::{ForwardedResolver, HeaderSource, TrustedProxies};
 //! use tollgate::http::PolicyName;
@@ -22,8 +21,9 @@
 //! use tollgate::{KeyedLimiter, Quota, TokenBucket};
 //!
 //! let resolver = ForwardedResolver::new(HeaderSource::XForwardedFor, TrustedProxies::parse(["10.0.0.0/8"])?);
-//! // With axum: `extract::extension_map(|info: &ConnectInfo<SocketAddr>| info.0.ip())`.
-//! let client = extract::forwarded(resolver, extract::extension_map(|peer: &SocketAddr| peer.ip()));
+//! // The peer as the server gave it: axum's `ConnectInfo` (feature `axum`),
+//! // tonic's `TcpConnectInfo` (feature `tonic`), or a bare `SocketAddr`.
+//! let client = extract::forwarded(resolver, extract::peer_ip);
 //! let layer = RateLimitLayer::builder()
 //!     .rule(Rule::keyed(PolicyName::new("per-address")?, Arc::new(KeyedLimiter::new(Quota::per_second(10)?)), client))
 //!     .rule(Rule::global(PolicyName::new("global")?, Arc::new(TokenBucket::new(Quota::per_second(1000)?))))
@@ -42,6 +42,7 @@ mod decision;
 pub mod extract;
 mod future;
 mod in_flight;
+mod key;
 mod layer;
 mod length;
 mod local;
@@ -52,6 +53,7 @@ mod shared;
 pub use body::{BodyKind, EitherBody, InnerBody, RateLimitBody};
 pub use cost::CostError;
 pub use future::ResponseFuture;
+pub use key::{IntoKey, NoKey, NoPeer};
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use rule::{MissingKey, Rule};
 pub use service::RateLimitService;

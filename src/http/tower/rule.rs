@@ -10,6 +10,7 @@ use http::request::Parts;
 use super::cost::CostError;
 use super::decision::CallDecision;
 use super::in_flight::InFlightLimiter;
+use super::key::{IntoKey, NoPeerReport};
 use super::local::{LocalLimiter, WithKey};
 use super::shared::SharedLimiter;
 use crate::advertised::{Advertised, Shape};
@@ -19,8 +20,11 @@ use crate::keyed::PerKey;
 use crate::shared::{KeyedAllowance, Store};
 use crate::sync::unmodelled::Arc;
 
-/// What the layer does with a request from which a rule cannot extract a
-/// key.
+/// What the layer does with a request that does not carry a rule's key
+/// ([`NoKey::NotInRequest`](super::NoKey::NotInRequest)). A request the
+/// server gave no peer address ([`NoKey::NoPeer`](super::NoKey::NoPeer))
+/// is answered 500 whatever this says: that is the server's
+/// misconfiguration, and skipping the rule would quietly lift its limit.
 ///
 /// ```
 /// use tollgate::http::tower::MissingKey;
@@ -31,10 +35,9 @@ use crate::sync::unmodelled::Arc;
 #[non_exhaustive]
 pub enum MissingKey {
     /// Refuse the request with 400 and a problem+json body. The default: a
-    /// key that cannot be found is far more often a misconfiguration (no
-    /// peer address installed, the authentication layer placed after this
-    /// one) than a request that deserves to go unlimited, and failing
-    /// loudly shows it at once.
+    /// key that cannot be found is far more often a mistake (authentication
+    /// placed after this layer, a header misnamed) than a request that
+    /// deserves to go unlimited, and failing loudly shows it at once.
     #[default]
     Reject,
     /// Let the request through this rule uncharged. Right for a rule that
@@ -85,6 +88,9 @@ pub struct Rule {
     when: Option<Arc<Predicate>>,
     missing: MissingKey,
     give_back_on: Vec<StatusCode>,
+    /// Whether a request without a peer address has been reported yet:
+    /// once per rule, not once per request.
+    no_peer: NoPeerReport,
 }
 
 impl Rule {
@@ -149,11 +155,12 @@ impl Rule {
     /// assert_eq!((rule.policy().quota(), rule.policy().window_seconds()), (100, Some(3600)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn keyed<L, K, F>(name: PolicyName, limiter: Arc<L>, key: F) -> Rule
+    pub fn keyed<L, K, R, F>(name: PolicyName, limiter: Arc<L>, key: F) -> Rule
     where
         L: PerKey<Key = K> + 'static,
         K: Hash + Eq + Clone + Send + Sync + 'static,
-        F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+        R: IntoKey<K>,
+        F: Fn(&Parts) -> R + Send + Sync + 'static,
     {
         let shape = limiter.shape();
         let policy = RateLimitPolicy::from_shape(name, shape);
@@ -218,11 +225,12 @@ impl Rule {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn shared<S, K, F>(name: PolicyName, allowance: KeyedAllowance<S>, key: F) -> Rule
+    pub fn shared<S, K, R, F>(name: PolicyName, allowance: KeyedAllowance<S>, key: F) -> Rule
     where
         S: Store,
         K: fmt::Display,
-        F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+        R: IntoKey<K>,
+        F: Fn(&Parts) -> R + Send + Sync + 'static,
     {
         let limiter = SharedLimiter::new(&name, allowance, key);
         let shape = Shape::from(&limiter.quota());
@@ -270,7 +278,7 @@ impl Rule {
     /// let _layer = RateLimitLayer::builder().rule(rule).build();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn in_flight<K, S, F>(
+    pub fn in_flight<K, S, R, F>(
         name: PolicyName,
         limiter: Arc<KeyedConcurrencyLimiter<K, S>>,
         key: F,
@@ -278,7 +286,8 @@ impl Rule {
     where
         K: Hash + Eq + Clone + Send + Sync + 'static,
         S: BuildHasher + Clone + Send + Sync + 'static,
-        F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+        R: IntoKey<K>,
+        F: Fn(&Parts) -> R + Send + Sync + 'static,
     {
         let policy = RateLimitPolicy::new(name, limiter.max());
         Rule::new(
@@ -297,6 +306,7 @@ impl Rule {
             when: None,
             missing: MissingKey::default(),
             give_back_on: Vec::new(),
+            no_peer: NoPeerReport::default(),
         }
     }
 
@@ -489,6 +499,10 @@ impl Rule {
     pub(super) fn followed_shape(&self) -> Option<Shape> {
         self.built
             .filter(|&built| self.policy.shape() == Some(built))
+    }
+
+    pub(super) fn no_peer_report(&self) -> &NoPeerReport {
+        &self.no_peer
     }
 
     pub(super) fn applies_to(&self, parts: &Parts) -> bool {

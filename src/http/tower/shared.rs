@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use http::request::Parts;
 
-use super::local::KeyFn;
+use super::key::{IntoKey, KeyFn, NoKey};
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
 use crate::quota::Quota;
 use crate::shared::{BudgetError, HotAnswer};
@@ -85,7 +85,7 @@ pub(super) struct SharedLimiter {
 }
 
 impl SharedLimiter {
-    pub(super) fn new<S, K, F>(
+    pub(super) fn new<S, K, R, F>(
         name: &PolicyName,
         allowance: KeyedAllowance<S>,
         key: F,
@@ -93,11 +93,12 @@ impl SharedLimiter {
     where
         S: Store,
         K: std::fmt::Display,
-        F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+        R: IntoKey<K>,
+        F: Fn(&Parts) -> R + Send + Sync + 'static,
     {
         SharedLimiter {
             limit: Arc::new(allowance),
-            key: Arc::new(move |parts: &Parts| key(parts).map(|key| key.to_string())),
+            key: Arc::new(move |parts: &Parts| key(parts).into_key().map(|key| key.to_string())),
             scope: rule_scope(name).into(),
         }
     }
@@ -107,9 +108,10 @@ impl SharedLimiter {
         self.limit.quota()
     }
 
-    pub(super) fn bind(&self, parts: &Parts) -> Option<SharedKey> {
+    /// This limit bound to the request's key, or why it has none.
+    pub(super) fn bind(&self, parts: &Parts) -> Result<SharedKey, NoKey> {
         let key = (self.key)(parts)?;
-        Some(SharedKey {
+        Ok(SharedKey {
             limit: Arc::clone(&self.limit),
             stored: format!("{}{key}", self.scope),
             key,
