@@ -16,8 +16,11 @@
 //! - [`parse_rate_limit`] and [`parse_rate_limit_policy`] read the fields on
 //!   the client, ignoring what is malformed, and [`rate_limit_wait`] turns
 //!   them into a wait for [`retry`](crate::retry).
+//! - With feature `tonic`, [`Refusal::to_grpc_status`] and
+//!   [`Refusal::into_grpc_response`] answer a gRPC call: `RESOURCE_EXHAUSTED`
+//!   with the exact wait in a `google.rpc.RetryInfo`.
 //! - With feature `tower`, [`tower::RateLimitLayer`] does all of this as
-//!   middleware.
+//!   middleware (and answers gRPC calls in gRPC with feature `tonic`).
 //!
 //! [`docs/http.md`](crate::guide::http) has the response contract and the reasoning.
 //!
@@ -45,6 +48,8 @@
 
 mod error;
 mod fields;
+#[cfg(feature = "tonic")]
+mod grpc;
 mod jitter;
 mod parse;
 mod partition;

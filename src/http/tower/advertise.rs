@@ -6,6 +6,7 @@ use http::{HeaderValue, Response};
 
 use super::charge::{Charge, ChargeRefusal, violated};
 use super::config::Config;
+use super::protocol::Protocol;
 use crate::advertised::Shape;
 use crate::http::fields::ListWriter;
 use crate::http::{PartitionKey, RateLimitPolicy, Refusal, ServiceLimit, delay_seconds};
@@ -102,6 +103,7 @@ impl Config {
         &self,
         charges: &[Charge<'_>],
         refused: ChargeRefusal,
+        protocol: Protocol,
     ) -> Response<Bytes> {
         let (policies, limits) = self.advertised(charges);
         // The refusing charge among the advertised ones (a token or shared
@@ -116,7 +118,7 @@ impl Config {
             // down): the policies' windows say nothing about when to come
             // back, so they neither move Retry-After nor count as violated
             // by waiting.
-            return self.respond(refusal);
+            return self.respond(refusal, protocol);
         }
         // Every limit that would refuse its cost now is violated, not only
         // the first one that did.
@@ -126,7 +128,10 @@ impl Config {
             .filter(|(violated, _)| *violated)
             .map(|(_, policy)| policy.name().clone())
             .collect::<Vec<_>>();
-        self.respond(refusal.with_violated(violated).with_service_limits(limits))
+        self.respond(
+            refusal.with_violated(violated).with_service_limits(limits),
+            protocol,
+        )
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 
+use super::protocol::Protocol;
 use super::rule::Rule;
 use crate::http::fields::PolicyText;
 use crate::http::{Jitter, PartitionKeys, Refusal};
@@ -34,12 +35,12 @@ pub(super) struct Config {
 
 impl Config {
     /// The response a refusal answers: the hook's, if it has one for it,
-    /// else the refusal's own.
-    pub(super) fn respond(&self, refusal: Refusal) -> Response<Bytes> {
+    /// else the refusal's own in the request's protocol.
+    pub(super) fn respond(&self, refusal: Refusal, protocol: Protocol) -> Response<Bytes> {
         self.on_refusal
             .as_ref()
             .and_then(|hook| hook(&refusal))
-            .unwrap_or_else(|| refusal.into_response())
+            .unwrap_or_else(|| protocol.refusal(refusal))
     }
 }
 

@@ -1,11 +1,9 @@
 //! Why a request's cost could not be read from it, and the 4xx that says
 //! so.
 
-use bytes::Bytes;
-use http::{Response, StatusCode};
+use http::StatusCode;
 
 use crate::http::RateLimitPolicy;
-use crate::http::problem::problem_response;
 
 /// Why a cost function could not price a request. The layer answers the
 /// request with this error's status and a problem+json body
@@ -53,9 +51,9 @@ impl CostError {
         }
     }
 
-    /// The response to a request that `policy` could not price.
-    pub(super) fn response(self, policy: &RateLimitPolicy) -> Response<Bytes> {
-        let detail = match self {
+    /// What the answer to a request that `policy` could not price says.
+    pub(super) fn detail(self, policy: &RateLimitPolicy) -> String {
+        match self {
             CostError::InvalidContentLength => format!(
                 "The request's Content-Length is not one valid length, so rate-limit policy \"{}\" cannot charge it.",
                 policy.name()
@@ -64,7 +62,6 @@ impl CostError {
                 "Rate-limit policy \"{}\" charges by length: send the body with a Content-Length.",
                 policy.name()
             ),
-        };
-        problem_response(self.status(), &detail)
+        }
     }
 }

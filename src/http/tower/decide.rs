@@ -3,21 +3,19 @@
 //! permits first); or the 4xx of a request no rule can charge as it
 //! stands (the 500 of one the server gave no peer address).
 
-use bytes::Bytes;
 use http::request::Parts;
-use http::{Response, StatusCode};
 
 use super::charge::{
     BoundRule, Charge, SharedProgress, charge_chain, charge_local, charge_shared_now,
 };
 use super::config::Config;
-use super::cost::CostError;
 use super::decision::CallDecision;
 use super::in_flight::InFlightAnswer;
 use super::key::NoKey;
+use super::protocol::Protocol;
 use super::rule::{MissingKey, Rule, RuleLimit};
-use crate::http::problem::problem_response;
-use crate::http::{RateLimitPolicy, Refusal};
+use super::unchargeable::Unchargeable;
+use crate::http::Refusal;
 
 impl Config {
     /// Binds every rule that applies to the request, with its cost, then
@@ -53,7 +51,7 @@ impl Config {
             let limit = match limit {
                 Ok(limit) => limit,
                 Err(missing) => {
-                    return missing_key(rule, missing)
+                    return missing_key(rule, missing, parts)
                         .unwrap_or_else(|| self.bind_from(parts, index + 1, bound));
                 }
             };
@@ -67,7 +65,9 @@ impl Config {
                     };
                     self.bind_from(parts, index + 1, Some(&next))
                 }
-                Err(error) => Unchargeable::Cost(rule.policy(), error).decision(),
+                Err(error) => {
+                    Unchargeable::Cost(rule.policy(), error).decision(Protocol::of(&parts.headers))
+                }
             }
         })
     }
@@ -84,9 +84,11 @@ impl Config {
             // unless the chain refuses.
             return match charge_chain(bound) {
                 Ok(()) => CallDecision::Admitted(Vec::new()),
-                Err(refused) => {
-                    CallDecision::Refused(self.refusal(&BoundRule::charges(bound), refused))
-                }
+                Err(refused) => CallDecision::Refused(self.refusal(
+                    &BoundRule::charges(bound),
+                    refused,
+                    Protocol::of(&parts.headers),
+                )),
             };
         }
         let mut charges = BoundRule::charges(bound);
@@ -103,14 +105,17 @@ impl Config {
             };
             let limit = match limiter.bind(parts) {
                 Ok(limit) => limit,
-                Err(missing) => match missing_key(rule, missing) {
+                Err(missing) => match missing_key(rule, missing, parts) {
                     Some(answer) => return answer,
                     None => continue,
                 },
             };
             match rule.cost_of(parts) {
                 Ok(cost) => charges.push(Charge::shared(index, limit, cost)),
-                Err(error) => return Unchargeable::Cost(rule.policy(), error).decision(),
+                Err(error) => {
+                    return Unchargeable::Cost(rule.policy(), error)
+                        .decision(Protocol::of(&parts.headers));
+                }
             }
         }
         // Then the permits, then the in-process chain: a request the chain
@@ -126,20 +131,27 @@ impl Config {
                 InFlightAnswer::Nothing => {}
                 InFlightAnswer::Refused(error) => {
                     let refusal = Refusal::from_in_flight(&error, rule.policy().name());
-                    return CallDecision::Refused(self.respond(refusal));
+                    return CallDecision::Refused(
+                        self.respond(refusal, Protocol::of(&parts.headers)),
+                    );
                 }
                 InFlightAnswer::Cost(error) => {
-                    return Unchargeable::Cost(rule.policy(), error).decision();
+                    return Unchargeable::Cost(rule.policy(), error)
+                        .decision(Protocol::of(&parts.headers));
                 }
                 InFlightAnswer::NoKey(missing) => {
-                    if let Some(answer) = missing_key(rule, missing) {
+                    if let Some(answer) = missing_key(rule, missing, parts) {
                         return answer;
                     }
                 }
             }
         }
         if let Err(refused) = charge_local(&mut charges) {
-            return CallDecision::Refused(self.refusal(&charges, refused));
+            return CallDecision::Refused(self.refusal(
+                &charges,
+                refused,
+                Protocol::of(&parts.headers),
+            ));
         }
         match charge_shared_now(&mut charges, self.store_wait) {
             SharedProgress::Admitted => CallDecision::Admitted(
@@ -154,7 +166,7 @@ impl Config {
                     .collect(),
             ),
             SharedProgress::Refused(refused) => {
-                CallDecision::Refused(self.refusal(&charges, refused))
+                CallDecision::Refused(self.refusal(&charges, refused, Protocol::of(&parts.headers)))
             }
             SharedProgress::Waits(from) => CallDecision::Waits {
                 charges: charges.into_iter().map(Charge::into_owned).collect(),
@@ -168,52 +180,14 @@ impl Config {
 /// that gave it no peer address (reported once per rule), the 400 if the
 /// rule rejects a request without its key, or `None` to go on without the
 /// rule.
-fn missing_key(rule: &Rule, missing: NoKey) -> Option<CallDecision> {
+fn missing_key(rule: &Rule, missing: NoKey, parts: &Parts) -> Option<CallDecision> {
+    let protocol = || Protocol::of(&parts.headers);
     if missing == NoKey::NoPeer {
         rule.no_peer_report().report(rule.policy().name());
-        return Some(Unchargeable::NoPeer(rule.policy()).decision());
+        return Some(Unchargeable::NoPeer(rule.policy()).decision(protocol()));
     }
     match rule.missing_key() {
         MissingKey::Skip => None,
-        MissingKey::Reject => Some(Unchargeable::NoKey(rule.policy()).decision()),
-    }
-}
-
-/// Why a rule cannot charge a request as it stands: it names the rule's
-/// policy.
-enum Unchargeable<'a> {
-    /// The rule's key extractor found nothing, and the rule rejects that.
-    NoKey(&'a RateLimitPolicy),
-    /// The rule keys on the peer address, and the server gave none.
-    NoPeer(&'a RateLimitPolicy),
-    /// The rule's cost function could not read a cost.
-    Cost(&'a RateLimitPolicy, CostError),
-}
-
-impl Unchargeable<'_> {
-    /// The 4xx that says so: a 400 for a missing key, the cost error's own.
-    fn decision(self) -> CallDecision {
-        CallDecision::Refused(self.response())
-    }
-
-    fn response(self) -> Response<Bytes> {
-        match self {
-            Unchargeable::NoKey(policy) => {
-                let detail = format!(
-                    "The request carries no identity for rate-limit policy \"{}\".",
-                    policy.name()
-                );
-                problem_response(StatusCode::BAD_REQUEST, &detail)
-            }
-            Unchargeable::NoPeer(policy) => {
-                let detail = format!(
-                    "The server is misconfigured: rate-limit policy \"{}\" keys on the \
-                     connection's peer address, and the server gave this request none.",
-                    policy.name()
-                );
-                problem_response(StatusCode::INTERNAL_SERVER_ERROR, &detail)
-            }
-            Unchargeable::Cost(policy, error) => error.response(policy),
-        }
+        MissingKey::Reject => Some(Unchargeable::NoKey(rule.policy()).decision(protocol())),
     }
 }

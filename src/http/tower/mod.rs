@@ -46,9 +46,11 @@ mod key;
 mod layer;
 mod length;
 mod local;
+mod protocol;
 mod rule;
 mod service;
 mod shared;
+mod unchargeable;
 
 pub use body::{BodyKind, EitherBody, InnerBody, RateLimitBody};
 pub use cost::CostError;

@@ -15,6 +15,7 @@ use super::config::Config;
 use super::decision::CallDecision;
 use super::future::{KeptCharges, ResponseFuture};
 use super::length::Framing;
+use super::protocol::Protocol;
 use crate::sync::unmodelled::Arc;
 
 /// The service a [`RateLimitLayer`](super::RateLimitLayer) wraps around `S`.
@@ -116,7 +117,8 @@ where
         ResponseFuture::deciding(Box::pin(async move {
             if let Err(refused) = charge_shared_waiting(&mut charges, from, config.store_wait).await
             {
-                return Err(config.refusal(&charges, refused));
+                let protocol = Protocol::of(request.headers());
+                return Err(config.refusal(&charges, refused, protocol));
             }
             Ok((inner.call(request), KeptCharges { config, charges }))
         }))
