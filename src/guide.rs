@@ -46,6 +46,11 @@ pub mod redis {}
 #[cfg_attr(feature = "tower", doc = include_str!("../docs/http.md"))]
 pub mod http {}
 
+/// gRPC: what a gRPC client sees of the tower layer's answers (feature
+/// `tonic`).
+#[cfg_attr(feature = "tonic", doc = include_str!("../docs/grpc.md"))]
+pub mod grpc {}
+
 /// Client identity: addresses, trusted proxies, prefixes (feature
 /// `identity`).
 #[cfg_attr(feature = "identity", doc = include_str!("../docs/identity.md"))]

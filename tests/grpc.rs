@@ -29,6 +29,9 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_types::StatusExt;
 use tower::{Layer, ServiceExt};
 
+#[path = "support/pki.rs"]
+mod pki;
+
 /// Two calls, then one back a minute: with the clock frozen, the third
 /// call waits exactly 60 s.
 fn two_a_minute() -> Quota {
@@ -103,6 +106,51 @@ async fn a_refused_call_is_resource_exhausted_with_the_exact_wait() {
     assert!(field("ratelimit-policy").starts_with(r#""per-caller";q=2;w=120;pk="#));
     assert!(field("ratelimit").starts_with(r#""per-caller";r=0;t=60;pk="#));
     assert_eq!(field("retry-after"), "60");
+}
+
+/// Over tonic's own TLS the caller is keyed by the address in
+/// `TlsConnectInfo<TcpConnectInfo>`, as over TCP.
+#[tokio::test]
+async fn a_caller_over_tls_is_keyed_by_its_address() {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+    let pki = pki::Pki::generate();
+    let limiter = per_caller();
+    let rule = Rule::keyed(
+        PolicyName::new("per-caller").unwrap(),
+        Arc::clone(&limiter),
+        extract::peer_addr,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    let tls = ServerTlsConfig::new().identity(Identity::from_pem(&pki.cert_pem, &pki.key_pem));
+    tokio::spawn(
+        Server::builder()
+            .tls_config(tls)
+            .unwrap()
+            .layer(RateLimitLayer::builder().rule(rule).build())
+            .add_service(health)
+            .serve_with_incoming(TcpIncoming::from(listener)),
+    );
+    let trust = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&pki.ca_pem))
+        .domain_name("localhost");
+    let channel = Channel::from_shared(format!("https://localhost:{}", addr.port()))
+        .unwrap()
+        .tls_config(trust)
+        .unwrap();
+    let mut client = HealthClient::new(channel.connect().await.unwrap());
+    for _ in 0..2 {
+        client.check(HealthCheckRequest::default()).await.unwrap();
+    }
+    let refused = client
+        .check(HealthCheckRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    let caller = AddrKey::from(IpAddr::from([127, 0, 0, 1]));
+    assert_eq!(limiter.len(), 1);
+    assert_eq!(limiter.key(&caller).available(), 0);
 }
 
 /// A call without the key a rule needs is UNAUTHENTICATED; a new key

@@ -8,6 +8,8 @@
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
+#[path = "support/pki.rs"]
+mod pki;
 #[path = "support/redis_tls.rs"]
 mod redis_tls;
 
@@ -16,8 +18,9 @@ mod redis_cluster;
 
 use std::time::Duration;
 
+use pki::Pki;
 use redis_cluster::{Access, RedisCluster};
-use redis_tls::{Pki, TlsFiles, TlsRedis};
+use redis_tls::{TlsFiles, TlsRedis};
 use tollgate::Quota;
 use tollgate::shared::{RedisConfig, RedisStore, RedisStoreError, Store};
 

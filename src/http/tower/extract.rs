@@ -63,8 +63,9 @@ where
 /// inserts per connection), axum's `ConnectInfo<SocketAddr>` (feature
 /// `axum`; the server is made with
 /// `into_make_service_with_connect_info::<SocketAddr>()`), or tonic's
-/// `TcpConnectInfo` (feature `tonic`; tonic's server inserts it for every
-/// call over TCP). No peer is [`NoPeer`]: the server's misconfiguration,
+/// `TcpConnectInfo` or `TlsConnectInfo<TcpConnectInfo>` (feature `tonic`;
+/// tonic's server inserts one for every call it serves, over TCP or its
+/// own TLS). No peer is [`NoPeer`]: the server's misconfiguration,
 /// which a rule answers 500 and reports through `tracing`, never a 400 that
 /// blames the client.
 ///
@@ -90,9 +91,13 @@ pub fn peer_ip(parts: &Parts) -> Result<IpAddr, NoPeer> {
     };
     #[cfg(feature = "tonic")]
     let bare = || {
+        use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
         bare().or_else(|| {
-            let info = extensions.get::<tonic::transport::server::TcpConnectInfo>()?;
-            info.remote_addr()
+            let tcp = extensions.get::<TcpConnectInfo>().or_else(|| {
+                let tls = extensions.get::<TlsConnectInfo<TcpConnectInfo>>()?;
+                Some(tls.get_ref())
+            });
+            tcp?.remote_addr()
         })
     };
     bare().map(|addr| addr.ip()).ok_or(NoPeer)

@@ -13,7 +13,7 @@ pub(super) type KeyFn<K> = dyn Fn(&Parts) -> Result<K, NoKey> + Send + Sync;
 /// The server gave the request no peer address: nothing in its extensions
 /// that a connection's address is read from (a `SocketAddr`; with feature
 /// `axum`, axum's `ConnectInfo<SocketAddr>`; with feature `tonic`, tonic's
-/// `TcpConnectInfo`). That is the server's misconfiguration, never the
+/// `TcpConnectInfo` or `TlsConnectInfo`). That is the server's misconfiguration, never the
 /// client's doing: the layer answers 500 and reports it through `tracing`
 /// ([`extract::peer_ip`](super::extract::peer_ip)).
 ///
