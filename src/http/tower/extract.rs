@@ -62,10 +62,10 @@ where
 /// request's extensions: a bare `SocketAddr` (what a plain hyper server
 /// inserts per connection), axum's `ConnectInfo<SocketAddr>` (feature
 /// `axum`; the server is made with
-/// `into_make_service_with_connect_info::<SocketAddr>()`), or tonic's
-/// `TcpConnectInfo` or `TlsConnectInfo<TcpConnectInfo>` (feature `tonic`;
-/// tonic's server inserts one for every call it serves, over TCP or its
-/// own TLS). No peer is [`NoPeer`]: the server's misconfiguration,
+/// `into_make_service_with_connect_info::<SocketAddr>()`), tonic's
+/// `TcpConnectInfo` (feature `tonic`: tonic's server inserts it for every
+/// call over TCP) or, over tonic's own TLS, its
+/// `TlsConnectInfo<TcpConnectInfo>` (feature `tonic-tls`). No peer is [`NoPeer`]: the server's misconfiguration,
 /// which a rule answers 500 and reports through `tracing`, never a 400 that
 /// blames the client.
 ///
@@ -91,13 +91,15 @@ pub fn peer_ip(parts: &Parts) -> Result<IpAddr, NoPeer> {
     };
     #[cfg(feature = "tonic")]
     let bare = || {
+        use tonic::transport::server::TcpConnectInfo;
+        bare().or_else(|| extensions.get::<TcpConnectInfo>()?.remote_addr())
+    };
+    #[cfg(feature = "tonic-tls")]
+    let bare = || {
         use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
         bare().or_else(|| {
-            let tcp = extensions.get::<TcpConnectInfo>().or_else(|| {
-                let tls = extensions.get::<TlsConnectInfo<TcpConnectInfo>>()?;
-                Some(tls.get_ref())
-            });
-            tcp?.remote_addr()
+            let tls = extensions.get::<TlsConnectInfo<TcpConnectInfo>>()?;
+            tls.get_ref().remote_addr()
         })
     };
     bare().map(|addr| addr.ip()).ok_or(NoPeer)

@@ -13,7 +13,7 @@ pub(super) type KeyFn<K> = dyn Fn(&Parts) -> Result<K, NoKey> + Send + Sync;
 /// The server gave the request no peer address: nothing in its extensions
 /// that a connection's address is read from (a `SocketAddr`; with feature
 /// `axum`, axum's `ConnectInfo<SocketAddr>`; with feature `tonic`, tonic's
-/// `TcpConnectInfo` or `TlsConnectInfo`). That is the server's misconfiguration, never the
+/// `TcpConnectInfo`; with `tonic-tls`, its `TlsConnectInfo`). That is the server's misconfiguration, never the
 /// client's doing: the layer answers 500 and reports it through `tracing`
 /// ([`extract::peer_ip`](super::extract::peer_ip)).
 ///
@@ -26,7 +26,8 @@ pub(super) type KeyFn<K> = dyn Fn(&Parts) -> Result<K, NoKey> + Send + Sync;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 #[error(
     "the server gave the request no peer address (axum needs \
-     `into_make_service_with_connect_info::<SocketAddr>()`; a bare hyper \
+     `into_make_service_with_connect_info::<SocketAddr>()` and tollgate's feature \
+     `axum`; tonic over its own TLS needs feature `tonic-tls`; a bare hyper \
      server inserts the connection's `SocketAddr` into each request's extensions)"
 )]
 pub struct NoPeer;
