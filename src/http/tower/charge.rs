@@ -11,6 +11,7 @@ use smallvec::SmallVec;
 
 use super::in_flight::InFlightPermit;
 use super::local::RequestLimit;
+use super::shadow::{Role, ShadowCount};
 use super::shared::{SharedKey, SharedOutcome, SharedReceipt};
 use crate::advertised::Shape;
 use crate::error::AcquireError;
@@ -34,6 +35,12 @@ pub(super) struct Charge<'a> {
     pub(super) rule: usize,
     pub(super) cost: u64,
     pub(super) limit: Target<'a>,
+    /// Whether the rule's refusal refuses the request, or is only counted.
+    pub(super) role: Role,
+    /// A shadow rule's charge that its limit refused: left out (it takes
+    /// nothing), and counted if the request is admitted
+    /// ([`count_shadowed`]).
+    pub(super) shadowed: bool,
 }
 
 /// A charge's limit and what charging it came to.
@@ -77,7 +84,12 @@ impl LocalHandle<'_> {
 }
 
 impl<'a> Charge<'a> {
-    pub(super) fn local(rule: usize, bound: &'a dyn RequestLimit, cost: u64) -> Charge<'a> {
+    pub(super) fn local(
+        rule: usize,
+        bound: &'a dyn RequestLimit,
+        cost: u64,
+        role: Role,
+    ) -> Charge<'a> {
         Charge {
             rule,
             cost,
@@ -85,10 +97,12 @@ impl<'a> Charge<'a> {
                 bound: LocalHandle::Borrowed(bound),
                 taken: None,
             },
+            role,
+            shadowed: false,
         }
     }
 
-    pub(super) fn shared(rule: usize, bound: SharedKey, cost: u64) -> Charge<'a> {
+    pub(super) fn shared(rule: usize, bound: SharedKey, cost: u64, role: Role) -> Charge<'a> {
         Charge {
             rule,
             cost,
@@ -97,14 +111,18 @@ impl<'a> Charge<'a> {
                 outcome: SharedOutcome::Untried,
                 receipt: None,
             },
+            role,
+            shadowed: false,
         }
     }
 
-    pub(super) fn in_flight(rule: usize, permit: InFlightPermit) -> Charge<'a> {
+    pub(super) fn in_flight(rule: usize, permit: InFlightPermit, role: Role) -> Charge<'a> {
         Charge {
             rule,
             cost: 0,
             limit: Target::InFlight(permit),
+            role,
+            shadowed: false,
         }
     }
 
@@ -115,11 +133,11 @@ impl<'a> Charge<'a> {
     }
 
     /// Whether this charge is advertised to the client: every charge but an
-    /// in-flight permit, whose limit has no window for the fields. The
-    /// policies of a refusal and its violated flags ([`violated`]) both
-    /// follow this, so they stay in step.
+    /// in-flight permit, whose limit has no window for the fields, and a
+    /// quiet shadow rule's. The policies of a refusal and its violated
+    /// flags ([`violated`]) both follow this, so they stay in step.
     pub(super) fn advertises(&self) -> bool {
-        !self.is_in_flight()
+        !self.is_in_flight() && self.role.advertised()
     }
 
     /// This charge, owning its limit: to keep past the call that bound it.
@@ -147,6 +165,8 @@ impl<'a> Charge<'a> {
             rule: self.rule,
             cost: self.cost,
             limit,
+            role: self.role,
+            shadowed: self.shadowed,
         }
     }
 
@@ -267,16 +287,21 @@ fn waits(charges: &[Charge<'_>]) -> SmallVec<[Option<Duration>; 4]> {
         .collect()
 }
 
-/// For each of `charges` but in-flight permits, whether its limit would
-/// refuse what the request charges it in all now: every such limit is
-/// violated, not only the first one that refused.
+/// For each advertised charge, whether its limit would refuse what the
+/// request charges it in all now: every such limit is violated, not only
+/// the first one that refused. A shadow rule's never is: it refuses
+/// nothing.
 pub(super) fn violated(charges: &[Charge<'_>]) -> SmallVec<[bool; 4]> {
     charges
         .iter()
         .zip(waits(charges))
         // In the order of the advertised policies, which leave permits out.
         .filter(|(charge, _)| charge.advertises())
-        .map(|(charge, wait)| charge.cost > 0 && wait.is_some_and(|wait| wait > Duration::ZERO))
+        .map(|(charge, wait)| {
+            !charge.role.is_shadow()
+                && charge.cost > 0
+                && wait.is_some_and(|wait| wait > Duration::ZERO)
+        })
         .collect()
 }
 
@@ -287,6 +312,7 @@ pub(super) struct BoundRule<'a> {
     pub(super) rule: usize,
     pub(super) limit: &'a dyn RequestLimit,
     pub(super) cost: u64,
+    pub(super) role: &'a Role,
     pub(super) before: Option<&'a BoundRule<'a>>,
 }
 
@@ -316,23 +342,68 @@ impl<'a> BoundRule<'a> {
     /// none taken yet.
     pub(super) fn charges(chain: Option<&'a BoundRule<'a>>) -> Charges<'a> {
         BoundRule::collect(chain, |link| {
-            Some(Charge::local(link.rule, link.limit, link.cost))
+            Some(Charge::local(
+                link.rule,
+                link.limit,
+                link.cost,
+                link.role.clone(),
+            ))
         })
     }
 }
 
 /// Charges the in-process limits of `chain`, all or nothing, keeping no
-/// receipt: for a request none of whose charges outlives the call. The
-/// refusal's `charge` is an index into [`BoundRule::charges`].
+/// receipt: for a request none of whose charges outlives the call. A
+/// shadow rule that refuses is left out and the chain charged again
+/// without it, so it takes nothing and refuses nothing, every other rule is
+/// decided as it would be without it, and it is counted if the request is
+/// admitted ([`count_shadowed`]). The refusal's `charge` is an index
+/// into [`BoundRule::charges`].
 pub(super) fn charge_chain(chain: Option<&BoundRule<'_>>) -> Result<(), ChargeRefusal> {
-    let steps = BoundRule::collect(chain, |link| {
-        (link.cost > 0).then(|| Step::new(link.limit, link.cost))
-    });
-    try_acquire_all(&steps).map_err(|refused| {
-        ChargeRefusal::of_chain(refused, |step| {
-            nth_with_cost(BoundRule::collect(chain, |link| Some(link.cost)), step)
-        })
-    })
+    // The shadow rules that refused, left out. A request no shadow rule
+    // refuses never allocates this.
+    let mut skipped: SmallVec<[(usize, &ShadowCount); 2]> = SmallVec::new();
+    loop {
+        let cost = |link: &BoundRule<'_>| {
+            if skipped.iter().any(|(rule, _)| *rule == link.rule) {
+                0
+            } else {
+                link.cost
+            }
+        };
+        let steps = BoundRule::collect(chain, |link| {
+            (cost(link) > 0).then(|| Step::new(link.limit, link.cost))
+        });
+        let Err(refused) = try_acquire_all(&steps) else {
+            // Admitted: what each shadow rule would have added to the
+            // refusals.
+            for (_, count) in skipped {
+                count.refused();
+            }
+            return Ok(());
+        };
+        let refused = ChargeRefusal::of_chain(refused, |step| {
+            nth_with_cost(BoundRule::collect(chain, |link| Some(cost(link))), step)
+        });
+        let links = BoundRule::collect(chain, Some);
+        let refusing = refused.charge.and_then(|index| links.get(index).copied());
+        match refusing.map(|link| (link.rule, link.role)) {
+            Some((rule, Role::Shadow(count))) => skipped.push((rule, count)),
+            _ => return Err(refused),
+        }
+    }
+}
+
+/// Counts, for each shadow rule whose limit refused its charge
+/// ([`Charge::shadowed`]), a request it would have refused: called once
+/// the request is admitted, so a shadow rule counts exactly the requests
+/// that enforcing it would add to the refusals, whatever the rules' order.
+pub(super) fn count_shadowed(charges: &[Charge<'_>]) {
+    for charge in charges.iter().filter(|charge| charge.shadowed) {
+        if let Role::Shadow(count) = &charge.role {
+            count.refused();
+        }
+    }
 }
 
 /// Why a request's charges were refused: the cause, and the index of the
@@ -379,6 +450,26 @@ type Slot<'a> = (usize, &'a dyn Limit, u64, &'a Cell<Option<Taken>>);
 /// each receipt in its charge. The refusal's `charge` is an index into
 /// `charges`.
 pub(super) fn charge_local(charges: &mut [Charge<'_>]) -> Result<(), ChargeRefusal> {
+    // A shadow rule that refuses is marked and left out (its cost set to
+    // 0: it takes nothing, and is advertised as not violated), and the
+    // rest charged again, as in `charge_chain`.
+    loop {
+        let Err(refused) = take_local(charges) else {
+            return Ok(());
+        };
+        let refusing = refused.charge.and_then(|index| charges.get_mut(index));
+        match refusing {
+            Some(charge) if charge.role.is_shadow() => {
+                charge.shadowed = true;
+                charge.cost = 0;
+            }
+            _ => return Err(refused),
+        }
+    }
+}
+
+/// One all-or-nothing pass of [`charge_local`].
+fn take_local(charges: &mut [Charge<'_>]) -> Result<(), ChargeRefusal> {
     // Zero-cost steps charge nothing (an empty body under a per-byte
     // limit), so they are left out rather than refused as `ZeroCost`.
     // Each step's receipt goes straight into its charge, through a `Cell`
@@ -519,6 +610,11 @@ fn record(
         }
         Err(error) => {
             *outcome = SharedOutcome::Refused(error);
+            if charges[index].role.is_shadow() {
+                // The request goes on without the rule.
+                charges[index].shadowed = true;
+                return Ok(());
+            }
             Err(give_all_back(charges, index, error))
         }
     }
@@ -539,7 +635,7 @@ fn give_all_back(charges: &mut [Charge<'_>], index: usize, error: BudgetError) -
                 retry_after: charges
                     .iter()
                     .zip(waits(charges))
-                    .filter(|(charge, _)| charge.cost > 0)
+                    .filter(|(charge, _)| charge.cost > 0 && !charge.role.is_shadow())
                     .filter_map(|(_, wait)| wait)
                     .fold(retry_after, Duration::max),
             })

@@ -7,6 +7,7 @@ use http::request::Parts;
 
 use super::charge::{
     BoundRule, Charge, SharedProgress, charge_chain, charge_local, charge_shared_now,
+    count_shadowed,
 };
 use super::config::Config;
 use super::decision::CallDecision;
@@ -61,6 +62,7 @@ impl Config {
                         rule: index,
                         limit,
                         cost,
+                        role: rule.role(),
                         before: bound,
                     };
                     self.bind_from(parts, index + 1, Some(&next))
@@ -111,7 +113,7 @@ impl Config {
                 },
             };
             match rule.cost_of(parts) {
-                Ok(cost) => charges.push(Charge::shared(index, limit, cost)),
+                Ok(cost) => charges.push(Charge::shared(index, limit, cost, rule.role().clone())),
                 Err(error) => {
                     return Unchargeable::Cost(rule.policy(), error)
                         .decision(Protocol::of(&parts.headers));
@@ -127,8 +129,17 @@ impl Config {
                 continue;
             };
             match limiter.acquire(parts, &|parts| rule.cost_of(parts)) {
-                InFlightAnswer::Permit(permit) => charges.push(Charge::in_flight(index, permit)),
+                InFlightAnswer::Permit(permit) => {
+                    charges.push(Charge::in_flight(index, permit, rule.role().clone()));
+                }
                 InFlightAnswer::Nothing => {}
+                InFlightAnswer::Refused(_) if rule.role().is_shadow() => {
+                    // The request goes on without the rule, holding no
+                    // units of it, and counts for it if admitted.
+                    let mut nothing = Charge::in_flight(index, Box::new(()), rule.role().clone());
+                    nothing.shadowed = true;
+                    charges.push(nothing);
+                }
                 InFlightAnswer::Refused(error) => {
                     let refusal = Refusal::from_in_flight(&error, rule.policy().name());
                     return CallDecision::Refused(
@@ -154,7 +165,8 @@ impl Config {
             ));
         }
         match charge_shared_now(&mut charges, self.store_wait) {
-            SharedProgress::Admitted => CallDecision::Admitted(
+            SharedProgress::Admitted => CallDecision::Admitted({
+                count_shadowed(&charges);
                 charges
                     .into_iter()
                     .filter(|charge| {
@@ -163,8 +175,8 @@ impl Config {
                             || self.rules[charge.rule].gives_back_any()
                     })
                     .map(Charge::into_owned)
-                    .collect(),
-            ),
+                    .collect()
+            }),
             SharedProgress::Refused(refused) => {
                 CallDecision::Refused(self.refusal(&charges, refused, Protocol::of(&parts.headers)))
             }

@@ -49,6 +49,7 @@ mod local;
 mod protocol;
 mod rule;
 mod service;
+mod shadow;
 mod shared;
 mod unchargeable;
 
@@ -59,3 +60,4 @@ pub use key::{IntoKey, NoKey, NoPeer};
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use rule::{MissingKey, Rule};
 pub use service::RateLimitService;
+pub use shadow::Shadow;

@@ -12,6 +12,7 @@ use super::decision::CallDecision;
 use super::in_flight::InFlightLimiter;
 use super::key::{IntoKey, NoPeerReport};
 use super::local::{LocalLimiter, WithKey};
+use super::shadow::{Role, Shadow, ShadowCount};
 use super::shared::SharedLimiter;
 use crate::advertised::{Advertised, Shape};
 use crate::concurrency::KeyedConcurrencyLimiter;
@@ -91,6 +92,8 @@ pub struct Rule {
     /// Whether a request without a peer address has been reported yet:
     /// once per rule, not once per request.
     no_peer: NoPeerReport,
+    /// Enforced, or in shadow mode with its count.
+    role: Role,
 }
 
 impl Rule {
@@ -307,6 +310,7 @@ impl Rule {
             missing: MissingKey::default(),
             give_back_on: Vec::new(),
             no_peer: NoPeerReport::default(),
+            role: Role::Enforced,
         }
     }
 
@@ -456,6 +460,63 @@ impl Rule {
     pub fn give_back_on(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Rule {
         self.give_back_on = statuses.into_iter().collect();
         self
+    }
+
+    /// Puts the rule in shadow mode: it is bound, priced and charged like
+    /// any rule (so its limit sees exactly what it would see enforced), but
+    /// a request it would refuse goes on without it, uncharged by it. A
+    /// request every enforced rule admits and this one would have refused
+    /// is counted ([`shadow_refusals`](Self::shadow_refusals); with feature
+    /// `metrics`, counter `tollgate_shadow_refusals_total` labelled
+    /// `policy`): the count is what enforcing the rule would add to the
+    /// refusals, whatever the rules' order. A request another rule refuses
+    /// gives back what the shadow rule took, as it would enforced. `shown` says whether clients see
+    /// the rule in the RateLimit fields ([`Shadow::Advertised`]) or not
+    /// ([`Shadow::Quiet`]); a shadow rule is never named violated and never
+    /// moves Retry-After. How a new limit is rolled out: shadow it, watch
+    /// the count, enforce it. A request with no key for it, or a cost it
+    /// cannot read, is still answered as an enforced rule answers it: the
+    /// rule is being tried, not skipped.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, TokenBucket};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::{Rule, Shadow};
+    ///
+    /// let tighter = Rule::global(PolicyName::new("next-quarter")?, Arc::new(TokenBucket::new(Quota::per_second(50)?)))
+    ///     .shadow(Shadow::Quiet);
+    /// assert_eq!(tighter.shadow_refusals(), Some(0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shadow(mut self, shown: Shadow) -> Rule {
+        self.role = Role::Shadow(ShadowCount::new(shown, self.policy.name().clone()));
+        self
+    }
+
+    /// How many requests this rule in shadow mode would have refused so
+    /// far (every clone of the rule, and the layer's copy, share the
+    /// count); `None` for an enforced rule.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Quota, TokenBucket};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::Rule;
+    ///
+    /// let rule = Rule::global(PolicyName::new("g")?, Arc::new(TokenBucket::new(Quota::per_second(3)?)));
+    /// assert_eq!(rule.shadow_refusals(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shadow_refusals(&self) -> Option<u64> {
+        match &self.role {
+            Role::Enforced => None,
+            Role::Shadow(count) => Some(count.total()),
+        }
+    }
+
+    pub(super) fn role(&self) -> &Role {
+        &self.role
     }
 
     /// The advertised policy.

@@ -10,7 +10,7 @@ use http_body::Body;
 use tower::Service;
 
 use super::body::{BodyKind, EitherBody};
-use super::charge::charge_shared_waiting;
+use super::charge::{charge_shared_waiting, count_shadowed};
 use super::config::Config;
 use super::decision::CallDecision;
 use super::future::{KeptCharges, ResponseFuture};
@@ -120,6 +120,7 @@ where
                 let protocol = Protocol::of(request.headers());
                 return Err(config.refusal(&charges, refused, protocol));
             }
+            count_shadowed(&charges);
             Ok((inner.call(request), KeptCharges { config, charges }))
         }))
     }

@@ -1,0 +1,220 @@
+//! Shadow mode (`Rule::shadow`): a rule decided and counted like any other
+//! that never refuses. Its counted refusals are exactly what the same rule
+//! enforced would have refused; a refusal by an enforced rule gives back
+//! what the shadow rule took; a quiet shadow is invisible to clients and an
+//! advertised one never names itself violated.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, Request, Response, StatusCode};
+use http_body_util::Full;
+use proptest::prelude::*;
+use tollgate::concurrency::KeyedConcurrencyLimiter;
+use tollgate::http::PolicyName;
+use tollgate::http::tower::{RateLimitLayer, Rule, Shadow, extract};
+use tollgate::shared::{FailurePolicy, KeyedAllowance, KeyedAllowanceConfig, LocalStore};
+use tollgate::{KeyedLimiter, Limit, ManualClock, Quota, TokenBucket};
+use tower::{Layer, ServiceExt};
+
+const ACCOUNT: HeaderName = HeaderName::from_static("x-account");
+
+async fn ok<B>(_: Request<B>) -> Result<Response<Full<Bytes>>, Infallible> {
+    Ok(Response::new(Full::new(Bytes::new())))
+}
+
+fn as_account(account: u8) -> Request<Full<Bytes>> {
+    Request::get("/")
+        .header(ACCOUNT, account.to_string())
+        .body(Full::new(Bytes::new()))
+        .unwrap()
+}
+
+async fn send(
+    layer: &RateLimitLayer,
+    request: Request<Full<Bytes>>,
+) -> Response<tollgate::http::tower::RateLimitBody<Full<Bytes>>> {
+    layer
+        .layer(tower::service_fn(ok::<Full<Bytes>>))
+        .oneshot(request)
+        .await
+        .unwrap()
+}
+
+fn per_account(quota: Quota, clock: &ManualClock) -> Rule {
+    let limiter = Arc::new(
+        KeyedLimiter::builder(quota)
+            .clock(clock.clone())
+            .build::<String>(),
+    );
+    Rule::keyed(
+        PolicyName::new("per-account").unwrap(),
+        limiter,
+        extract::header(ACCOUNT),
+    )
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+proptest! {
+    /// The same requests, at the same instants, through the rule enforced
+    /// and through the rule in shadow (on clocks advanced alike): the
+    /// shadow layer admits every request, and counts a refusal exactly
+    /// where the enforced one answers 429, request by request.
+    #[test]
+    fn counted_refusals_are_what_enforcement_refuses(
+        capacity in 1_u64..5,
+        period_ms in 1_u64..2_000,
+        steps in proptest::collection::vec((0_u8..3, 0_u64..1_500), 1..120),
+    ) {
+        let quota = Quota::new(capacity, 1, Duration::from_millis(period_ms)).unwrap();
+        let (enforced_clock, shadow_clock) = (ManualClock::new(), ManualClock::new());
+        let enforced = RateLimitLayer::builder().rule(per_account(quota, &enforced_clock)).build();
+        let shadow_rule = per_account(quota, &shadow_clock).shadow(Shadow::Quiet);
+        let shadow = RateLimitLayer::builder().rule(shadow_rule.clone()).build();
+        let runtime = runtime();
+        let mut refused = 0;
+        for (account, advance_ms) in steps {
+            enforced_clock.advance(Duration::from_millis(advance_ms));
+            shadow_clock.advance(Duration::from_millis(advance_ms));
+            let enforced_status = runtime.block_on(send(&enforced, as_account(account))).status();
+            let shadow_status = runtime.block_on(send(&shadow, as_account(account))).status();
+            prop_assert_eq!(shadow_status, StatusCode::OK);
+            refused += u64::from(enforced_status == StatusCode::TOO_MANY_REQUESTS);
+            prop_assert_eq!(shadow_rule.shadow_refusals(), Some(refused));
+        }
+    }
+}
+
+/// A request an enforced rule refuses gives back what the shadow rule
+/// took, as it would enforced; a shadow rule that would refuse leaves the
+/// enforced rules charged as without it.
+#[tokio::test]
+async fn a_refusal_by_an_enforced_rule_gives_back_the_shadows_charge() {
+    let clock = ManualClock::new();
+    let hourly = |n| Quota::new(n, 1, Duration::from_secs(3600)).unwrap();
+    let shadow_bucket = Arc::new(TokenBucket::with_clock(hourly(3), clock.clone()));
+    let enforced_bucket = Arc::new(TokenBucket::with_clock(hourly(5), clock.clone()));
+    let shadow = Rule::global(PolicyName::new("next").unwrap(), Arc::clone(&shadow_bucket))
+        .shadow(Shadow::Quiet);
+    let layer = RateLimitLayer::builder()
+        .rule(shadow.clone())
+        .rule(Rule::global(
+            PolicyName::new("now").unwrap(),
+            Arc::clone(&enforced_bucket),
+        ))
+        .build();
+    let mut statuses = Vec::new();
+    for _ in 0..7 {
+        statuses.push(send(&layer, as_account(0)).await.status().as_u16());
+    }
+    // Five admitted (two past the shadow's 3), then the enforced limit.
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429]);
+    assert_eq!(enforced_bucket.available(), 0);
+    // The shadow took its 3, and kept none of what it took for the two
+    // requests the enforced rule refused.
+    assert_eq!(shadow_bucket.available(), 0);
+    // Requests 4 and 5: admitted, and what enforcing the shadow would add
+    // to the refusals. 6 and 7 were refused anyway: not counted.
+    assert_eq!(shadow.shadow_refusals(), Some(2));
+}
+
+/// A quiet shadow rule is nowhere in the fields; an advertised one is in
+/// them, but a 429 from an enforced rule neither names it violated nor
+/// waits for it, however long its own wait.
+#[tokio::test]
+async fn quiet_shadows_are_invisible_and_advertised_ones_never_violated() {
+    let clock = ManualClock::new();
+    for shown in [Shadow::Quiet, Shadow::Advertised] {
+        // The shadow: 1 a day. The enforced rule: 2 a minute.
+        let daily = Arc::new(TokenBucket::with_clock(
+            Quota::new(1, 1, Duration::from_secs(86_400)).unwrap(),
+            clock.clone(),
+        ));
+        let minute = Arc::new(TokenBucket::with_clock(
+            Quota::new(2, 1, Duration::from_secs(60)).unwrap(),
+            clock.clone(),
+        ));
+        let shadow = Rule::global(PolicyName::new("daily").unwrap(), daily).shadow(shown);
+        let layer = RateLimitLayer::builder()
+            .rule(shadow.clone())
+            .rule(Rule::global(PolicyName::new("minute").unwrap(), minute))
+            .advertise_on_success(true)
+            .build();
+        let admitted = send(&layer, as_account(0)).await;
+        let policy = admitted.headers()["ratelimit-policy"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(
+            policy.contains("daily"),
+            shown == Shadow::Advertised,
+            "{policy}"
+        );
+        assert_eq!(send(&layer, as_account(0)).await.status(), StatusCode::OK);
+        let refused = send(&layer, as_account(0)).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        // The enforced rule's wait (one token back in 60 s), not the
+        // shadow's day.
+        assert_eq!(refused.headers()["retry-after"], "60");
+        use http_body_util::BodyExt;
+        let body = refused.into_body().collect().await.unwrap().to_bytes();
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(problem["violated-policies"], serde_json::json!(["minute"]));
+        // The second request was admitted and the shadow would have refused
+        // it; the third was refused anyway, so enforcing the shadow would
+        // not add it to the refusals.
+        assert_eq!(shadow.shadow_refusals(), Some(1));
+    }
+}
+
+/// Shared and in-flight rules in shadow: a store's refusal and a permit
+/// refused are counted, and the request is admitted.
+#[tokio::test]
+async fn shared_and_in_flight_shadows_count_and_admit() {
+    let clock = ManualClock::new();
+    let quota = Quota::new(1, 1, Duration::from_secs(3600)).unwrap();
+    let store = Arc::new(LocalStore::from_limiter(
+        KeyedLimiter::builder(quota)
+            .clock(clock.clone())
+            .sweep_interval(None)
+            .build(),
+    ));
+    let allowance =
+        KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed)).unwrap();
+    let shared = Rule::shared(
+        PolicyName::new("fleet").unwrap(),
+        allowance,
+        extract::header(ACCOUNT),
+    )
+    .shadow(Shadow::Quiet);
+    // No room at all in flight: every request would be refused a permit.
+    let in_flight = Arc::new(KeyedConcurrencyLimiter::<String>::new(1).unwrap());
+    let _held = in_flight.try_acquire(&"7".to_owned(), 1).unwrap();
+    let reports = Rule::in_flight(
+        PolicyName::new("reports").unwrap(),
+        in_flight,
+        extract::header(ACCOUNT),
+    )
+    .shadow(Shadow::Quiet);
+    let layer = RateLimitLayer::builder()
+        .rule(shared.clone())
+        .rule(reports.clone())
+        .build();
+    for _ in 0..3 {
+        assert_eq!(send(&layer, as_account(7)).await.status(), StatusCode::OK);
+    }
+    assert_eq!(
+        shared.shadow_refusals(),
+        Some(2),
+        "the store admits one an hour"
+    );
+    assert_eq!(reports.shadow_refusals(), Some(3));
+}
