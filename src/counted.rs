@@ -360,6 +360,15 @@ impl<L: Limit> sealed::Sealed for Counting<'_, L> {
         self.tally.writer().add(|s| &s.abandoned, 1);
     }
 
+    fn debit(&self, taken: &Taken, tokens: u64) {
+        self.limit.debit(taken, tokens);
+    }
+
+    /// Not an abandonment: the admission stands, at its actual cost.
+    fn settle(&self, taken: &Taken, actual: u64) {
+        self.limit.settle(taken, actual);
+    }
+
     fn capacity(&self) -> u64 {
         self.limit.capacity()
     }
@@ -416,6 +425,14 @@ impl<L: Limit> sealed::Sealed for Counted<L> {
 
     fn undo(&self, taken: &Taken) {
         self.counting(&self.limiter).undo(taken);
+    }
+
+    fn debit(&self, taken: &Taken, tokens: u64) {
+        self.counting(&self.limiter).debit(taken, tokens);
+    }
+
+    fn settle(&self, taken: &Taken, actual: u64) {
+        self.counting(&self.limiter).settle(taken, actual);
     }
 
     fn capacity(&self) -> u64 {

@@ -328,6 +328,13 @@ pub(crate) mod sealed {
             }
         }
 
+        /// This record with `tokens` in place of what it admitted: what an
+        /// undo of part of the admission gives back.
+        #[inline]
+        pub(crate) fn part(&self, tokens: u64) -> Taken {
+            Taken { tokens, ..*self }
+        }
+
         /// The window this records, by the same argument.
         #[inline]
         pub(crate) fn window_index(&self) -> Option<u64> {
@@ -392,6 +399,20 @@ pub(crate) mod sealed {
         ) -> Result<(Taken, Duration), AcquireError>;
         /// Gives back what `taken` took, by the rule of `Tat::undo`.
         fn undo(&self, taken: &Taken);
+        /// Charges `tokens` more for the admission `taken` records, whether
+        /// or not they fit: a settled cost's excess over its estimate, into
+        /// debt that later admissions wait out (`Tat::debit`).
+        fn debit(&self, taken: &Taken, tokens: u64);
+        /// Settles the admission `taken` records to its actual cost: the
+        /// excess debited, or the rest given back by the rule of
+        /// `Tat::undo`.
+        fn settle(&self, taken: &Taken, actual: u64) {
+            match actual.cmp(&taken.tokens) {
+                std::cmp::Ordering::Less => self.undo(&taken.part(taken.tokens - actual)),
+                std::cmp::Ordering::Greater => self.debit(taken, actual - taken.tokens),
+                std::cmp::Ordering::Equal => {}
+            }
+        }
         /// The most one decision can take: a bucket's capacity, a window's
         /// limit (what a hierarchy reports a chain that can never fit
         /// against).
@@ -420,6 +441,12 @@ macro_rules! forward_limit {
             }
             fn undo(&self, taken: &Taken) {
                 (**self).undo(taken);
+            }
+            fn debit(&self, taken: &Taken, tokens: u64) {
+                (**self).debit(taken, tokens);
+            }
+            fn settle(&self, taken: &Taken, actual: u64) {
+                (**self).settle(taken, actual);
             }
             fn capacity(&self) -> u64 {
                 (**self).capacity()

@@ -119,6 +119,47 @@ impl<L: Limit> Receipt<L> {
         self.limit.undo(&self.taken);
     }
 
+    /// Settles the admission to its actual cost, once it is known (the
+    /// tokens an LLM response used, the bytes a response streamed): an
+    /// `actual` above what was taken charges the excess now, whether or
+    /// not it fits, into debt that later admissions wait out; one below
+    /// gives the rest back by the rule of [`undo`](Self::undo) (exactly if
+    /// nothing was admitted since, otherwise less the time held), never
+    /// minting credit. Take an estimate at admission (`Receipt::take(limit,
+    /// estimate)`), settle at the end.
+    ///
+    /// The envelope with settlement ([`docs/semantics.md`](crate::guide::semantics),
+    /// "Settling to the actual cost"): over any interval `[s, e]`, the
+    /// actual costs settled in it add up to at most `B + r·(e − s)`, plus
+    /// the estimates still outstanding at `s` (taken before it, settled in
+    /// it), plus the excess debited in it after its last admission (a debt
+    /// no admission has waited out yet). A window counter counts the
+    /// excess in the window of the settlement, up to what its count holds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{AcquireError, Limit, ManualClock, Quota, Receipt, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// // 1000 tokens a minute: one every 60 ms.
+    /// let tokens = TokenBucket::with_clock(Quota::per_minute(1000)?, clock.clone());
+    /// let receipt = Receipt::take(&tokens, 100)?; // estimated at admission
+    /// receipt.settle(1500); // the response used 1500: 1400 more, into debt
+    /// assert_eq!(tokens.available(), 0);
+    /// // 1500 taken from a full bucket of 1000: 500 in debt, 30 s to repay,
+    /// // and 60 ms more before a token fits.
+    /// let wait = Duration::from_millis(30_060);
+    /// assert_eq!(tokens.try_acquire(1), Err(AcquireError::Insufficient { retry_after: wait }));
+    ///
+    /// let small = TokenBucket::with_clock(Quota::per_minute(1000)?, clock.clone());
+    /// Receipt::take(&small, 100)?.settle(40); // nothing admitted since: 60 back, exactly
+    /// assert_eq!(small.available(), 960);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn settle(self, actual: u64) {
+        self.limit.settle(&self.taken, actual);
+    }
+
     /// Keeps the tokens spent: what dropping the receipt does, said
     /// explicitly.
     ///

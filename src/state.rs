@@ -306,6 +306,23 @@ impl Tat {
         .is_ok()
     }
 
+    /// Charges `ticks` at `now` whether or not they fit: the excess of a
+    /// settled cost over its estimate ([`Receipt::settle`](crate::Receipt::settle)).
+    /// The state moves to `max(tat, now) + ticks` (stopping at
+    /// [`LAST`](crate::gcra::LAST)), beyond `now + B·T` if need be: a debt
+    /// that every later admission waits out, so nothing the excess used is
+    /// ever handed out again. Linearizes at the successful
+    /// compare-and-swap. Returns the state it replaced and the one it
+    /// wrote, or `None`, changing nothing, if the state is sealed (its
+    /// holder then debits the successor).
+    pub(crate) fn debit(&self, ticks: u64, mut now: impl FnMut() -> u64) -> Option<(u64, u64)> {
+        self.update(|tat| match tat {
+            SEALED => Err(()),
+            tat => Ok(tat.max(now()).saturating_add(ticks).min(crate::gcra::LAST)),
+        })
+        .ok()
+    }
+
     /// Whole tokens available at `now`.
     #[inline]
     pub(crate) fn available(&self, gcra: &Gcra, now: u64) -> u64 {

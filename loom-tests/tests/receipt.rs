@@ -11,7 +11,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use loom::thread;
-use loom_tests::{assert_drained_within_envelope, gather, model};
+use loom_tests::{assert_drained_within_envelope, assert_envelope, gather, model};
 use tollgate::{Limit, ManualClock, Quota, Receipt, TokenBucket};
 
 /// A bucket of `capacity` refilled at one token per second, full at time 0.
@@ -101,4 +101,68 @@ fn an_undo_racing_a_reset_returns_at_most_its_cost_and_never_wraps() {
     // 1: the undo came before the reset's admission; 2: after it, giving
     // back (once more) what the reset had already forgiven.
     assert_eq!(left.into_iter().collect::<Vec<_>>(), [1, 2]);
+}
+
+/// A settlement above the estimate races admissions on a frozen clock:
+/// the excess is charged whatever the interleaving, so what the racing
+/// thread admitted, the receipt's actual cost and the debt left add up to
+/// the capacity exactly, and an admission after the debit waits it out.
+#[test]
+fn a_settlement_above_its_estimate_racing_admissions_charges_the_excess() {
+    let admitted = gather(|| {
+        let clock = ManualClock::new();
+        let shared = bucket(3, &clock);
+        let receipt = Receipt::take(Arc::clone(&shared), 1).unwrap();
+        let other = Arc::clone(&shared);
+        let racer = thread::spawn(move || {
+            u64::from(other.try_acquire(1).is_ok()) + u64::from(other.try_acquire(1).is_ok())
+        });
+        receipt.settle(3);
+        let admitted = racer.join().unwrap();
+        // 3 charged to the receipt plus what the racer took, against 3:
+        // the racer's tokens are debt when it came first, refused after.
+        let debt = admitted;
+        let wait = shared.retry_after(1).unwrap();
+        assert_eq!(
+            wait,
+            Duration::from_secs(debt + 1),
+            "the debt is not what was charged"
+        );
+        assert_eq!(shared.available(), 0);
+        admitted
+    });
+    // Both admitted before the debit (2), one before and one after (1), or
+    // both after it (0): every interleaving reachable.
+    assert_eq!(admitted.into_iter().collect::<Vec<_>>(), [0, 1, 2]);
+}
+
+/// A settlement below the estimate races an admission and a refill: the
+/// rest comes back by the rule that never mints, so every window of what
+/// is then admitted, the receipt's actual token at 0 included, fits the
+/// envelope.
+#[test]
+fn a_settlement_below_its_estimate_racing_refill_mints_nothing() {
+    const HALF: Duration = Duration::from_millis(500);
+    model(|| {
+        let clock = ManualClock::new();
+        let shared = bucket(2, &clock);
+        let receipt = Receipt::take(Arc::clone(&shared), 2).unwrap();
+        let (other, c) = (Arc::clone(&shared), clock.clone());
+        let racer = thread::spawn(move || {
+            c.set(HALF);
+            other.try_acquire(1).is_ok()
+        });
+        receipt.settle(1);
+        let mut admitted_at = vec![0];
+        if racer.join().unwrap() {
+            admitted_at.push(HALF.as_nanos() as u64);
+        }
+        for at in [Duration::from_millis(600), Duration::from_secs(1)] {
+            clock.set(at);
+            while shared.try_acquire(1).is_ok() {
+                admitted_at.push(at.as_nanos() as u64);
+            }
+        }
+        assert_envelope(2, &admitted_at);
+    });
 }

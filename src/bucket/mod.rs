@@ -401,6 +401,19 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
         }
     }
 
+    /// Under the quota in force, whichever the admission was decided
+    /// under: a debt is a charge, and a charge never mints.
+    fn debit(&self, _: &Taken, tokens: u64) {
+        self.states.on_state(
+            |state| {
+                let gcra = state.gcra();
+                let ticks = gcra.debt_ticks(tokens);
+                tokens == 0 || state.tat.debit(ticks, || self.timeline.now(gcra)).is_some()
+            },
+            |&done| !done,
+        );
+    }
+
     fn capacity(&self) -> u64 {
         self.quota().capacity()
     }

@@ -216,6 +216,15 @@ impl Gcra {
         }
     }
 
+    /// The ticks `tokens` are charged as debt (a settled cost's excess over
+    /// its estimate, which may exceed the capacity): `tokens * T` rounded
+    /// up, saturating, so that a debt is never smaller than its tokens.
+    pub(crate) fn debt_ticks(&self, tokens: u64) -> u64 {
+        let one = (1u128 << self.shift) - 1;
+        let ticks = (u128::from(tokens) * u128::from(self.interval) + one) >> self.shift;
+        u64::try_from(ticks).unwrap_or(u64::MAX)
+    }
+
     /// A whole token's ticks, rounded up: the slot a pooled token occupies
     /// on the bucket's timeline (giving back tokens so counted returns at
     /// most their slots).

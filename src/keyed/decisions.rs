@@ -224,6 +224,43 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         });
     }
 
+    /// Charges `tokens` more to `key`'s bucket (or the overflow bucket, if
+    /// `taken` came from it) whether or not they fit, into debt
+    /// (`Tat::debit`), under the quota in force. A key dropped since (full
+    /// when dropped) is tracked again, in debt; at the key cap, the
+    /// overflow bucket takes the debt, as it takes the key's decisions.
+    pub(crate) fn debit<Q: KeyRef<K> + ?Sized>(&self, key: &Q, taken: &Taken, tokens: u64) {
+        if tokens == 0 {
+            return;
+        }
+        if taken.overflow {
+            let overflow = read(&self.overflow);
+            let held = self.overflow_held(&overflow);
+            let ticks = held.gcra.debt_ticks(tokens);
+            held.tat
+                .debit(ticks, || held.gcra.ticks(self.timeline.nanos()));
+            return;
+        }
+        // Decided like an admission of one token (which a new key's bucket
+        // always has room for), so that the key is found or created, or the
+        // overflow bucket chosen, as for any decision; the debit replaces
+        // the admission.
+        let _ = self.decide(key, 1, |held, now, _| {
+            let ticks = held.gcra.debt_ticks(tokens);
+            // A keyed bucket's word is never sealed (a quota change
+            // converts it under the shard's write lock): the debit lands.
+            let (before, after) = held.tat.debit(ticks, || now).unwrap_or((0, 0));
+            Ok(Admission {
+                before,
+                after,
+                at: now,
+                tokens,
+                cost_ticks: ticks,
+                generation: held.generation,
+            })
+        });
+    }
+
     /// Gives back `unused` of a store lease of `granted` tokens admitted at
     /// the clock reading `at_nanos` to `key`'s bucket, by the inexact half
     /// of the same rule (a lease does not record the state its admission

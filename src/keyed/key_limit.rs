@@ -57,6 +57,10 @@ where
         self.limiter.undo(self.key, taken, taken.tokens);
     }
 
+    fn debit(&self, taken: &Taken, tokens: u64) {
+        self.limiter.debit(self.key, taken, tokens);
+    }
+
     fn capacity(&self) -> u64 {
         self.limiter.quota().capacity()
     }

@@ -461,6 +461,10 @@ impl<C: Clock> sealed::Sealed for StripedBucket<C> {
         self.bucket.undo(taken);
     }
 
+    fn debit(&self, taken: &Taken, tokens: u64) {
+        self.bucket.debit(taken, tokens);
+    }
+
     fn capacity(&self) -> u64 {
         self.bucket.capacity()
     }

@@ -205,6 +205,11 @@ impl<K: WindowKind, C: Clock> sealed::Sealed for WindowCounter<K, C> {
         }
     }
 
+    /// Counted in the window of now, by the rule of `WindowState::debit`.
+    fn debit(&self, _: &Taken, tokens: u64) {
+        self.state.debit(&self.frame, tokens, self.now());
+    }
+
     fn capacity(&self) -> u64 {
         self.quota.limit()
     }

@@ -140,6 +140,13 @@ impl<K: WindowKind> Frame<K> {
         (view.index << self.index_shift) | prev | (view.cur + cost)
     }
 
+    /// What the current count of `view` can still hold: its field's
+    /// largest value less what it holds.
+    #[inline]
+    pub(crate) fn room(&self, view: &View) -> u64 {
+        ((1u64 << self.count_bits) - 1).saturating_sub(view.cur)
+    }
+
     /// `word` with `cost` less in its current count (at most what is there).
     #[inline]
     pub(crate) fn less(&self, word: u64, cost: u64) -> (u64, u64) {

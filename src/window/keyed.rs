@@ -267,6 +267,30 @@ impl<K: Hash + Eq, Kind: WindowKind, C: Clock, S: BuildHasher + Clone> KeyedWind
         })
     }
 
+    /// Counts `tokens` for `key` in the window of now whether or not they
+    /// fit (`WindowState::debit`), creating its word if it was dropped as
+    /// idle. A key the table has no room for (at its cap) is refused every
+    /// decision until room appears, and then starts a fresh window, as the
+    /// debt's own window would have ended by then at the latest, unless
+    /// room comes back within it: the one case a debt is not recorded.
+    fn debit<Q: KeyRef<K> + ?Sized>(&self, key: &Q, tokens: u64) {
+        if tokens == 0 {
+            return;
+        }
+        in_table!(self.table, key, |table| {
+            let found = key.find_in(table);
+            let at = self.now();
+            let state = match found {
+                Some(state) => state,
+                None => match self.insert_in(table, key, at) {
+                    Ok(state) => state,
+                    Err(_) => return,
+                },
+            };
+            state.debit(&self.keys.frame, tokens, at);
+        })
+    }
+
     /// Drops every idle word at the reading `at`, publishing the reading
     /// first so that a key recreated after its word is dropped starts no
     /// earlier than `at`'s window.
@@ -492,6 +516,10 @@ where
         if let Some(index) = taken.window_index() {
             self.limiter.give_back(self.key, index, taken.tokens);
         }
+    }
+
+    fn debit(&self, _: &Taken, tokens: u64) {
+        self.limiter.debit(self.key, tokens);
     }
 
     fn capacity(&self) -> u64 {

@@ -103,6 +103,32 @@ impl WindowState {
             }
         }
     }
+
+    /// Counts `excess` in the window of `at` whether or not it fits (the
+    /// excess of a settled cost over its estimate), up to what the count
+    /// holds: the window then refuses until it ends, and a sliding one
+    /// weighs the excess into the next window too. A debt beyond the
+    /// window's own count ends with the window, by the windows' rule
+    /// (budgets live and die with their window). Returns what was counted.
+    pub(crate) fn debit<K: WindowKind>(&self, frame: &Frame<K>, excess: u64, at: u64) -> u64 {
+        let backoff = Backoff::new();
+        let mut word = self.0.load(Ordering::Acquire);
+        loop {
+            let view = frame.view(word, at);
+            let counted = excess.min(frame.room(&view));
+            let next = frame.admitted(&view, counted);
+            match self
+                .0
+                .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return counted,
+                Err(actual) => {
+                    word = actual;
+                    backoff.spin();
+                }
+            }
+        }
+    }
 }
 
 /// A keyed window's key is idle when nothing it counted still weighs: an

@@ -146,6 +146,12 @@ where
     fn undo(&self, taken: &Taken) {
         PerKey::key(&**self.limiter, self.key).undo(taken);
     }
+    fn debit(&self, taken: &Taken, tokens: u64) {
+        PerKey::key(&**self.limiter, self.key).debit(taken, tokens);
+    }
+    fn settle(&self, taken: &Taken, actual: u64) {
+        PerKey::key(&**self.limiter, self.key).settle(taken, actual);
+    }
     fn capacity(&self) -> u64 {
         PerKey::key(&**self.limiter, self.key).capacity()
     }
@@ -213,6 +219,12 @@ where
     }
     fn undo(&self, taken: &Taken) {
         self.view().undo(taken);
+    }
+    fn debit(&self, taken: &Taken, tokens: u64) {
+        self.view().debit(taken, tokens);
+    }
+    fn settle(&self, taken: &Taken, actual: u64) {
+        self.view().settle(taken, actual);
     }
     fn capacity(&self) -> u64 {
         self.view().capacity()
