@@ -293,6 +293,11 @@ pub(crate) mod sealed {
     pub(crate) enum Record {
         Bucket(crate::state::Admission),
         Window(u64),
+        /// No admission: an estimate of zero, which took nothing and so
+        /// has nothing to give back, settled to an actual cost (all of it
+        /// excess).
+        #[cfg(feature = "tower")]
+        Nothing,
     }
 
     impl Taken {
@@ -302,6 +307,16 @@ pub(crate) mod sealed {
             Taken {
                 record: Record::Bucket(admission),
                 tokens,
+                overflow: false,
+            }
+        }
+
+        /// An estimate of zero, which took nothing (see [`Record::Nothing`]).
+        #[cfg(feature = "tower")]
+        pub(crate) fn nothing() -> Taken {
+            Taken {
+                record: Record::Nothing,
+                tokens: 0,
                 overflow: false,
             }
         }
@@ -324,7 +339,7 @@ pub(crate) mod sealed {
         pub(crate) fn admission(&self) -> Option<&crate::state::Admission> {
             match &self.record {
                 Record::Bucket(admission) => Some(admission),
-                Record::Window(_) => None,
+                _ => None,
             }
         }
 
@@ -340,7 +355,7 @@ pub(crate) mod sealed {
         pub(crate) fn window_index(&self) -> Option<u64> {
             match self.record {
                 Record::Window(index) => Some(index),
-                Record::Bucket(_) => None,
+                _ => None,
             }
         }
     }

@@ -191,6 +191,24 @@ impl<'a> Charge<'a> {
         }
     }
 
+    /// Settles this charge to `actual` by the rule of
+    /// [`Receipt::settle`](crate::Receipt::settle), once: an in-process
+    /// limit's only (a rule that settles is one: `Rule::settled_by`).
+    pub(super) fn settle(&mut self, actual: u64) {
+        if let Target::Local { bound, taken } = &mut self.limit {
+            match taken.take() {
+                Some(taken) => bound.get().settle(&taken, actual),
+                // A cost of 0 took nothing: an actual cost is all excess,
+                // charged as any excess is.
+                None if actual > 0 && self.cost == 0 => {
+                    let nothing = crate::limit::Taken::nothing();
+                    bound.get().debit(&nothing, actual);
+                }
+                None => {}
+            }
+        }
+    }
+
     /// What this node can tell a client of the limit's live state: the
     /// tokens left and the wait until the next one. A shared limit's node
     /// knows only the tokens it holds leased for the key and, once refused,

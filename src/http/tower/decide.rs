@@ -172,7 +172,7 @@ impl Config {
                     .filter(|charge| {
                         charge.is_in_flight()
                             || self.on_success
-                            || self.rules[charge.rule].gives_back_any()
+                            || self.rules[charge.rule].answers_to_response()
                     })
                     .map(Charge::into_owned)
                     .collect()

@@ -183,12 +183,17 @@ fn spent() -> Response<Bytes> {
 impl KeptCharges {
     /// Gives back the charges of the rules configured to give back this
     /// status, each through its receipt (the one rule that never mints
-    /// credit), then adds the fields if configured (never to 401 or 403).
+    /// credit), settles those of the rules that settle to the actual cost
+    /// the response reports, then adds the fields if configured (never to
+    /// 401 or 403).
     fn finish<B>(mut self, response: &mut Response<B>) {
         let status = response.status();
         for charge in &mut self.charges {
-            if self.config.rules[charge.rule].gives_back(status) {
+            let rule = &self.config.rules[charge.rule];
+            if rule.gives_back(status) {
                 charge.give_back();
+            } else if let Some(actual) = rule.settlement().and_then(|how| how.actual(response)) {
+                charge.settle(actual);
             }
         }
         let private = status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN;

@@ -268,7 +268,7 @@ impl RateLimitLayerBuilder {
             kind: PhantomData,
             config: Arc::new(Config {
                 reads_costs: self.rules.iter().any(Rule::has_cost),
-                keeps: self.on_success || self.rules.iter().any(Rule::gives_back_any),
+                keeps: self.on_success || self.rules.iter().any(Rule::answers_to_response),
                 texts: self
                     .rules
                     .iter()

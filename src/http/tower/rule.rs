@@ -12,6 +12,7 @@ use super::decision::CallDecision;
 use super::in_flight::InFlightLimiter;
 use super::key::{IntoKey, NoPeerReport};
 use super::local::{LocalLimiter, WithKey};
+use super::settle::{NotSettleable, Settlement};
 use super::shadow::{Role, Shadow, ShadowCount};
 use super::shared::SharedLimiter;
 use crate::advertised::{Advertised, Shape};
@@ -94,6 +95,9 @@ pub struct Rule {
     no_peer: NoPeerReport,
     /// Enforced, or in shadow mode with its count.
     role: Role,
+    /// Where the actual cost is read from the response, if the charge is
+    /// settled to it.
+    settlement: Option<Settlement>,
 }
 
 impl Rule {
@@ -311,6 +315,7 @@ impl Rule {
             give_back_on: Vec::new(),
             no_peer: NoPeerReport::default(),
             role: Role::Enforced,
+            settlement: None,
         }
     }
 
@@ -519,6 +524,57 @@ impl Rule {
         &self.role
     }
 
+    /// Settles this rule's charge to the request's actual cost, read from
+    /// its response as `how` says: the cost function
+    /// ([`cost`](Self::cost), [`try_cost`](Self::try_cost)) gives the
+    /// estimate charged at admission, and when the inner service answers,
+    /// the charge is settled to the actual cost by
+    /// [`Receipt::settle`](crate::Receipt::settle)'s rule: the excess
+    /// charged into debt that later requests wait out, the rest given back
+    /// by the rule that never mints. A response that does not say leaves
+    /// the estimate charged, as does a request whose response never comes
+    /// (the client hung up: its handler may have done the work). A status
+    /// the rule gives back ([`give_back_on`](Self::give_back_on)) gives the
+    /// whole charge back instead. What an LLM gateway needs: tokens a
+    /// minute per API key, each request estimated, settled to the usage
+    /// its response reports.
+    ///
+    /// # Errors
+    ///
+    /// [`NotSettleable`] for a shared or in-flight rule: only in-process
+    /// rules settle.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use http::HeaderName;
+    /// use tollgate::{KeyedLimiter, Quota};
+    /// use tollgate::http::PolicyName;
+    /// use tollgate::http::tower::{Rule, Settlement, extract};
+    ///
+    /// // 100 000 tokens a minute per API key, 1000 estimated per request,
+    /// // settled to the usage the handler reports (`ActualCost`).
+    /// let tokens = Arc::new(KeyedLimiter::<String>::new(Quota::per_minute(100_000)?));
+    /// let api_key = extract::header(HeaderName::from_static("x-api-key"));
+    /// let rule = Rule::keyed(PolicyName::new("tokens")?, tokens, api_key)
+    ///     .cost(|_| 1_000)
+    ///     .settled_by(Settlement::Extension)?;
+    /// # let _ = rule;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn settled_by(mut self, how: Settlement) -> Result<Rule, NotSettleable> {
+        if !matches!(self.limit, RuleLimit::Local(_)) {
+            return Err(NotSettleable {
+                policy: self.policy.name().clone(),
+            });
+        }
+        self.settlement = Some(how);
+        Ok(self)
+    }
+
+    pub(super) fn settlement(&self) -> Option<&Settlement> {
+        self.settlement.as_ref()
+    }
+
     /// The advertised policy.
     ///
     /// ```
@@ -596,10 +652,11 @@ impl Rule {
         self.give_back_on.contains(&status)
     }
 
-    /// Whether some response status gives this rule's charge back, so the
-    /// charge is kept until the response.
-    pub(super) fn gives_back_any(&self) -> bool {
-        !self.give_back_on.is_empty()
+    /// Whether the response may change this rule's charge (a status that
+    /// gives it back, or an actual cost to settle to), so the charge is
+    /// kept until the response.
+    pub(super) fn answers_to_response(&self) -> bool {
+        !self.give_back_on.is_empty() || self.settlement.is_some()
     }
 }
 
