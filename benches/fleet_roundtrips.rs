@@ -398,6 +398,11 @@ impl<S: Store> Store for Counted<S> {
         self.count(key);
         self.inner.release(key, lease, unused).await
     }
+
+    async fn debit(&self, key: &str, tokens: u64) -> Result<(), S::Error> {
+        self.count(key);
+        self.inner.debit(key, tokens).await
+    }
 }
 
 /// A child: `url prefix scenario start_unix_ms run_ms`.

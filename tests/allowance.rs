@@ -89,6 +89,13 @@ impl Store for Flaky {
             .await
             .map_err(|_| Unreachable)
     }
+
+    async fn debit(&self, key: &str, tokens: u64) -> Result<(), Unreachable> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(Unreachable);
+        }
+        self.inner.debit(key, tokens).await.map_err(|_| Unreachable)
+    }
 }
 
 fn config(policy: FailurePolicy) -> AllowanceConfig {

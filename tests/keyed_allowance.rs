@@ -131,6 +131,13 @@ impl Store for Ledger {
             .await
             .map_err(|_| Unreachable)
     }
+
+    async fn debit(&self, key: &str, tokens: u64) -> Result<(), Unreachable> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(Unreachable);
+        }
+        self.inner.debit(key, tokens).await.map_err(|_| Unreachable)
+    }
 }
 
 /// Small thresholds and pools, so that a few steps switch keys.
@@ -1389,6 +1396,10 @@ impl Store for Blackhole {
         self.inner.release(key, lease, unused).await
     }
 
+    async fn debit(&self, key: &str, tokens: u64) -> Result<(), AcquireError> {
+        self.inner.debit(key, tokens).await
+    }
+
     async fn acquire_many<'a>(
         &'a self,
         requests: &'a [(&'a str, u64)],
@@ -1488,6 +1499,10 @@ impl Store for Down {
     }
 
     async fn release(&self, _: &str, _: Lease, _: u64) -> Result<(), Unreachable> {
+        Err(Unreachable)
+    }
+
+    async fn debit(&self, _: &str, _: u64) -> Result<(), Unreachable> {
         Err(Unreachable)
     }
 }

@@ -70,6 +70,10 @@ impl Store for Counted {
     async fn release(&self, key: &str, lease: Lease, unused: u64) -> Result<(), AcquireError> {
         self.honest.release(key, lease, unused).await
     }
+
+    async fn debit(&self, key: &str, tokens: u64) -> Result<(), AcquireError> {
+        self.honest.debit(key, tokens).await
+    }
 }
 
 fn config() -> AllowanceConfig {

@@ -760,4 +760,8 @@ impl Store for Recorded {
     async fn release(&self, key: &str, lease: Lease, unused: u64) -> Result<(), RedisStoreError> {
         self.inner.release(key, lease, unused).await
     }
+
+    async fn debit(&self, key: &str, tokens: u64) -> Result<(), RedisStoreError> {
+        self.inner.debit(key, tokens).await
+    }
 }

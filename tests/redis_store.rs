@@ -1009,3 +1009,53 @@ fn debug_of_a_redis_config_hides_a_password_given_in_the_url_query() {
         assert!(!shown.contains("hunter2"), "{url} shows as {shown}");
     }
 }
+
+/// A debit charges the key whether or not it fits: an absent key is a
+/// full bucket charged the tokens, a debt beyond it is waited out by every
+/// handle's acquires (the wait the debt's size says), and a key in debt
+/// does not expire while its debt lasts. The same arithmetic as
+/// `LocalStore`'s.
+#[tokio::test]
+async fn a_debit_charges_into_debt_that_every_handle_waits_out() {
+    let server = start_server!("a_debit_charges_into_debt_that_every_handle_waits_out");
+    // T = one hour: no refill during the test.
+    let period = Duration::from_secs(3600);
+    let quota = Quota::new(5, 1, period).unwrap();
+    let store = store(&server, quota, "debit:").await;
+    let other = self::store(&server, quota, "debit:").await;
+    let mut admin = admin(&server).await;
+
+    // An absent key, charged 3 of its 5.
+    let before = server_time(&mut admin).await;
+    store.debit("k", 3).await.unwrap();
+    assert_eq!(other.acquire("k", 5).await.unwrap().tokens, 2);
+    // 4 more beyond an empty bucket: a debt of 4 tokens, 5 hours to a token
+    // after the first debit (which set the state this one adds to).
+    store.debit("k", 4).await.unwrap();
+    let refused = other.acquire("k", 1).await.unwrap();
+    let after = server_time(&mut admin).await;
+    assert_eq!(refused.tokens, 0);
+    let five_hours = 5 * period;
+    assert!(
+        refused.retry_after <= five_hours,
+        "{:?}",
+        refused.retry_after
+    );
+    assert!(
+        refused.retry_after >= five_hours - (after - before),
+        "{:?}",
+        refused.retry_after
+    );
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("debit:{k}")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(
+        ttl > (five_hours + period).as_millis() as i64 * 9 / 10,
+        "expires with its debt: {ttl} ms"
+    );
+    // Nothing debited is nothing charged.
+    store.debit("z", 0).await.unwrap();
+    assert_eq!(store.acquire("z", 5).await.unwrap().tokens, 5);
+}

@@ -221,6 +221,10 @@ impl Store for Down {
     async fn release(&self, _: &str, _: Lease, _: u64) -> Result<(), Self::Error> {
         Err(std::io::Error::other("connection refused"))
     }
+
+    async fn debit(&self, _: &str, _: u64) -> Result<(), Self::Error> {
+        Err(std::io::Error::other("connection refused"))
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -654,6 +658,10 @@ impl Store for Hung {
     }
 
     async fn release(&self, _: &str, _: Lease, _: u64) -> Result<(), Self::Error> {
+        std::future::pending().await
+    }
+
+    async fn debit(&self, _: &str, _: u64) -> Result<(), Self::Error> {
         std::future::pending().await
     }
 }

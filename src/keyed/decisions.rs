@@ -241,6 +241,18 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 .debit(ticks, || held.gcra.ticks(self.timeline.nanos()));
             return;
         }
+        self.debit_key(key, tokens);
+    }
+
+    /// Charges `tokens` to `key`'s bucket whether or not they fit, as
+    /// [`Self::debit`] does for a key's own admission: the key found or
+    /// created (in debt), or the overflow bucket at the key cap. What a
+    /// store's debit of a settled excess comes to
+    /// ([`LocalStore`](crate::shared::LocalStore)).
+    pub(crate) fn debit_key<Q: KeyRef<K> + ?Sized>(&self, key: &Q, tokens: u64) {
+        if tokens == 0 {
+            return;
+        }
         // Decided like an admission of one token (which a new key's bucket
         // always has room for), so that the key is found or created, or the
         // overflow bucket chosen, as for any decision; the debit replaces

@@ -187,4 +187,12 @@ where
             .undo_lease(key, lease.granted, lease.at, unused);
         Ok(())
     }
+
+    /// Charges the key's bucket into debt (`KeyedLimiter`'s debit, the
+    /// arithmetic of `RedisStore`'s script): a key dropped full is tracked
+    /// again, and at the key cap the overflow bucket takes the debt.
+    async fn debit(&self, key: &str, tokens: u64) -> Result<(), AcquireError> {
+        self.buckets.debit_key(key, tokens);
+        Ok(())
+    }
 }

@@ -219,6 +219,28 @@ pub trait Store: Send + Sync + 'static {
         unused: u64,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
+    /// Charges `tokens` to `key`'s bucket now, whether or not they fit: the
+    /// excess of a cost settled above what was taken for it
+    /// ([`KeyedReceipt::settle`](crate::shared::KeyedReceipt::settle)),
+    /// into debt that every node's later grants for the key wait out. An
+    /// absent key is a full bucket charged the tokens. Never refused for
+    /// want of tokens: a debt is how the store learns what was spent.
+    ///
+    /// ```
+    /// use tollgate::Quota;
+    /// use tollgate::shared::{LocalStore, Store};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let store = LocalStore::new(Quota::per_second(10)?);
+    /// store.debit("a", 25).await?;
+    /// assert_eq!(store.acquire("a", 1).await?.tokens, 0); // 15 in debt
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn debit(&self, key: &str, tokens: u64)
+    -> impl Future<Output = Result<(), Self::Error>> + Send;
+
     /// [`acquire`](Self::acquire) for many keys at once: one outcome per
     /// request, in order. Each request is decided atomically on its own
     /// (never all or nothing across keys). A node with many hot keys

@@ -147,6 +147,9 @@ async fn a_store_with_no_capacity_is_refused_as_exceeding_it() {
         async fn release(&self, _key: &str, _lease: Lease, _unused: u64) -> Result<(), Refused> {
             Ok(())
         }
+        async fn debit(&self, _key: &str, _tokens: u64) -> Result<(), Refused> {
+            Ok(())
+        }
     }
     let node = KeyedAllowance::new(
         Arc::new(Empty),

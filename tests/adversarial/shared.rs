@@ -155,6 +155,16 @@ impl Store for Rogue {
             .await
             .map_err(|_| Refused)
     }
+
+    async fn debit(&self, key: &str, tokens: u64) -> Result<(), Refused> {
+        match self.conduct() {
+            Conduct::Fails => return Err(Refused),
+            Conduct::Hangs => std::future::pending().await,
+            Conduct::Late(by) => tokio::time::sleep(by).await,
+            _ => {}
+        }
+        self.honest.debit(key, tokens).await.map_err(|_| Refused)
+    }
 }
 
 fn config(policy: FailurePolicy) -> AllowanceConfig {

@@ -191,12 +191,14 @@ impl<'a> Charge<'a> {
         }
     }
 
-    /// Settles this charge to `actual` by the rule of
-    /// [`Receipt::settle`](crate::Receipt::settle), once: an in-process
-    /// limit's only (a rule that settles is one: `Rule::settled_by`).
+    /// Settles this charge to `actual`, once: an in-process limit's by the
+    /// rule of [`Receipt::settle`](crate::Receipt::settle), a shared
+    /// limit's by its receipt's ([`KeyedReceipt::settle`](crate::shared::KeyedReceipt::settle),
+    /// in the background). A rule that settles is one of these
+    /// (`Rule::settled_by`).
     pub(super) fn settle(&mut self, actual: u64) {
-        if let Target::Local { bound, taken } = &mut self.limit {
-            match taken.take() {
+        match &mut self.limit {
+            Target::Local { bound, taken } => match taken.take() {
                 Some(taken) => bound.get().settle(&taken, actual),
                 // A cost of 0 took nothing: an actual cost is all excess,
                 // charged as any excess is.
@@ -205,7 +207,13 @@ impl<'a> Charge<'a> {
                     bound.get().debit(&nothing, actual);
                 }
                 None => {}
-            }
+            },
+            Target::Shared { bound, receipt, .. } => match receipt.take() {
+                Some(receipt) => receipt.settle(actual),
+                None if actual > 0 && self.cost == 0 => bound.debit_in_background(actual),
+                None => {}
+            },
+            Target::InFlight(_) => {}
         }
     }
 

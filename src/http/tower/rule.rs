@@ -539,10 +539,14 @@ impl Rule {
     /// minute per API key, each request estimated, settled to the usage
     /// its response reports.
     ///
+    /// A shared rule settles through its receipt
+    /// ([`KeyedReceipt::settle`](crate::shared::KeyedReceipt::settle)):
+    /// the excess debited at the store, the rest given back where it came
+    /// from, in the background once the response head is out.
+    ///
     /// # Errors
     ///
-    /// [`NotSettleable`] for a shared or in-flight rule: only in-process
-    /// rules settle.
+    /// [`NotSettleable`] for an in-flight rule, which charges no tokens.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -562,7 +566,7 @@ impl Rule {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn settled_by(mut self, how: Settlement) -> Result<Rule, NotSettleable> {
-        if !matches!(self.limit, RuleLimit::Local(_)) {
+        if matches!(self.limit, RuleLimit::InFlight(_)) {
             return Err(NotSettleable {
                 policy: self.policy.name().clone(),
             });

@@ -59,9 +59,8 @@ impl Settlement {
     }
 }
 
-/// A rule that cannot settle to an actual cost: only in-process rules
-/// (global and keyed limits) do. A shared rule's budget lives in its store,
-/// and an in-flight rule charges no tokens.
+/// A rule that cannot settle to an actual cost: an in-flight rule, which
+/// charges no tokens.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -75,7 +74,7 @@ impl Settlement {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("rate-limit rule \"{policy}\" cannot settle to an actual cost: only in-process rules do")]
+#[error("rate-limit rule \"{policy}\" limits work in flight: it has no cost to settle")]
 pub struct NotSettleable {
     /// The rule's policy name.
     pub policy: PolicyName,

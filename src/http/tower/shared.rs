@@ -27,11 +27,18 @@ pub(super) trait GiveBack: Send {
     /// Gives the tokens back by the receipt's rule, without waiting (a
     /// return to the store runs in the background).
     fn undo(self: Box<Self>);
+    /// Settles the admission to `actual` by the receipt's rule, without
+    /// waiting (a store call runs in the background).
+    fn settle(self: Box<Self>, actual: u64);
 }
 
 impl<S: Store> GiveBack for KeyedReceipt<S> {
     fn undo(self: Box<Self>) {
         (*self).undo_in_background();
+    }
+
+    fn settle(self: Box<Self>, actual: u64) {
+        (*self).settle_in_background(actual);
     }
 }
 
@@ -48,6 +55,8 @@ trait ErasedAllowance: Send + Sync + 'static {
     fn pooled(&self, key: &str) -> u64;
     /// The quota the store gives every key, as its handle knows it now.
     fn quota(&self) -> Quota;
+    /// Charges `tokens` to `key` in the background, into debt.
+    fn debit_in_background(&self, key: &str, tokens: u64);
 }
 
 impl<S: Store> ErasedAllowance for KeyedAllowance<S> {
@@ -72,6 +81,10 @@ impl<S: Store> ErasedAllowance for KeyedAllowance<S> {
 
     fn quota(&self) -> Quota {
         KeyedAllowance::quota(self)
+    }
+
+    fn debit_in_background(&self, key: &str, tokens: u64) {
+        KeyedAllowance::debit_in_background(self, key, tokens);
     }
 }
 
@@ -160,6 +173,12 @@ impl SharedKey {
     /// The quota the store gives every key now.
     pub(super) fn quota(&self) -> Quota {
         self.limit.quota()
+    }
+
+    /// Charges `tokens` to the key in the background, into debt: a settled
+    /// cost that came with no admission (an estimate of 0).
+    pub(super) fn debit_in_background(&self, tokens: u64) {
+        self.limit.debit_in_background(&self.stored, tokens);
     }
 
     pub(super) fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> PartitionKey {

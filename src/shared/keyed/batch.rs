@@ -99,6 +99,13 @@ impl<S: Store> Store for Batched<S> {
             .await
             .map_err(BatchError::Store)
     }
+
+    async fn debit(&self, key: &str, tokens: u64) -> Result<(), Self::Error> {
+        self.store
+            .debit(key, tokens)
+            .await
+            .map_err(BatchError::Store)
+    }
 }
 
 /// The batching task: takes whatever is queued (up to [`MAX_BATCH`]) and
@@ -184,6 +191,10 @@ mod tests {
 
         async fn release(&self, key: &str, lease: Lease, unused: u64) -> Result<(), Self::Error> {
             self.inner.release(key, lease, unused).await
+        }
+
+        async fn debit(&self, key: &str, tokens: u64) -> Result<(), Self::Error> {
+            self.inner.debit(key, tokens).await
         }
 
         async fn acquire_many<'a>(

@@ -175,6 +175,57 @@ impl<S: Store> KeyedAllowance<S> {
         self.take(key, cost, max_wait).await.map(KeyedReceipt::kept)
     }
 
+    /// Charges `tokens` to `key`'s shared budget now, whether or not they
+    /// fit, into debt that every node's later grants for the key wait out
+    /// ([`Store::debit`]): what [`KeyedReceipt::settle`] does with a
+    /// settled cost's excess, for a cost that came with no admission (an
+    /// estimate of zero, work billed after the fact). Bounded by the store
+    /// timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`BudgetError::StoreUnavailable`] when the store did not confirm
+    /// the debit (counted in
+    /// [`KeyedAllowanceStats::undebited`](crate::shared::KeyedAllowanceStats::undebited)).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(Arc::clone(&store), KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// node.debit("k", 4).await?;
+    /// assert_eq!(store.limiter().available("k"), 6);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn debit<K: AsRef<str> + ?Sized>(
+        &self,
+        key: &K,
+        tokens: u64,
+    ) -> Result<(), BudgetError> {
+        if tokens == 0 {
+            return Ok(());
+        }
+        let name = store_key(key.as_ref()).into_owned();
+        receipt::debit(&self.inner, name, tokens).send().await
+    }
+
+    /// [`debit`](Self::debit) on the allowance's runtime, without waiting.
+    #[cfg(feature = "tower")]
+    pub(crate) fn debit_in_background(&self, key: &str, tokens: u64) {
+        if tokens == 0 {
+            return;
+        }
+        let debit = receipt::debit(&self.inner, store_key(key).into_owned(), tokens);
+        self.inner.runtime.spawn(async move {
+            let _ = debit.send().await;
+        });
+    }
+
     /// [`acquire`](Self::acquire), with a receipt to give the tokens back
     /// by ([`KeyedReceipt::undo`]): into the key's pool, or to the store by
     /// the one rule for a cold decision.

@@ -7,7 +7,7 @@ use super::KeyedAllowanceState;
 use super::batch::Batched;
 use super::cold::{ColdKey, return_to_store};
 use crate::shared::allowance::add;
-use crate::shared::{Lease, LocalAllowance, Source, Store};
+use crate::shared::{BudgetError, Lease, LocalAllowance, Source, Store};
 use crate::sync::unmodelled::{Arc, Weak};
 
 /// A hot key's lease pool.
@@ -224,6 +224,86 @@ impl<S: Store> KeyedReceipt<S> {
         }
     }
 
+    /// Settles the admission to its actual cost, once it is known: the
+    /// excess over what was taken charged to the store into debt
+    /// ([`Store::debit`]: every node's later grants for the key wait it
+    /// out), or the rest given back where it came from, as
+    /// [`undo`](Self::undo) gives back (into the key's pool, or to the
+    /// store by the one rule). Bounded by the store timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`BudgetError::StoreUnavailable`] when the store did not confirm a
+    /// debit (down, timed out): the excess is counted in
+    /// [`KeyedAllowanceStats::undebited`](crate::shared::KeyedAllowanceStats::undebited),
+    /// spent beyond the shared budget as a store outage lets spend.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate::{KeyedLimiter, Limit, ManualClock, Quota};
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let limiter = KeyedLimiter::builder(Quota::per_minute(1000)?).clock(ManualClock::new()).build();
+    /// let store = Arc::new(LocalStore::from_limiter(limiter));
+    /// let node = KeyedAllowance::new(Arc::clone(&store), KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// // Estimated at 100 tokens; the response used 1500: 500 in debt.
+    /// node.take("k", 100, Duration::ZERO).await?.settle(1_500).await?;
+    /// assert_eq!(store.limiter().available("k"), 0);
+    /// assert_eq!(store.limiter().key("k").retry_after(1)?, Duration::from_millis(30_060));
+    /// assert_eq!(node.stats().debited, 1_400);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn settle(self, actual: u64) -> Result<(), BudgetError> {
+        match self.settling(actual) {
+            Settling::Done => Ok(()),
+            Settling::GiveBack(part) => {
+                part.undo().await;
+                Ok(())
+            }
+            Settling::Debit(debit) => debit.send().await,
+        }
+    }
+
+    /// [`settle`](Self::settle) without waiting: what goes back to the
+    /// key's pool goes at once, a store call runs on the allowance's
+    /// runtime.
+    #[cfg(feature = "tower")]
+    pub(crate) fn settle_in_background(self, actual: u64) {
+        let runtime = self.inner.runtime.clone();
+        match self.settling(actual) {
+            Settling::Done => {}
+            Settling::GiveBack(part) => part.undo_in_background(),
+            Settling::Debit(debit) => {
+                runtime.spawn(async move {
+                    let _ = debit.send().await;
+                });
+            }
+        }
+    }
+
+    /// What settling to `actual` takes: nothing, giving back part of the
+    /// tokens (this receipt, narrowed to them), or a debit of the excess.
+    fn settling(mut self, actual: u64) -> Settling<S> {
+        if actual == self.tokens {
+            return Settling::Done;
+        }
+        if actual < self.tokens {
+            let part = self.tokens - actual;
+            if let Origin::Store(lease) = &mut self.origin {
+                // The part given back gets a receipt of its own; the rest
+                // of the grant stays spent.
+                self.origin = Origin::Store(lease.split_off(part));
+            }
+            self.tokens = part;
+            return Settling::GiveBack(self);
+        }
+        Settling::Debit(debit(&self.inner, self.name, actual - self.tokens))
+    }
+
     /// Keeps the tokens spent: what dropping the receipt does, said
     /// explicitly.
     ///
@@ -248,6 +328,56 @@ impl<S: Store> KeyedReceipt<S> {
     /// receipt-less calls' answer.
     pub(super) fn kept(self) -> Source {
         self.source
+    }
+}
+
+/// What settling a receipt takes.
+enum Settling<S: Store> {
+    Done,
+    /// The receipt, narrowed to the tokens to give back.
+    GiveBack(KeyedReceipt<S>),
+    Debit(Debit<S>),
+}
+
+/// A settled cost's excess on its way to the store.
+pub(super) struct Debit<S: Store> {
+    key: ColdKey<S>,
+    tokens: u64,
+}
+
+/// A debit of `tokens` to the key the store names `name`, to send.
+pub(super) fn debit<S: Store>(
+    inner: &Arc<KeyedAllowanceState<S>>,
+    name: String,
+    tokens: u64,
+) -> Debit<S> {
+    Debit {
+        key: ColdKey {
+            store: Arc::clone(&inner.store),
+            key: name,
+            timeout: inner.config.allowance.timeout,
+            counters: Arc::clone(&inner.counters),
+        },
+        tokens,
+    }
+}
+
+impl<S: Store> Debit<S> {
+    /// Charges the store, within the timeout, counting the outcome.
+    pub(super) async fn send(self) -> Result<(), BudgetError> {
+        let sent = tokio::time::timeout(
+            self.key.timeout,
+            self.key.store.debit(&self.key.key, self.tokens),
+        )
+        .await;
+        if let Ok(Ok(())) = sent {
+            add(&self.key.counters.debited, self.tokens);
+            Ok(())
+        } else {
+            add(&self.key.counters.store_errors, 1);
+            add(&self.key.counters.undebited, self.tokens);
+            Err(BudgetError::StoreUnavailable)
+        }
     }
 }
 

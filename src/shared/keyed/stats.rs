@@ -43,6 +43,14 @@ pub struct KeyedAllowanceStats {
     /// tokens receipts gave back to a hot key's pool that went before they
     /// were spent (or undone after it went).
     pub stranded: u64,
+    /// Tokens of settled costs' excess over what was taken for them
+    /// ([`KeyedReceipt::settle`](super::KeyedReceipt::settle)) that the
+    /// store was charged, into debt.
+    pub debited: u64,
+    /// Tokens of settled excess the store could not be told of (a debit
+    /// that failed or timed out): spent beyond the shared budget, as what
+    /// a store outage lets through.
+    pub undebited: u64,
     /// Cold store calls that failed or timed out.
     pub store_errors: u64,
     /// Tokens admitted by `FailurePolicy::Open` on cold keys.
@@ -69,6 +77,8 @@ pub(crate) struct Counters {
     pub(crate) refused_locally: AtomicU64,
     pub(crate) returned: AtomicU64,
     pub(crate) stranded: AtomicU64,
+    pub(crate) debited: AtomicU64,
+    pub(crate) undebited: AtomicU64,
     pub(crate) store_errors: AtomicU64,
     pub(crate) failed_open: AtomicU64,
     pub(crate) fallback: AtomicU64,
@@ -89,6 +99,8 @@ impl Counters {
             refused_locally: read(&self.refused_locally),
             returned: read(&self.returned),
             stranded: read(&self.stranded),
+            debited: read(&self.debited),
+            undebited: read(&self.undebited),
             store_errors: read(&self.store_errors),
             failed_open: read(&self.failed_open),
             fallback: read(&self.fallback),

@@ -15,6 +15,7 @@ use crate::sync::unmodelled::LazyLock;
 // more (`connection.rs`).
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(lua::ACQUIRE));
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(lua::RELEASE));
+pub(super) static DEBIT: LazyLock<Script> = LazyLock::new(|| Script::new(lua::DEBIT));
 
 impl RedisStore {
     /// One `EVALSHA` of `script` on `key` with the shared arguments of
@@ -130,7 +131,7 @@ mod tests {
 
     #[test]
     fn the_scripts_read_their_arguments_where_the_store_puts_them() {
-        for script in [lua::ACQUIRE, lua::RELEASE] {
+        for script in [lua::ACQUIRE, lua::RELEASE, lua::DEBIT] {
             let names = ["epoch", "d", "T", "BT", "last", "gen", "D", "B"];
             for (i, name) in names.iter().enumerate() {
                 let line = format!("{name} = tonumber(ARGV[{}])", i + 1);
@@ -142,5 +143,7 @@ mod tests {
         assert!(lua::RELEASE.contains("local granted = tonumber(ARGV[9])"));
         assert!(lua::RELEASE.contains("local at = tonumber(ARGV[10])"));
         assert!(lua::RELEASE.contains("local unused = tonumber(ARGV[11])"));
+        assert!(lua::DEBIT.contains("local tokens = tonumber(ARGV[9])"));
+        assert!(lua::DEBIT.contains("local fresh = tonumber(ARGV[10])"));
     }
 }

@@ -1,4 +1,4 @@
-//! The two Lua scripts, one per operation.
+//! The three Lua scripts, one per operation.
 //!
 //! Hand-written: the state is one GCRA instant per key and each script is a
 //! few lines of integer arithmetic, which no Redis rate-limiting crate
@@ -15,7 +15,7 @@
 //! and the scripts check every quota they are sent or read again, and
 //! refuse to run past the range).
 //!
-//! `ARGV` layout, shared by both scripts (all decimal integers):
+//! `ARGV` layout, shared by every script (all decimal integers):
 //!
 //! | index | value |
 //! |---|---|
@@ -37,7 +37,7 @@
 //! quota"). A quota charged per token keeps the six-field form that stores
 //! from before per-request quotas read too.
 
-/// The shared head of both scripts: arguments, the clock, helpers. A macro
+/// The shared head of every script: arguments, the clock, helpers. A macro
 /// so that `concat!` can join it to each body into one `&'static str`.
 macro_rules! prelude {
     () => {
@@ -403,5 +403,50 @@ else
   save(KEYS[1], s)
 end
 return {1, returned, now_us}
+"#
+);
+
+/// `debit`: `ARGV[9]` is the `tokens` to charge (`1 <= tokens < 2^53`),
+/// `ARGV[10]` `fresh` as for `acquire`.
+///
+/// Charges the key's bucket whether or not the tokens fit: the excess of a
+/// cost settled above what was taken for it. An absent key is a full
+/// bucket, as `acquire` finds it (holding at most `fresh`); a state under
+/// an older generation than the caller's is converted first, as `acquire`
+/// converts it. Then `tat = max(tat, now) + ceil(tokens * T / D)`, capped
+/// at the exact range (a debt of decades either way): a debt that every
+/// node's grants wait out, since no grant is made while `tat` lies beyond
+/// `now + BT`.
+///
+/// Returns `{1, 0, now}`; `{-1, 0, 0}`, `{-2, 0, now}`, `{-3, gen, now}`
+/// and `{-4, 0, 0}` as for `acquire`.
+pub(super) const DEBIT: &str = concat!(
+    prelude!(),
+    r#"
+local tokens = tonumber(ARGV[9])
+if not (whole(tokens) and tokens >= 1) then return {-4, 0, 0} end
+local fresh = tonumber(ARGV[10])
+if not whole(fresh) then return {-4, 0, 0} end
+local s = load(KEYS[1])
+if s == nil then return {-2, 0, now_us} end
+if not s then
+  local tat = now
+  if fresh < caller.B then tat = now + charge(caller, caller.B - fresh) end
+  s = keep({tat = tat, born = now_us, gen = gen}, caller)
+elseif s.gen < gen then
+  s.tat = convert(s, caller)
+  keep(s, caller)
+  s.gen, s.born = gen, now_us
+elseif s.gen == gen and not same(s) then
+  return {-3, s.gen, now_us}
+end
+local snow = now_us * s.d
+if snow + s.BT + charge_one(s) > EXACT then return {-1, 0, 0} end
+if s.tat < snow then s.tat = snow end
+local debt, rest = muldiv(tokens, s.T, s.D)
+if rest > 0 then debt = debt + 1 end
+s.tat = math.min(s.tat + debt, EXACT)
+save(KEYS[1], s)
+return {1, 0, now_us}
 "#
 );

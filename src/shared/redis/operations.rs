@@ -7,7 +7,7 @@ use std::time::Duration;
 use ::redis::Cmd;
 
 use super::error::RedisStoreError;
-use super::eval::{ACQUIRE, RELEASE};
+use super::eval::{ACQUIRE, DEBIT, RELEASE};
 use super::redis_store::{RedisStore, Setting};
 use super::scale;
 use crate::quota::Quota;
@@ -120,6 +120,26 @@ impl RedisStore {
         };
         self.saw(generation);
         Ok(grant)
+    }
+
+    async fn debit_tokens(&self, key: &str, tokens: u64) -> Result<(), RedisStoreError> {
+        let setting = self.setting();
+        if tokens == 0 {
+            return Ok(());
+        }
+        // Past 2^53 tokens a debt lasts for decades whatever its size: the
+        // script's arithmetic is kept exact by clamping.
+        let tokens = tokens.min(MAX_ASK);
+        let [code, _, _] = self
+            .run(&setting, &DEBIT, key, &[tokens, setting.fresh()])
+            .await?;
+        if code == 1 {
+            Ok(())
+        } else {
+            Err(RedisStoreError::BadReply(format!(
+                "debit returned code {code}"
+            )))
+        }
     }
 
     async fn release_tokens(
@@ -270,6 +290,25 @@ impl Store for RedisStore {
         unused: u64,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send {
         self.release_tokens(key, lease, unused)
+    }
+
+    /// Charges `tokens` to `key`'s bucket on the server's clock whether or
+    /// not they fit, in one script: `tat` moves to `max(tat, now)` plus
+    /// the tokens' ticks (rounded up), into debt that every node's grants
+    /// wait out. An absent key is a full bucket (as an acquire finds it);
+    /// a key under an older quota generation is converted first, as an
+    /// acquire converts it.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Store::acquire); a failed debit may or may not have
+    /// been applied.
+    fn debit(
+        &self,
+        key: &str,
+        tokens: u64,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.debit_tokens(key, tokens)
     }
 
     /// Acquires for every key in one batch: one pipeline of script calls
