@@ -4,7 +4,7 @@
 //! Retry-After, the RateLimit fields and a problem+json body; an upload
 //! without a readable Content-Length gets 400, a chunked one 411.
 //!
-//!     cargo run --example axum_server --features tower [-- PORT]
+//!     cargo run --example axum_server --features axum [-- PORT]
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

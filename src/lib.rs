@@ -197,6 +197,8 @@ pub mod window;
 
 pub use advertised::{Advertised, Shape};
 pub use bucket::TokenBucket;
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
 pub use clock::{
     Clock, ClockChoice, CoarseClock, DefaultClock, ManualClock, MonotonicClock, TscClock,
 };
@@ -205,7 +207,8 @@ pub use error::{AcquireError, QuotaError};
 pub use hierarchy::{HierarchyError, MAX_STEPS, Step, try_acquire_all};
 #[cfg(feature = "keyed")]
 pub use keyed::{
-    AtCapacity, KeyLimit, KeyRef, KeyTableStats, KeyedBuilder, KeyedLimiter, PerKey, Tiered,
+    AtCapacity, KeyLimit, KeyRef, KeyTableStats, KeyedBuilder, KeyedLimiter, OwnedKey, PerKey,
+    Tiered,
 };
 /// The keyed limiter's quota generations, for the loom models only.
 #[cfg(all(tollgate_loom, feature = "keyed"))]

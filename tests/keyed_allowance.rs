@@ -16,7 +16,8 @@ use tollgate::shared::{BudgetError, HotAnswer};
 use tollgate::{AcquireError, Clock, KeyedLimiter, ManualClock, Quota};
 
 mod common;
-use common::{Envelope, TokioClock};
+use common::Envelope;
+use tollgate::TokioClock;
 
 /// A `LocalStore` that keeps per-key books: tokens it reported granting
 /// and tokens it was sent back; and that can be made to fail.
@@ -41,7 +42,7 @@ struct Unreachable;
 impl Ledger {
     /// Must be called inside the paused runtime: its epoch is now.
     fn new(quota: Quota) -> Arc<Self> {
-        let clock = TokioClock::starting_now();
+        let clock = TokioClock::new();
         Arc::new(Ledger {
             inner: LocalStore::from_limiter(KeyedLimiter::builder(quota).clock(clock).build()),
             clock,

@@ -14,7 +14,6 @@ use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::Full;
 use tollgate::http::PolicyName;
 use tollgate::http::tower::{ActualCost, RateLimitLayer, Rule, Settlement, extract};
-use tollgate::shared::{FailurePolicy, KeyedAllowance, KeyedAllowanceConfig, LocalStore};
 use tollgate::{KeyedLimiter, Limit, ManualClock, Quota};
 use tower::{Layer, ServiceExt};
 
@@ -133,19 +132,18 @@ fn futures_poll_once<F: std::future::Future>(
     future.poll(&mut cx)
 }
 
-/// Only in-process rules settle: a shared rule says so with a typed error.
-#[tokio::test]
-async fn a_shared_rule_cannot_settle() {
-    let store = Arc::new(LocalStore::new(Quota::per_minute(100).unwrap()));
-    let allowance =
-        KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed)).unwrap();
-    let shared = Rule::shared(
-        PolicyName::new("fleet").unwrap(),
-        allowance,
+/// An in-flight rule has no cost to settle: it says so with a typed error.
+#[test]
+fn an_in_flight_rule_cannot_settle() {
+    use tollgate::concurrency::KeyedConcurrencyLimiter;
+    let slots = Arc::new(KeyedConcurrencyLimiter::<String>::new(2).unwrap());
+    let rule = Rule::in_flight(
+        PolicyName::new("slots").unwrap(),
+        slots,
         extract::header(API_KEY),
     );
-    let error = shared.settled_by(Settlement::Extension).unwrap_err();
-    assert_eq!(error.policy.as_str(), "fleet");
+    let error = rule.settled_by(Settlement::Extension).unwrap_err();
+    assert_eq!(error.policy.as_str(), "slots");
 }
 
 /// The LLM-gateway job end to end on axum: the handler reports its usage

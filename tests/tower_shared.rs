@@ -25,7 +25,8 @@ use tollgate::{Clock, KeyedLimiter, Limit, ManualClock, Quota, TokenBucket};
 use tower::{Layer, Service, ServiceExt};
 
 mod common;
-use common::{TokioClock, poll_once};
+use common::poll_once;
+use tollgate::TokioClock;
 
 const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 const TENANT: HeaderName = HeaderName::from_static("x-tenant");
@@ -696,7 +697,7 @@ async fn a_shared_refusal_is_the_stores_word_and_its_wait_the_stores() {
     const GAP: Duration = Duration::from_millis(5);
     const REQUESTS: u32 = 300;
     let quota = Quota::new(100, 100, Duration::from_secs(60)).unwrap();
-    let clock = TokioClock::starting_now();
+    let clock = TokioClock::new();
     let store = Arc::new(LocalStore::from_limiter(
         KeyedLimiter::builder(quota)
             .clock(clock)

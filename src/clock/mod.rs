@@ -13,6 +13,7 @@
 //! | [`MonotonicClock`] | ~31 ns | 1 ns | `Instant::now()` |
 //! | [`CoarseClock`] | ~0.7 ns (one load) | its update period | a background thread |
 //! | [`ManualClock`] | one load | 1 ns | tests and simulations |
+//! | `TokioClock` | `Instant::now()` and a check of tokio's | 1 ns | tokio's time, paused in tests (feature `tokio`) |
 //!
 //! [`docs/clocks.md`](crate::guide::clocks) has the measurements, including cross-core behaviour and
 //! the updater thread's cost.
@@ -22,6 +23,8 @@ mod coarse;
 mod default;
 mod manual;
 mod monotonic;
+#[cfg(feature = "tokio")]
+mod tokio_time;
 mod tsc;
 
 pub use choice::ClockChoice;
@@ -29,6 +32,8 @@ pub use coarse::CoarseClock;
 pub use default::DefaultClock;
 pub use manual::ManualClock;
 pub use monotonic::MonotonicClock;
+#[cfg(feature = "tokio")]
+pub use tokio_time::TokioClock;
 pub use tsc::TscClock;
 
 /// A source of time for buckets, in nanoseconds since the clock's epoch.

@@ -220,26 +220,6 @@ pub fn admitted_at_first_poll<T, E>(future: impl Future<Output = Result<T, E>>) 
     matches!(poll_once(&mut future), Poll::Ready(Ok(_)))
 }
 
-/// A clock that reads tokio's, from the instant it was made: a store on it
-/// refills as tokio's paused clock moves, so that refill, leases, waits and
-/// envelopes all run on one clock.
-#[derive(Clone, Copy, Debug)]
-pub struct TokioClock(pub tokio::time::Instant);
-
-impl TokioClock {
-    /// Must be called inside a runtime with time enabled: its epoch is now.
-    pub fn starting_now() -> TokioClock {
-        TokioClock(tokio::time::Instant::now())
-    }
-}
-
-impl tollgate::Clock for TokioClock {
-    fn now_nanos(&self) -> u64 {
-        let since = tokio::time::Instant::now().duration_since(self.0);
-        u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
-    }
-}
-
 /// A chain refused by one of its limits: which one, and why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChainRefused {

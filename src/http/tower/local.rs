@@ -12,7 +12,7 @@ use super::key::{IntoKey, KeyFn, NoKey};
 use crate::advertised::{Advertised, Shape};
 use crate::error::AcquireError;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
-use crate::keyed::PerKey;
+use crate::keyed::{OwnedKey, PerKey};
 use crate::limit::sealed::Sealed;
 use crate::limit::{Identity, Limit, Taken};
 use crate::sync::unmodelled::Arc;
@@ -110,21 +110,6 @@ struct KeyBorrowed<'a, L, K> {
     key: &'a K,
 }
 
-/// One key of a keyed limiter, owned by a charge kept past the call.
-struct KeyOwned<L, K> {
-    limiter: Arc<L>,
-    key: K,
-}
-
-impl<L, K> KeyOwned<L, K> {
-    fn view(&self) -> KeyBorrowed<'_, L, K> {
-        KeyBorrowed {
-            limiter: &self.limiter,
-            key: &self.key,
-        }
-    }
-}
-
 /// The key's limit is the keyed limiter's own view of the key
 /// ([`KeyedLimiter::key`](crate::KeyedLimiter::key), [`KeyedWindow::key`](crate::window::KeyedWindow::key)):
 /// taking, undoing and waiting are its.
@@ -195,80 +180,20 @@ where
         Some(keys.key(name, self.key))
     }
     fn to_owned(&self) -> Box<dyn RequestLimit> {
-        Box::new(KeyOwned {
-            limiter: Arc::clone(self.limiter),
-            key: self.key.clone(),
-        })
+        Box::new(OwnedKey::new(Arc::clone(self.limiter), self.key.clone()))
     }
 }
 
-impl<L, K> Sealed for KeyOwned<L, K>
-where
-    L: PerKey<Key = K> + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-{
-    fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        self.view().take(cost)
-    }
-    fn take_within(
-        &self,
-        cost: u64,
-        max_wait: Duration,
-    ) -> Result<(Taken, Duration), AcquireError> {
-        self.view().take_within(cost, max_wait)
-    }
-    fn undo(&self, taken: &Taken) {
-        self.view().undo(taken);
-    }
-    fn debit(&self, taken: &Taken, tokens: u64) {
-        self.view().debit(taken, tokens);
-    }
-    fn settle(&self, taken: &Taken, actual: u64) {
-        self.view().settle(taken, actual);
-    }
-    fn capacity(&self) -> u64 {
-        self.view().capacity()
-    }
-    fn identity(&self) -> Identity {
-        self.view().identity()
-    }
-}
-
-impl<L, K> Limit for KeyOwned<L, K>
-where
-    L: PerKey<Key = K> + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-{
-    fn retry_after(&self, cost: u64) -> Result<Duration, AcquireError> {
-        self.view().retry_after(cost)
-    }
-    fn available(&self) -> u64 {
-        self.view().available()
-    }
-}
-
-impl<L, K> Advertised for KeyOwned<L, K>
-where
-    L: PerKey<Key = K> + 'static,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-{
-    fn shape(&self) -> Shape {
-        self.view().shape()
-    }
-    fn idle_reset(&self) -> Duration {
-        self.view().idle_reset()
-    }
-}
-
-impl<L, K> RequestLimit for KeyOwned<L, K>
+/// A charge kept past the call owns its key ([`OwnedKey`]).
+impl<L, K> RequestLimit for OwnedKey<L>
 where
     L: PerKey<Key = K> + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> Option<PartitionKey> {
-        self.view().partition(keys, name)
+        Some(keys.key(name, self.key()))
     }
     fn to_owned(&self) -> Box<dyn RequestLimit> {
-        self.view().to_owned()
+        Box::new(self.clone())
     }
 }

@@ -52,6 +52,7 @@ mod service;
 mod settle;
 mod shadow;
 mod shared;
+mod throttle;
 mod unchargeable;
 
 pub use body::{BodyKind, EitherBody, InnerBody, RateLimitBody};
@@ -63,3 +64,4 @@ pub use rule::{MissingKey, Rule};
 pub use service::RateLimitService;
 pub use settle::{ActualCost, NotSettleable, Settlement};
 pub use shadow::Shadow;
+pub use throttle::{ThrottleError, ThrottledBody};
