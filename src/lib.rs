@@ -1,5 +1,6 @@
-//! A lock-free, in-process rate limiter for the hot paths of latency-sensitive
-//! servers.
+#![doc = include_str!("../docs/jobs.md")]
+//!
+//! # The bucket
 //!
 //! A [`TokenBucket`] keeps its whole state in one atomic word: refill, check
 //! and deduction are a single linearizable compare-and-swap, with no lock and
@@ -143,15 +144,28 @@
 //!
 //! # Features
 //!
-//! Features `keyed`, `identity` and `retry` are on by default. Without
-//! default features the crate is the bucket alone ([`TokenBucket`],
+//! Each feature is the boundary of one layer; `keyed`, `identity` and
+//! `retry` are on by default.
+//!
+//! - `keyed` (default): [keyed limiters](guide::keyed), [`shared`]'s stores.
+//! - `identity` (default): [client identity](guide::identity).
+//! - `retry` (default): [Retry-After and retry planning](guide::retry).
+//! - `tokio`: async waits, [shared budgets](guide::distributed), `TokioClock`.
+//! - `redis`: [the Redis store](guide::redis).
+//! - `http`: [responses and the RateLimit fields](guide::http).
+//! - `tower`: [the tower layer](guide::http) (settled and shadow rules,
+//!   throttled bodies).
+//! - `axum`: the [peer address](guide::http) from axum's `ConnectInfo`.
+//! - `tonic`, `tonic-tls`: [gRPC answers](guide::grpc) and tonic's peer.
+//! - `metrics`: [every counter exported](guide::observability).
+//!
+//! Without default features the crate is the bucket alone ([`TokenBucket`],
 //! [`StripedBucket`], the window counters, [`Pacer`], [`try_acquire_all`],
 //! [`Receipt`], [`Counted`], the clocks, [`jitter`], [`concurrency`]
-//! without keys) on
-//! crossbeam-utils, thiserror, arc-swap and quanta (and, for the default
-//! clock's check, core_affinity on Linux and raw-cpuid on x86-64); the
-//! guide's [`design`](guide::design), "Features", says what each feature
-//! brings and costs to build.
+//! without keys) on crossbeam-utils, thiserror, arc-swap and quanta (and,
+//! for the default clock's check, core_affinity on Linux and raw-cpuid on
+//! x86-64); the guide's [`design`](guide::design), "Features", says what
+//! each feature brings and costs to build.
 
 #![forbid(unsafe_code)]
 // On docs.rs (nightly, `--cfg docsrs`): each item gated by a feature says
