@@ -196,3 +196,27 @@ async fn each_key_streams_at_its_own_rate() {
     );
     assert_eq!(per_client.key("c").available(), MB);
 }
+
+/// Through a fixed window, which reserves within its current window only:
+/// a piece the window has no room for waits until the window turns (the
+/// wait the window reports), then goes.
+#[tokio::test(start_paused = true)]
+async fn a_window_counter_paces_a_body_window_by_window() {
+    use tollgate::{FixedWindow, WindowQuota};
+    let per_second = Arc::new(
+        FixedWindow::with_clock(WindowQuota::per_second(1_000).unwrap(), TokioClock::new())
+            .unwrap(),
+    );
+    let body = ThrottledBody::new(Chunks::new(&[2_500], None), Arc::clone(&per_second));
+    let sent = drain(body).await;
+    assert_eq!(
+        sent.iter().map(|&(_, size)| size).collect::<Vec<_>>(),
+        [1_000, 1_000, 500]
+    );
+    for (i, &(at, _)) in sent.iter().enumerate() {
+        assert!(
+            on_time(at, Duration::from_secs(i as u64)),
+            "piece {i} at {at:?}"
+        );
+    }
+}

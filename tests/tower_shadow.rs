@@ -218,3 +218,39 @@ async fn shared_and_in_flight_shadows_count_and_admit() {
     );
     assert_eq!(reports.shadow_refusals(), Some(3));
 }
+
+/// A shadow rule settled to the actual cost: what it admitted settles, and
+/// a request it would have refused (which it took nothing for) is not
+/// charged its usage either, as enforced it would have cost nothing.
+#[tokio::test]
+async fn a_shadow_rule_that_would_refuse_is_not_settled() {
+    use tollgate::http::tower::{ActualCost, Settlement};
+    async fn used<B>(_: Request<B>) -> Result<Response<Full<Bytes>>, Infallible> {
+        let mut response = Response::new(Full::new(Bytes::new()));
+        response.extensions_mut().insert(ActualCost(7));
+        Ok(response)
+    }
+    let clock = ManualClock::new();
+    let bucket = Arc::new(TokenBucket::with_clock(
+        Quota::new(10, 1, Duration::from_secs(3600)).unwrap(),
+        clock,
+    ));
+    let shadow = Rule::global(PolicyName::new("next").unwrap(), Arc::clone(&bucket))
+        .cost(|_| 5)
+        .settled_by(Settlement::Extension)
+        .unwrap()
+        .shadow(Shadow::Quiet);
+    let layer = RateLimitLayer::builder().rule(shadow.clone()).build();
+    for _ in 0..3 {
+        let response = layer
+            .layer(tower::service_fn(used::<Full<Bytes>>))
+            .oneshot(as_account(0))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    // 5, settled to 7: 3 left. The next two need 5: refused in shadow,
+    // counted, and charged neither 5 nor their usage of 7.
+    assert_eq!(bucket.available(), 3);
+    assert_eq!(shadow.shadow_refusals(), Some(2));
+}

@@ -192,6 +192,9 @@ impl KeptCharges {
             let rule = &self.config.rules[charge.rule];
             if rule.gives_back(status) {
                 charge.give_back();
+            } else if charge.shadowed {
+                // A shadow rule that would have refused the request took
+                // nothing for it: enforced, it would have cost nothing.
             } else if let Some(actual) = rule.settlement().and_then(|how| how.actual(response)) {
                 charge.settle(actual);
             }

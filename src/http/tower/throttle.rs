@@ -63,26 +63,31 @@ pin_project! {
         limit: L,
         // What is left of the chunk being sent.
         rest: Bytes,
-        // The piece waiting for its tokens: its bytes, what was reserved
-        // for it, and its timer.
+        // A piece to reserve before the rest: one the limit could not
+        // reserve yet.
+        next: Option<Bytes>,
+        // The piece waiting: its bytes, what was reserved for it (nothing
+        // while the limit cannot reserve it yet), and its timer.
         waiting: Option<Waiting>,
     }
 
     impl<B, L: Limit> PinnedDrop for ThrottledBody<B, L> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            if let Some(waiting) = this.waiting.take() {
+            if let Some(taken) = this.waiting.take().and_then(|waiting| waiting.taken) {
                 // Never sent: its reservation goes back.
-                this.limit.undo(&waiting.taken);
+                this.limit.undo(&taken);
             }
         }
     }
 }
 
-/// A piece reserved and waiting for its tokens.
+/// A piece waiting: for its reserved tokens, or (`taken` none) until the
+/// limit says it can be reserved (a window counter reserves within its
+/// current window only).
 struct Waiting {
     piece: Bytes,
-    taken: Taken,
+    taken: Option<Taken>,
     timer: Pin<Box<tokio::time::Sleep>>,
 }
 
@@ -105,6 +110,7 @@ impl<B, L: Limit> ThrottledBody<B, L> {
             inner: body,
             limit,
             rest: Bytes::new(),
+            next: None,
             waiting: None,
         }
     }
@@ -126,8 +132,9 @@ pub enum ThrottleError<E> {
     /// The inner body failed.
     #[error("the throttled body failed: {0}")]
     Body(E),
-    /// The limit refused to reserve a piece ([`AcquireError::TooManyKeys`]:
-    /// the limiter's key table is full).
+    /// The limit refused a piece for good ([`AcquireError::TooManyKeys`]:
+    /// the limiter's key table is full). A refusal for want of tokens is
+    /// waited out instead.
     #[error("the body's rate limit refused it: {0}")]
     Limit(AcquireError),
 }
@@ -148,49 +155,62 @@ where
         loop {
             if let Some(waiting) = this.waiting.as_mut() {
                 ready!(waiting.timer.as_mut().poll(cx));
-                let sent = this.waiting.take().map(|waiting| waiting.piece);
-                return Poll::Ready(sent.map(|piece| Ok(Frame::data(piece))));
-            }
-            if !this.rest.is_empty() {
-                let size = this
-                    .rest
-                    .len()
-                    .min(usize::try_from(this.limit.capacity()).unwrap_or(usize::MAX));
-                let piece = this.rest.split_to(size);
-                // At most the capacity: reserved with no limit on the wait,
-                // it is never refused for want of tokens.
-                let (taken, wait) = this
-                    .limit
-                    .take_within(piece.len() as u64, Duration::MAX)
-                    .map_err(ThrottleError::Limit)?;
-                if wait.is_zero() {
-                    return Poll::Ready(Some(Ok(Frame::data(piece))));
+                if let Some(waiting) = this.waiting.take() {
+                    if waiting.taken.is_some() {
+                        return Poll::Ready(Some(Ok(Frame::data(waiting.piece))));
+                    }
+                    // The limit said when it could take the piece: now.
+                    *this.next = Some(waiting.piece);
                 }
-                *this.waiting = Some(Waiting {
-                    piece,
-                    taken,
-                    timer: Box::pin(tokio::time::sleep(wait)),
-                });
-                continue;
             }
-            match ready!(this.inner.as_mut().poll_frame(cx)) {
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) if data.is_empty() => continue,
-                    Ok(data) => *this.rest = data,
-                    Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
+            let piece = match this.next.take() {
+                Some(piece) => piece,
+                None if !this.rest.is_empty() => {
+                    let capacity = usize::try_from(this.limit.capacity()).unwrap_or(usize::MAX);
+                    let size = this.rest.len().min(capacity);
+                    this.rest.split_to(size)
+                }
+                None => match ready!(this.inner.as_mut().poll_frame(cx)) {
+                    Some(Ok(frame)) => match frame.into_data() {
+                        Ok(data) => {
+                            *this.rest = data;
+                            continue;
+                        }
+                        Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
+                    },
+                    Some(Err(error)) => return Poll::Ready(Some(Err(ThrottleError::Body(error)))),
+                    None => return Poll::Ready(None),
                 },
-                Some(Err(error)) => return Poll::Ready(Some(Err(ThrottleError::Body(error)))),
-                None => return Poll::Ready(None),
+            };
+            // At most the capacity, reserved with no limit on the wait: a
+            // bucket never refuses it for want of tokens; a window counter
+            // may, until its window turns, and says when.
+            let (taken, wait) = match this.limit.take_within(piece.len() as u64, Duration::MAX) {
+                Ok((taken, wait)) => (Some(taken), wait),
+                Err(AcquireError::Insufficient { retry_after }) => (None, retry_after),
+                Err(refused) => return Poll::Ready(Some(Err(ThrottleError::Limit(refused)))),
+            };
+            if taken.is_some() && wait.is_zero() {
+                return Poll::Ready(Some(Ok(Frame::data(piece))));
             }
+            *this.waiting = Some(Waiting {
+                piece,
+                taken,
+                timer: Box::pin(tokio::time::sleep(wait)),
+            });
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.waiting.is_none() && self.rest.is_empty() && self.inner.is_end_stream()
+        self.waiting.is_none()
+            && self.next.is_none()
+            && self.rest.is_empty()
+            && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        let pending = (self.rest.len() + self.waiting.as_ref().map_or(0, |w| w.piece.len())) as u64;
+        let waiting = self.waiting.as_ref().map_or(0, |w| w.piece.len());
+        let pending = (self.rest.len() + waiting + self.next.as_ref().map_or(0, Bytes::len)) as u64;
         let inner = self.inner.size_hint();
         let mut hint = SizeHint::new();
         hint.set_lower(inner.lower().saturating_add(pending));
