@@ -157,6 +157,7 @@
 //!   throttled bodies).
 //! - `axum`: the [peer address](guide::http) from axum's `ConnectInfo`.
 //! - `tonic`, `tonic-tls`: [gRPC answers](guide::grpc) and tonic's peer.
+//! - `actix`: the layer's rules as [actix-web middleware](guide::http).
 //! - `metrics`: [every counter exported](guide::observability).
 //!
 //! Without default features the crate is the bucket alone ([`TokenBucket`],

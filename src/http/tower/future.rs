@@ -186,7 +186,7 @@ impl KeptCharges {
     /// credit), settles those of the rules that settle to the actual cost
     /// the response reports, then adds the fields if configured (never to
     /// 401 or 403).
-    fn finish<B>(mut self, response: &mut Response<B>) {
+    pub(super) fn finish<B>(mut self, response: &mut Response<B>) {
         let status = response.status();
         for charge in &mut self.charges {
             let rule = &self.config.rules[charge.rule];

@@ -61,7 +61,7 @@ use crate::sync::unmodelled::Arc;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RateLimitLayer<K = EitherBody> {
-    config: Arc<Config>,
+    pub(super) config: Arc<Config>,
     kind: PhantomData<fn() -> K>,
 }
 

@@ -32,6 +32,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "actix")]
+pub mod actix;
 mod advertise;
 mod body;
 mod charge;
