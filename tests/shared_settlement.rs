@@ -82,6 +82,34 @@ async fn a_cold_receipt_settles_at_the_store() {
     assert_eq!(store.limiter().available("j"), 93);
 }
 
+/// Settled below its estimate after time has passed, a cold grant gives
+/// back by the rule applied to the grant as it was made: at most the
+/// unused part, and at most the whole grant's cost less the time held (not
+/// the unused part's cost less it, which would charge the time held twice).
+#[tokio::test]
+async fn a_cold_receipt_settled_later_gives_back_by_the_grants_rule() {
+    let clock = ManualClock::new();
+    // One token a second.
+    let store = Arc::new(LocalStore::from_limiter(
+        KeyedLimiter::builder(Quota::new(100, 1, Duration::from_secs(1)).unwrap())
+            .clock(clock.clone())
+            .sweep_interval(None)
+            .build(),
+    ));
+    let allowance = node(&store);
+    let receipt = allowance.take("k", 30, Duration::ZERO).await.unwrap();
+    allowance
+        .take("k", 50, Duration::ZERO)
+        .await
+        .unwrap()
+        .keep();
+    clock.advance(Duration::from_secs(10));
+    // 80 taken, 10 refilled: 30 left. Settled to 10 of 30: 20 unused,
+    // within the grant's 30 less the 10 s held.
+    receipt.settle(10).await.unwrap();
+    assert_eq!(store.limiter().available("k"), 50);
+}
+
 /// A store that does not answer a debit: the settlement says so, and the
 /// excess is counted as spent beyond the budget.
 #[tokio::test(start_paused = true)]

@@ -184,3 +184,57 @@ async fn an_llm_endpoint_on_axum_settles_tokens_per_api_key() {
     // 4000 in debt and 1000 for the estimate: 3 s at 600 µs a token.
     assert_eq!(refused.headers()["retry-after"], "3");
 }
+
+/// Settled by the body's bytes: charged what the body streamed, when it
+/// ends; a body dropped before its end (the client hung up) is charged
+/// the bytes it had sent.
+#[tokio::test]
+async fn a_charge_settles_to_the_bytes_its_body_streamed() {
+    use http_body_util::{BodyExt, StreamBody};
+    let clock = ManualClock::new();
+    let bytes = Arc::new(tollgate::TokenBucket::with_clock(
+        Quota::new(100_000, 1, Duration::from_secs(3600)).unwrap(),
+        clock,
+    ));
+    let rule = Rule::global(PolicyName::new("bytes").unwrap(), Arc::clone(&bytes))
+        .cost(|_| 1_000)
+        .settled_by(Settlement::BodyBytes)
+        .unwrap();
+    let layer = RateLimitLayer::builder().rule(rule).build();
+    type Chunks = StreamBody<
+        futures_util::stream::Iter<std::vec::IntoIter<Result<http_body::Frame<Bytes>, Infallible>>>,
+    >;
+    let chunked = |n: usize| -> Chunks {
+        let frames: Vec<_> = (0..n)
+            .map(|_| Ok(http_body::Frame::data(Bytes::from(vec![0; 2_000]))))
+            .collect();
+        StreamBody::new(futures_util::stream::iter(frames))
+    };
+    let serve = |n: usize| {
+        layer.layer(tower::service_fn(move |_: Request<Full<Bytes>>| async move {
+            Ok::<_, Infallible>(Response::new(chunked(n)))
+        }))
+    };
+    // 5 chunks of 2000: estimated 1000, settled to 10 000 at the end.
+    let response = serve(5).oneshot(ask(None)).await.unwrap();
+    assert_eq!(
+        bytes.available(),
+        99_000,
+        "the estimate, until the body ends"
+    );
+    let sent = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(sent.len(), 10_000);
+    assert_eq!(bytes.available(), 90_000);
+    // Two chunks sent, then the client hangs up: 4000 charged.
+    let mut body = serve(5).oneshot(ask(None)).await.unwrap().into_body();
+    for _ in 0..2 {
+        body.frame().await.unwrap().unwrap();
+    }
+    drop(body);
+    assert_eq!(bytes.available(), 86_000);
+    // An empty body: nothing sent, the estimate given back by the one rule
+    // (exactly: nothing admitted since, the clock still).
+    let body = serve(0).oneshot(ask(None)).await.unwrap().into_body();
+    assert_eq!(body.collect().await.unwrap().to_bytes().len(), 0);
+    assert_eq!(bytes.available(), 86_000);
+}

@@ -254,3 +254,46 @@ async fn a_shadow_rule_that_would_refuse_is_not_settled() {
     assert_eq!(bucket.available(), 3);
     assert_eq!(shadow.shadow_refusals(), Some(2));
 }
+
+/// Whatever the order of the rules, a shadow rule never moves the wait an
+/// enforced refusal tells, nor is named in it.
+#[tokio::test]
+async fn a_shadow_rule_after_the_enforced_one_moves_no_wait() {
+    use http_body_util::BodyExt;
+    for shadow_first in [true, false] {
+        let clock = ManualClock::new();
+        let daily = Arc::new(TokenBucket::with_clock(
+            Quota::new(1, 1, Duration::from_secs(86_400)).unwrap(),
+            clock.clone(),
+        ));
+        let minute = Arc::new(TokenBucket::with_clock(
+            Quota::new(2, 1, Duration::from_secs(60)).unwrap(),
+            clock.clone(),
+        ));
+        let shadow =
+            Rule::global(PolicyName::new("daily").unwrap(), daily).shadow(Shadow::Advertised);
+        let enforced = Rule::global(PolicyName::new("minute").unwrap(), minute);
+        let rules = if shadow_first {
+            [shadow, enforced]
+        } else {
+            [enforced, shadow]
+        };
+        let layer = rules
+            .into_iter()
+            .fold(RateLimitLayer::builder(), |b, r| b.rule(r))
+            .build();
+        for _ in 0..2 {
+            assert_eq!(send(&layer, as_account(0)).await.status(), StatusCode::OK);
+        }
+        let refused = send(&layer, as_account(0)).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            refused.headers()["retry-after"],
+            "60",
+            "shadow first: {shadow_first}"
+        );
+        let body = refused.into_body().collect().await.unwrap().to_bytes();
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(problem["violated-policies"], serde_json::json!(["minute"]));
+    }
+}

@@ -8,9 +8,12 @@ use crate::clock::{Clock, saturating_nanos};
 /// unless the runtime's clock is paused, when it moves as tokio's paused
 /// time moves (`tokio::time::advance`, or auto-advance past a timer). What
 /// a test of rate-limited async code wants: a limit's waits and the timers
-/// that wait them out on one clock. A reading costs `Instant::now()` and a
-/// thread-local check of tokio's; for production, prefer the default
-/// clock.
+/// that wait them out on one clock. Read it on the runtime's threads: a
+/// thread outside a paused runtime reads real time, behind the paused
+/// clock, and a reading behind another thread's is a clock gone back (see
+/// [`docs/semantics.md`](crate::guide::semantics), "Giving back"). A
+/// reading costs `Instant::now()` and a thread-local check of tokio's; for
+/// production, prefer the default clock.
 ///
 /// ```
 /// use std::time::Duration;

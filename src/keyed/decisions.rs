@@ -228,7 +228,9 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// `taken` came from it) whether or not they fit, into debt
     /// (`Tat::debit`), under the quota in force. A key dropped since (full
     /// when dropped) is tracked again, in debt; at the key cap, the
-    /// overflow bucket takes the debt, as it takes the key's decisions.
+    /// overflow bucket takes the debt under `AtCapacity::SharedOverflow`,
+    /// and under `Deny` the debt is lost (the table has no room to record
+    /// it).
     pub(crate) fn debit<Q: KeyRef<K> + ?Sized>(&self, key: &Q, taken: &Taken, tokens: u64) {
         if tokens == 0 {
             return;
@@ -241,23 +243,27 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 .debit(ticks, || held.gcra.ticks(self.timeline.nanos()));
             return;
         }
-        self.debit_key(key, tokens);
+        // A key dropped full and refused again at the cap loses its debt:
+        // the one case a settlement's excess is not recorded in process.
+        let _recorded = self.debit_key(key, tokens);
     }
 
     /// Charges `tokens` to `key`'s bucket whether or not they fit, as
     /// [`Self::debit`] does for a key's own admission: the key found or
     /// created (in debt), or the overflow bucket at the key cap. What a
     /// store's debit of a settled excess comes to
-    /// ([`LocalStore`](crate::shared::LocalStore)).
-    pub(crate) fn debit_key<Q: KeyRef<K> + ?Sized>(&self, key: &Q, tokens: u64) {
+    /// ([`LocalStore`](crate::shared::LocalStore)). False when a new key
+    /// was refused at the cap (`AtCapacity::Deny`): nothing recorded.
+    pub(crate) fn debit_key<Q: KeyRef<K> + ?Sized>(&self, key: &Q, tokens: u64) -> bool {
         if tokens == 0 {
-            return;
+            return true;
         }
         // Decided like an admission of one token (which a new key's bucket
         // always has room for), so that the key is found or created, or the
         // overflow bucket chosen, as for any decision; the debit replaces
-        // the admission.
-        let _ = self.decide(key, 1, |held, now, _| {
+        // the admission. A new key the table refuses (at its cap, under
+        // `AtCapacity::Deny`) cannot be debited.
+        self.decide(key, 1, |held, now, _| {
             let ticks = held.gcra.debt_ticks(tokens);
             // A keyed bucket's word is never sealed (a quota change
             // converts it under the shard's write lock): the debit lands.
@@ -270,7 +276,8 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 cost_ticks: ticks,
                 generation: held.generation,
             })
-        });
+        })
+        .is_ok()
     }
 
     /// Gives back `unused` of a store lease of `granted` tokens admitted at

@@ -76,7 +76,11 @@ pub trait PerKey: Send + Sync {
     /// The key its limits are told apart by.
     type Key;
 
-    /// `key`'s limit: decisions on it are the key's decisions.
+    /// `key`'s limit: decisions on it are the key's decisions. It must be
+    /// the same limit at every call for the same key: a receipt, a
+    /// settlement or an [`OwnedKey`](crate::OwnedKey) finds its limit again
+    /// by the key, and giving back to another limit than the one that took
+    /// would credit it what it never charged.
     ///
     /// ```
     /// use tollgate::{KeyedLimiter, Limit, PerKey, Quota};

@@ -190,9 +190,16 @@ where
 
     /// Charges the key's bucket into debt (`KeyedLimiter`'s debit, the
     /// arithmetic of `RedisStore`'s script): a key dropped full is tracked
-    /// again, and at the key cap the overflow bucket takes the debt.
+    /// again; at the key cap the overflow bucket takes the debt, or, under
+    /// `AtCapacity::Deny`, the debit is refused
+    /// ([`AcquireError::TooManyKeys`]) and its tokens counted undebited.
     async fn debit(&self, key: &str, tokens: u64) -> Result<(), AcquireError> {
-        self.buckets.debit_key(key, tokens);
-        Ok(())
+        if self.buckets.debit_key(key, tokens) {
+            Ok(())
+        } else {
+            Err(AcquireError::TooManyKeys {
+                max_keys: self.buckets.max_keys(),
+            })
+        }
     }
 }

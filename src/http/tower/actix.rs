@@ -276,7 +276,9 @@ fn finish<B>(kept: KeptCharges, response: &mut ServiceResponse<B>) {
     if let Some(actual) = response.response().extensions().get::<ActualCost>() {
         head.extensions_mut().insert(*actual);
     }
-    kept.finish(&mut head);
+    // actix's body is not counted: a rule settled by its bytes keeps its
+    // estimate (`Settlement::BodyBytes`).
+    let _estimate_stands = kept.finish(&mut head);
     for name in [RATELIMIT_POLICY_NAME, RATELIMIT_NAME] {
         let field = head
             .headers()

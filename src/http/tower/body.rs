@@ -5,8 +5,11 @@
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 
+use super::metered::{MeteredBody, Metering};
+
 /// The body of the layer's responses by default: its own answers (`Left`)
-/// or the inner service's body (`Right`).
+/// or the inner service's body (`Right`), counted for the rules settled by
+/// its bytes ([`MeteredBody`]; frames pass through untouched).
 ///
 /// ```
 /// use bytes::Bytes;
@@ -16,7 +19,7 @@ use http_body_util::{Either, Full};
 /// let own: RateLimitBody<String> = Either::Left(Full::new(Bytes::from_static(b"{}")));
 /// # let _ = own;
 /// ```
-pub type RateLimitBody<B> = Either<Full<Bytes>, B>;
+pub type RateLimitBody<B> = Either<Full<Bytes>, MeteredBody<B>>;
 
 /// How a [`RateLimitLayer`](super::RateLimitLayer) types the bodies of its
 /// responses when the inner service's body is `B`: [`EitherBody`] (the
@@ -47,16 +50,18 @@ pub trait BodyKind<B>: sealed::Sealed {
     /// ```
     fn own(bytes: Bytes) -> Self::Body;
 
-    /// The body of the inner service's response.
+    /// The body of the inner service's response, counted as `metering`
+    /// says for the rules settled by its bytes ([`InnerBody`] counts
+    /// nothing: see [`Settlement::BodyBytes`](super::Settlement::BodyBytes)).
     ///
     /// ```
     /// use http_body_util::Either;
-    /// use tollgate::http::tower::{BodyKind, EitherBody};
+    /// use tollgate::http::tower::{BodyKind, EitherBody, Metering};
     ///
-    /// let body = <EitherBody as BodyKind<String>>::inner(String::from("hello"));
-    /// assert!(matches!(body, Either::Right(hello) if hello == "hello"));
+    /// let body = <EitherBody as BodyKind<String>>::inner(String::from("hello"), Metering::none());
+    /// assert!(matches!(body, Either::Right(_)));
     /// ```
-    fn inner(body: B) -> Self::Body;
+    fn inner(body: B, metering: Metering) -> Self::Body;
 }
 
 mod sealed {
@@ -83,8 +88,8 @@ impl<B> BodyKind<B> for EitherBody {
         Either::Left(Full::new(bytes))
     }
 
-    fn inner(body: B) -> RateLimitBody<B> {
-        Either::Right(body)
+    fn inner(body: B, metering: Metering) -> RateLimitBody<B> {
+        Either::Right(MeteredBody::new(body, metering))
     }
 }
 
@@ -110,7 +115,9 @@ impl<B: From<Bytes>> BodyKind<B> for InnerBody {
         B::from(bytes)
     }
 
-    fn inner(body: B) -> B {
+    /// Counts nothing: a rule settled by the body's bytes keeps its
+    /// estimate behind a layer of this kind.
+    fn inner(body: B, _: Metering) -> B {
         body
     }
 }

@@ -420,6 +420,41 @@ pub(super) fn charge_chain(chain: Option<&BoundRule<'_>>) -> Result<(), ChargeRe
     }
 }
 
+/// A refusal as the client sees it when shadow rules were charged beside
+/// the enforced ones: the shadow charges' costs zeroed (they refuse
+/// nothing and take nothing of a refused request, so they are neither
+/// violated nor counted on a limit they share), and the wait recomputed
+/// over the enforced charges alone, so that a shadow rule never moves
+/// Retry-After. A refusal with no shadow charge is left as it is.
+pub(super) fn enforced_refusal(
+    charges: &mut [Charge<'_>],
+    refused: ChargeRefusal,
+) -> ChargeRefusal {
+    if !charges.iter().any(|charge| charge.role.is_shadow()) {
+        return refused;
+    }
+    for charge in charges.iter_mut().filter(|charge| charge.role.is_shadow()) {
+        charge.cost = 0;
+    }
+    let cause = match refused.cause {
+        Cause::Limit(AcquireError::Insufficient { retry_after }) => {
+            let enforced = charges
+                .iter()
+                .zip(waits(charges))
+                .filter(|(charge, _)| charge.cost > 0)
+                .filter_map(|(_, wait)| wait)
+                .max();
+            Cause::Limit(AcquireError::Insufficient {
+                retry_after: enforced
+                    .filter(|wait| !wait.is_zero())
+                    .unwrap_or(retry_after),
+            })
+        }
+        other => other,
+    };
+    ChargeRefusal { cause, ..refused }
+}
+
 /// Counts, for each shadow rule whose limit refused its charge
 /// ([`Charge::shadowed`]), a request it would have refused: called once
 /// the request is admitted, so a shadow rule counts exactly the requests

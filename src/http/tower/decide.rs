@@ -7,7 +7,7 @@ use http::request::Parts;
 
 use super::charge::{
     BoundRule, Charge, SharedProgress, charge_chain, charge_local, charge_shared_now,
-    count_shadowed,
+    count_shadowed, enforced_refusal,
 };
 use super::config::Config;
 use super::decision::CallDecision;
@@ -86,11 +86,15 @@ impl Config {
             // unless the chain refuses.
             return match charge_chain(bound) {
                 Ok(()) => CallDecision::Admitted(Vec::new()),
-                Err(refused) => CallDecision::Refused(self.refusal(
-                    &BoundRule::charges(bound),
-                    refused,
-                    Protocol::of(&parts.headers),
-                )),
+                Err(refused) => {
+                    let mut charges = BoundRule::charges(bound);
+                    let refused = enforced_refusal(&mut charges, refused);
+                    CallDecision::Refused(self.refusal(
+                        &charges,
+                        refused,
+                        Protocol::of(&parts.headers),
+                    ))
+                }
             };
         }
         let mut charges = BoundRule::charges(bound);
@@ -158,6 +162,7 @@ impl Config {
             }
         }
         if let Err(refused) = charge_local(&mut charges) {
+            let refused = enforced_refusal(&mut charges, refused);
             return CallDecision::Refused(self.refusal(
                 &charges,
                 refused,

@@ -15,6 +15,8 @@ use pin_project_lite::pin_project;
 use super::body::{BodyKind, EitherBody};
 use super::charge::Charge;
 use super::config::Config;
+use super::metered::{Meter, Metering};
+use super::settle::Settlement;
 use crate::http::fields::{RATELIMIT_NAME, RATELIMIT_POLICY_NAME};
 use crate::sync::unmodelled::Arc;
 
@@ -163,10 +165,11 @@ where
                     let admitted = admitted.take();
                     state.set(State::Done);
                     return Poll::Ready(answer.map(|mut response| {
-                        if let Some(admitted) = admitted {
-                            admitted.finish(&mut response);
-                        }
-                        response.map(K::inner)
+                        let metering = match admitted {
+                            Some(admitted) => admitted.finish(&mut response),
+                            None => Metering::none(),
+                        };
+                        response.map(|body| K::inner(body, metering))
                     }));
                 }
             }
@@ -185,9 +188,11 @@ impl KeptCharges {
     /// status, each through its receipt (the one rule that never mints
     /// credit), settles those of the rules that settle to the actual cost
     /// the response reports, then adds the fields if configured (never to
-    /// 401 or 403).
-    pub(super) fn finish<B>(mut self, response: &mut Response<B>) {
+    /// 401 or 403). The charges of rules settled by the body's bytes are
+    /// handed back, to be settled when the body ends.
+    pub(super) fn finish<B>(mut self, response: &mut Response<B>) -> Metering {
         let status = response.status();
+        let mut by_bytes = false;
         for charge in &mut self.charges {
             let rule = &self.config.rules[charge.rule];
             if rule.gives_back(status) {
@@ -195,21 +200,39 @@ impl KeptCharges {
             } else if charge.shadowed {
                 // A shadow rule that would have refused the request took
                 // nothing for it: enforced, it would have cost nothing.
-            } else if let Some(actual) = rule.settlement().and_then(|how| how.actual(response)) {
-                charge.settle(actual);
+            } else if let Some(how) = rule.settlement() {
+                if *how == Settlement::BodyBytes {
+                    by_bytes = true;
+                } else if let Some(actual) = how.actual(response) {
+                    charge.settle(actual);
+                }
             }
         }
         let private = status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN;
-        if !self.config.on_success || private || self.charges.is_empty() {
-            return;
+        if self.config.on_success && !private && !self.charges.is_empty() {
+            let (policies, limits) = self.config.fields(&self.charges);
+            let headers = response.headers_mut();
+            if let Some(value) = policies {
+                headers.insert(RATELIMIT_POLICY_NAME, value);
+            }
+            if let Some(value) = limits {
+                headers.insert(RATELIMIT_NAME, value);
+            }
         }
-        let (policies, limits) = self.config.fields(&self.charges);
-        let headers = response.headers_mut();
-        if let Some(value) = policies {
-            headers.insert(RATELIMIT_POLICY_NAME, value);
+        if !by_bytes {
+            return Metering::none();
         }
-        if let Some(value) = limits {
-            headers.insert(RATELIMIT_NAME, value);
-        }
+        let config = &self.config;
+        let metered = self
+            .charges
+            .into_iter()
+            .filter(|charge| {
+                let rule = &config.rules[charge.rule];
+                !charge.shadowed
+                    && !rule.gives_back(status)
+                    && rule.settlement() == Some(&Settlement::BodyBytes)
+            })
+            .collect();
+        Metering(Some(Box::new(Meter::new(metered))))
     }
 }

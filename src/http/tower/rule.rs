@@ -473,9 +473,13 @@ impl Rule {
     /// request every enforced rule admits and this one would have refused
     /// is counted ([`shadow_refusals`](Self::shadow_refusals); with feature
     /// `metrics`, counter `tollgate_shadow_refusals_total` labelled
-    /// `policy`): the count is what enforcing the rule would add to the
-    /// refusals, whatever the rules' order. A request another rule refuses
-    /// gives back what the shadow rule took, as it would enforced. `shown` says whether clients see
+    /// `policy`), whatever the rules' order. For a rule alone the count is
+    /// exactly what enforcing it refuses; beside other rules it is an
+    /// estimate, since the requests it would refuse still charge the
+    /// others. A request another rule refuses gives back what the shadow
+    /// rule took, as it would enforced. A shadow shared rule may make a
+    /// request wait for its store, within the layer's
+    /// [`store_wait`](super::RateLimitLayerBuilder::store_wait). `shown` says whether clients see
     /// the rule in the RateLimit fields ([`Shadow::Advertised`]) or not
     /// ([`Shadow::Quiet`]); a shadow rule is never named violated and never
     /// moves Retry-After. How a new limit is rolled out: shadow it, watch

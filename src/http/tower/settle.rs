@@ -39,6 +39,14 @@ pub enum Settlement {
     /// A response header holding the cost as one plain integer (what an
     /// upstream reports, such as an LLM backend's usage).
     Header(HeaderName),
+    /// The bytes of the response body's data as it streams (a download's
+    /// size, unknown until its end): settled when the body ends, or to the
+    /// bytes sent so far when it is dropped before. Counted by the default
+    /// body ([`RateLimitBody`](super::RateLimitBody)); behind a layer that
+    /// keeps the inner body type
+    /// ([`with_inner_body`](super::RateLimitLayer::with_inner_body)), and
+    /// on actix, nothing is counted and the estimate stands.
+    BodyBytes,
 }
 
 impl Settlement {
@@ -46,6 +54,7 @@ impl Settlement {
     pub(super) fn actual<B>(&self, response: &Response<B>) -> Option<u64> {
         match self {
             Settlement::Extension => response.extensions().get::<ActualCost>().map(|cost| cost.0),
+            Settlement::BodyBytes => None,
             Settlement::Header(name) => {
                 let mut lines = response.headers().get_all(name).iter();
                 let value = lines.next()?;

@@ -1,6 +1,6 @@
 //! Shadow mode: a rule that is decided and counted like any other, but
-//! never refuses. How a new limit is rolled out: run it in shadow, watch
-//! what it would refuse, then enforce it.
+//! whose limit never refuses. How a new limit is rolled out: run it in
+//! shadow, watch what it would refuse, then enforce it.
 
 use crate::http::PolicyName;
 use crate::sync::unmodelled::Arc;

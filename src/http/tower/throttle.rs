@@ -28,11 +28,11 @@ pin_project! {
     /// (no polling loop, no busy wait; up to a millisecond late, tokio's
     /// timer resolution, a lateness that never accumulates, since each
     /// piece is due by the limit's schedule). Over any interval the bytes
-    /// sent are within the limit's envelope. Cancellation-safe: a body dropped
-    /// while a piece waits gives that piece's reservation back, by the
-    /// rule that never mints (exactly, since its slot still lies ahead),
-    /// so a client that hangs up leaves its budget as if the piece had
-    /// never been asked for. Trailers pass through; the size hint is the
+    /// sent are within the limit's envelope. Cancellation-safe: a body
+    /// dropped while a piece waits gives that piece's reservation back by
+    /// the rule that never mints: exactly while nothing else has charged
+    /// the limit since (one body on its own key), otherwise what that rule
+    /// allows, which is nothing while the limit is in debt. Trailers pass through; the size hint is the
     /// inner body's (no byte is added or dropped).
     ///
     /// ```

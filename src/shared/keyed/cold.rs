@@ -151,21 +151,32 @@ async fn decide<S: Store>(key: Arc<ColdKey<S>>, cost: u64, reply: oneshot::Sende
 /// them). What the receipt does not cover, or a return that fails, is
 /// stranded.
 pub(super) async fn return_to_store<S: Store>(key: &ColdKey<S>, lease: Lease, tokens: u64) -> u64 {
-    add(&key.counters.stranded, tokens - lease.granted);
-    if lease.granted == 0 {
+    return_part_to_store(key, lease, tokens, tokens).await
+}
+
+/// Returns `unused` of the `tokens` a cold grant's `lease` covers (a
+/// settlement below its estimate): the whole lease is released for them,
+/// so the store applies the one rule to the grant as it was made (at most
+/// `unused`, and at most the grant's cost less the time held), not to a
+/// smaller grant of its own. What the lease does not cover is stranded.
+pub(super) async fn return_part_to_store<S: Store>(
+    key: &ColdKey<S>,
+    lease: Lease,
+    tokens: u64,
+    unused: u64,
+) -> u64 {
+    add(&key.counters.stranded, tokens.saturating_sub(lease.granted));
+    let unused = unused.min(lease.granted);
+    if unused == 0 {
         return 0;
     }
-    let sent = tokio::time::timeout(
-        key.timeout,
-        key.store.release(&key.key, lease, lease.granted),
-    )
-    .await;
+    let sent = tokio::time::timeout(key.timeout, key.store.release(&key.key, lease, unused)).await;
     if let Ok(Ok(())) = sent {
-        add(&key.counters.returned, lease.granted);
-        lease.granted
+        add(&key.counters.returned, unused);
+        unused
     } else {
         add(&key.counters.store_errors, 1);
-        add(&key.counters.stranded, lease.granted);
+        add(&key.counters.stranded, unused);
         0
     }
 }

@@ -5,7 +5,7 @@ use std::fmt;
 
 use super::KeyedAllowanceState;
 use super::batch::Batched;
-use super::cold::{ColdKey, return_to_store};
+use super::cold::{ColdKey, return_part_to_store};
 use crate::shared::allowance::add;
 use crate::shared::{BudgetError, Lease, LocalAllowance, Source, Store};
 use crate::sync::unmodelled::{Arc, Weak};
@@ -211,14 +211,10 @@ impl<S: Store> KeyedReceipt<S> {
                 }
             }
             Origin::Store(lease) => Err(StoreReturn {
-                key: ColdKey {
-                    store: Arc::clone(&inner.store),
-                    key: name,
-                    timeout: inner.config.allowance.timeout,
-                    counters: Arc::clone(&inner.counters),
-                },
+                key: cold_key(&inner, name),
                 lease,
                 tokens,
+                unused: tokens,
             }),
             Origin::Unbacked => Ok(0),
         }
@@ -264,6 +260,10 @@ impl<S: Store> KeyedReceipt<S> {
                 part.undo().await;
                 Ok(())
             }
+            Settling::Return(to_store) => {
+                to_store.send().await;
+                Ok(())
+            }
             Settling::Debit(debit) => debit.send().await,
         }
     }
@@ -277,6 +277,9 @@ impl<S: Store> KeyedReceipt<S> {
         match self.settling(actual) {
             Settling::Done => {}
             Settling::GiveBack(part) => part.undo_in_background(),
+            Settling::Return(to_store) => {
+                runtime.spawn(to_store.send());
+            }
             Settling::Debit(debit) => {
                 runtime.spawn(async move {
                     let _ = debit.send().await;
@@ -286,17 +289,22 @@ impl<S: Store> KeyedReceipt<S> {
     }
 
     /// What settling to `actual` takes: nothing, giving back part of the
-    /// tokens (this receipt, narrowed to them), or a debit of the excess.
+    /// tokens (to the pool: this receipt, narrowed to them; to the store:
+    /// the whole grant's lease, released for them), or a debit of the
+    /// excess.
     fn settling(mut self, actual: u64) -> Settling<S> {
         if actual == self.tokens {
             return Settling::Done;
         }
         if actual < self.tokens {
             let part = self.tokens - actual;
-            if let Origin::Store(lease) = &mut self.origin {
-                // The part given back gets a receipt of its own; the rest
-                // of the grant stays spent.
-                self.origin = Origin::Store(lease.split_off(part));
+            if let Origin::Store(lease) = self.origin {
+                return Settling::Return(StoreReturn {
+                    key: cold_key(&self.inner, self.name),
+                    lease,
+                    tokens: self.tokens,
+                    unused: part,
+                });
             }
             self.tokens = part;
             return Settling::GiveBack(self);
@@ -334,8 +342,10 @@ impl<S: Store> KeyedReceipt<S> {
 /// What settling a receipt takes.
 enum Settling<S: Store> {
     Done,
-    /// The receipt, narrowed to the tokens to give back.
+    /// The receipt, narrowed to the tokens to give back to its pool.
     GiveBack(KeyedReceipt<S>),
+    /// Part of a cold grant, back to the store.
+    Return(StoreReturn<S>),
     Debit(Debit<S>),
 }
 
@@ -352,13 +362,19 @@ pub(super) fn debit<S: Store>(
     tokens: u64,
 ) -> Debit<S> {
     Debit {
-        key: ColdKey {
-            store: Arc::clone(&inner.store),
-            key: name,
-            timeout: inner.config.allowance.timeout,
-            counters: Arc::clone(&inner.counters),
-        },
+        key: cold_key(inner, name),
         tokens,
+    }
+}
+
+/// The key the store names `name`, with the allowance's store, timeout and
+/// counters, for a call of its own.
+fn cold_key<S: Store>(inner: &Arc<KeyedAllowanceState<S>>, name: String) -> ColdKey<S> {
+    ColdKey {
+        store: Arc::clone(&inner.store),
+        key: name,
+        timeout: inner.config.allowance.timeout,
+        counters: Arc::clone(&inner.counters),
     }
 }
 
@@ -381,16 +397,18 @@ impl<S: Store> Debit<S> {
     }
 }
 
-/// A cold grant's tokens on their way back to the store.
+/// A cold grant's tokens on their way back to the store: `unused` of the
+/// `tokens` its lease covers.
 struct StoreReturn<S: Store> {
     key: ColdKey<S>,
     lease: Lease,
     tokens: u64,
+    unused: u64,
 }
 
 impl<S: Store> StoreReturn<S> {
     async fn send(self) -> u64 {
-        return_to_store(&self.key, self.lease, self.tokens).await
+        return_part_to_store(&self.key, self.lease, self.tokens, self.unused).await
     }
 }
 

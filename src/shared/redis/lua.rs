@@ -240,7 +240,9 @@ local function convert(s, n)
   if paid > snow then
     local us = idiv(paid, s.d)
     if math.fmod(paid, s.d) > 0 then us = us + 1 end
-    return us * n.d + n.BT
+    -- A debt past the exact range (a settled excess of decades) stays
+    -- there, clamped as load clamps it.
+    return math.min(us * n.d + n.BT, EXACT)
   end
   local tat = math.max(s.tat, snow)
   local tokens = math.min(fit(s, snow + s.BT - tat), n.B)
@@ -443,6 +445,9 @@ end
 local snow = now_us * s.d
 if snow + s.BT + charge_one(s) > EXACT then return {-1, 0, 0} end
 if s.tat < snow then s.tat = snow end
+-- A debt past the exact range is "for decades" whatever its size: the
+-- tokens are clamped so that the charge stays within it.
+tokens = math.min(tokens, idiv(EXACT, s.T) * s.D)
 local debt, rest = muldiv(tokens, s.T, s.D)
 if rest > 0 then debt = debt + 1 end
 s.tat = math.min(s.tat + debt, EXACT)
