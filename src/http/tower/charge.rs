@@ -386,9 +386,45 @@ impl<'a> BoundRule<'a> {
 /// admitted ([`count_shadowed`]). The refusal's `charge` is an index
 /// into [`BoundRule::charges`].
 pub(super) fn charge_chain(chain: Option<&BoundRule<'_>>) -> Result<(), ChargeRefusal> {
-    // The shadow rules that refused, left out. A request no shadow rule
-    // refuses never allocates this.
-    let mut skipped: SmallVec<[(usize, &ShadowCount); 2]> = SmallVec::new();
+    // The first pass is the only one of a request no shadow rule refuses:
+    // it knows nothing of shadows (the admitted path stays as short as a
+    // chain's).
+    let steps = BoundRule::collect(chain, |link| {
+        (link.cost > 0).then(|| Step::new(link.limit, link.cost))
+    });
+    let Err(refused) = try_acquire_all(&steps) else {
+        return Ok(());
+    };
+    let refused = ChargeRefusal::of_chain(refused, |step| {
+        nth_with_cost(BoundRule::collect(chain, |link| Some(link.cost)), step)
+    });
+    match refusing_shadow(chain, &refused) {
+        Some(shadow) => charge_chain_without(chain, SmallVec::from_elem(shadow, 1)),
+        None => Err(refused),
+    }
+}
+
+/// The rule and count of the shadow rule whose refusal `refused` is, if it
+/// is one, among the links of `chain`.
+fn refusing_shadow<'a>(
+    chain: Option<&'a BoundRule<'a>>,
+    refused: &ChargeRefusal,
+) -> Option<(usize, &'a ShadowCount)> {
+    let links = BoundRule::collect(chain, Some);
+    let link = refused.charge.and_then(|index| links.get(index).copied())?;
+    match link.role {
+        Role::Shadow(count) => Some((link.rule, count)),
+        Role::Enforced => None,
+    }
+}
+
+/// [`charge_chain`] again, the shadow rules that refused (`skipped`) left
+/// out, until the chain admits (each skipped rule then counted) or an
+/// enforced rule refuses.
+fn charge_chain_without<'a>(
+    chain: Option<&'a BoundRule<'a>>,
+    mut skipped: SmallVec<[(usize, &'a ShadowCount); 2]>,
+) -> Result<(), ChargeRefusal> {
     loop {
         let cost = |link: &BoundRule<'_>| {
             if skipped.iter().any(|(rule, _)| *rule == link.rule) {
@@ -401,8 +437,7 @@ pub(super) fn charge_chain(chain: Option<&BoundRule<'_>>) -> Result<(), ChargeRe
             (cost(link) > 0).then(|| Step::new(link.limit, link.cost))
         });
         let Err(refused) = try_acquire_all(&steps) else {
-            // Admitted: what each shadow rule would have added to the
-            // refusals.
+            // Admitted: what each shadow rule would have refused.
             for (_, count) in skipped {
                 count.refused();
             }
@@ -411,11 +446,9 @@ pub(super) fn charge_chain(chain: Option<&BoundRule<'_>>) -> Result<(), ChargeRe
         let refused = ChargeRefusal::of_chain(refused, |step| {
             nth_with_cost(BoundRule::collect(chain, |link| Some(cost(link))), step)
         });
-        let links = BoundRule::collect(chain, Some);
-        let refusing = refused.charge.and_then(|index| links.get(index).copied());
-        match refusing.map(|link| (link.rule, link.role)) {
-            Some((rule, Role::Shadow(count))) => skipped.push((rule, count)),
-            _ => return Err(refused),
+        match refusing_shadow(chain, &refused) {
+            Some(shadow) => skipped.push(shadow),
+            None => return Err(refused),
         }
     }
 }
