@@ -339,3 +339,32 @@ fn every_limit_settles() {
     assert_eq!(keyed_window.key(&1).available(), 0);
     assert_eq!(keyed_window.key(&2).available(), 10);
 }
+
+/// A key decided by the overflow bucket (at the key cap) and settled above
+/// its estimate carries the debt into a bucket of its own made later: it
+/// cannot leave its debt to the keys that share the overflow bucket.
+#[cfg(feature = "keyed")]
+#[test]
+fn a_key_settled_in_the_overflow_bucket_keeps_its_debt_in_its_own() {
+    use std::num::NonZeroUsize;
+    use tollgate::{AtCapacity, KeyedLimiter};
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder(Quota::per_second(10).unwrap())
+        .clock(clock.clone())
+        .max_keys(NonZeroUsize::new(1).unwrap())
+        .at_capacity(AtCapacity::SharedOverflow)
+        .sweep_interval(None)
+        .build::<u32>();
+    Receipt::take(limiter.key(&1), 1).unwrap().keep();
+    // Key 2 has no room: decided by the overflow bucket, and settled to 30.
+    Receipt::take(limiter.key(&2), 1).unwrap().settle(30);
+    clock.advance(Duration::from_secs(1));
+    // Key 1 refilled and is swept: key 2 gets a bucket of its own.
+    assert_eq!(limiter.sweep(), 1);
+    // 30 charged at 0 against a burst of 10, 10 refilled since: 10 in
+    // debt, 1 s to repay and 100 ms to the next token.
+    assert_eq!(
+        limiter.key(&2).retry_after(1).unwrap(),
+        Duration::from_millis(1_100)
+    );
+}

@@ -196,3 +196,45 @@ async fn a_shared_rule_settles_to_its_responses_usage() {
         assert_eq!(store.limiter().available(&key), 699, "estimate {estimate}");
     }
 }
+
+/// Under `FailurePolicy::Fallback`, an excess the store cannot be told of
+/// is charged to the node's fallback limiter, which admits the key while
+/// the store is down: the outage does not make the excess free.
+#[tokio::test]
+async fn under_fallback_an_undebited_excess_is_charged_locally() {
+    #[derive(Debug, thiserror::Error)]
+    #[error("down")]
+    struct Down;
+    struct Unreachable;
+    impl Store for Unreachable {
+        type Error = Down;
+        fn quota(&self) -> Quota {
+            Quota::new(100, 1, Duration::from_secs(3600)).unwrap()
+        }
+        async fn acquire(&self, _: &str, _: u64) -> Result<Grant, Down> {
+            Err(Down)
+        }
+        async fn release(&self, _: &str, _: Lease, _: u64) -> Result<(), Down> {
+            Err(Down)
+        }
+        async fn debit(&self, _: &str, _: u64) -> Result<(), Down> {
+            Err(Down)
+        }
+    }
+    let fallback = FailurePolicy::Fallback(Quota::new(10, 1, Duration::from_secs(3600)).unwrap());
+    let allowance =
+        KeyedAllowance::new(Arc::new(Unreachable), KeyedAllowanceConfig::new(fallback)).unwrap();
+    let receipt = allowance.take("k", 5, Duration::ZERO).await.unwrap();
+    assert_eq!(receipt.source(), tollgate::shared::Source::Fallback);
+    assert_eq!(receipt.settle(25).await, Err(BudgetError::StoreUnavailable));
+    assert_eq!(allowance.stats().undebited, 20);
+    // 5 + 20 of the fallback's 10: the key waits out its debt there too.
+    let refused = allowance.take("k", 1, Duration::ZERO).await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            BudgetError::Limit(AcquireError::Insufficient { .. })
+        ),
+        "{refused:?}"
+    );
+}

@@ -220,3 +220,27 @@ async fn a_window_counter_paces_a_body_window_by_window() {
         );
     }
 }
+
+/// A quota lowered mid-stream below the piece in hand: the piece is cut
+/// to the new capacity and every byte still goes, in order.
+#[tokio::test(start_paused = true)]
+async fn a_capacity_lowered_mid_stream_cuts_the_pieces_to_it() {
+    let bucket = mb_per_second();
+    let mut body = ThrottledBody::new(Chunks::new(&[2 * MB as usize], None), Arc::clone(&bucket));
+    assert_eq!(
+        body.frame()
+            .await
+            .unwrap()
+            .unwrap()
+            .into_data()
+            .unwrap()
+            .len() as u64,
+        MB
+    );
+    bucket.set_quota(Quota::new(250_000, 1_000_000, Duration::from_secs(1)).unwrap());
+    let rest = drain(body).await;
+    assert_eq!(
+        rest.iter().map(|&(_, size)| size).collect::<Vec<_>>(),
+        [250_000; 4]
+    );
+}

@@ -224,36 +224,16 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
         });
     }
 
-    /// Charges `tokens` more to `key`'s bucket (or the overflow bucket, if
-    /// `taken` came from it) whether or not they fit, into debt
-    /// (`Tat::debit`), under the quota in force. A key dropped since (full
-    /// when dropped) is tracked again, in debt; at the key cap, the
-    /// overflow bucket takes the debt under `AtCapacity::SharedOverflow`,
-    /// and under `Deny` the debt is lost (the table has no room to record
-    /// it).
-    pub(crate) fn debit<Q: KeyRef<K> + ?Sized>(&self, key: &Q, taken: &Taken, tokens: u64) {
-        if tokens == 0 {
-            return;
-        }
-        if taken.overflow {
-            let overflow = read(&self.overflow);
-            let held = self.overflow_held(&overflow);
-            let ticks = held.gcra.debt_ticks(tokens);
-            held.tat
-                .debit(ticks, || held.gcra.ticks(self.timeline.nanos()));
-            return;
-        }
-        // A key dropped full and refused again at the cap loses its debt:
-        // the one case a settlement's excess is not recorded in process.
-        let _recorded = self.debit_key(key, tokens);
-    }
-
-    /// Charges `tokens` to `key`'s bucket whether or not they fit, as
-    /// [`Self::debit`] does for a key's own admission: the key found or
-    /// created (in debt), or the overflow bucket at the key cap. What a
-    /// store's debit of a settled excess comes to
-    /// ([`LocalStore`](crate::shared::LocalStore)). False when a new key
-    /// was refused at the cap (`AtCapacity::Deny`): nothing recorded.
+    /// Charges `tokens` to `key`'s bucket whether or not they fit, into
+    /// debt (`Tat::debit`), under the quota in force: a settled excess, in
+    /// process or at a [`LocalStore`](crate::shared::LocalStore). Decided
+    /// as any decision of the key is, so a key dropped since (full when
+    /// dropped) is tracked again, in debt, and a key at the cap under
+    /// `AtCapacity::SharedOverflow` debits the overflow bucket and raises
+    /// the key's overflow floor (a bucket of its own made later starts in
+    /// the debt). Whichever bucket the admission came from, the key pays
+    /// now where it decides now. False when a new key was refused at the
+    /// cap (`AtCapacity::Deny`): the debt is lost, the one case.
     pub(crate) fn debit_key<Q: KeyRef<K> + ?Sized>(&self, key: &Q, tokens: u64) -> bool {
         if tokens == 0 {
             return true;

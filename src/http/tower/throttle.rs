@@ -187,7 +187,30 @@ where
             // may, until its window turns, and says when.
             let (taken, wait) = match this.limit.take_within(piece.len() as u64, Duration::MAX) {
                 Ok((taken, wait)) => (Some(taken), wait),
-                Err(AcquireError::Insufficient { retry_after }) => (None, retry_after),
+                // Never a zero wait for a piece still to reserve: a timer
+                // tick at least, so that nothing spins.
+                Err(AcquireError::Insufficient { retry_after }) => {
+                    (None, retry_after.max(Duration::from_millis(1)))
+                }
+                // The capacity fell below the piece (a quota changed mid
+                // stream): cut it to the new capacity, the rest first in
+                // line.
+                Err(AcquireError::ExceedsCapacity { capacity, .. }) if capacity > 0 => {
+                    let mut piece = piece;
+                    let size = usize::try_from(capacity)
+                        .unwrap_or(usize::MAX)
+                        .min(piece.len());
+                    let tail = piece.split_off(size);
+                    if !tail.is_empty() {
+                        *this.rest = if this.rest.is_empty() {
+                            tail
+                        } else {
+                            [tail, std::mem::take(this.rest)].concat().into()
+                        };
+                    }
+                    *this.next = Some(piece);
+                    continue;
+                }
                 Err(refused) => return Poll::Ready(Some(Err(ThrottleError::Limit(refused)))),
             };
             if taken.is_some() && wait.is_zero() {

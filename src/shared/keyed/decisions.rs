@@ -211,7 +211,7 @@ impl<S: Store> KeyedAllowance<S> {
             return Ok(());
         }
         let name = store_key(key.as_ref()).into_owned();
-        receipt::debit(&self.inner, name, tokens).send().await
+        receipt::debit(&self.inner, name, tokens).charge().await
     }
 
     /// [`debit`](Self::debit) on the allowance's runtime, without waiting.
@@ -222,7 +222,7 @@ impl<S: Store> KeyedAllowance<S> {
         }
         let debit = receipt::debit(&self.inner, store_key(key).into_owned(), tokens);
         self.inner.runtime.spawn(async move {
-            let _ = debit.send().await;
+            let _ = debit.charge().await;
         });
     }
 

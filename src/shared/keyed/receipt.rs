@@ -232,7 +232,9 @@ impl<S: Store> KeyedReceipt<S> {
     /// [`BudgetError::StoreUnavailable`] when the store did not confirm a
     /// debit (down, timed out): the excess is counted in
     /// [`KeyedAllowanceStats::undebited`](crate::shared::KeyedAllowanceStats::undebited),
-    /// spent beyond the shared budget as a store outage lets spend.
+    /// spent beyond the shared budget as a store outage lets spend, and
+    /// under [`FailurePolicy::Fallback`](crate::shared::FailurePolicy::Fallback)
+    /// charged to the node's fallback limiter.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -264,7 +266,7 @@ impl<S: Store> KeyedReceipt<S> {
                 to_store.send().await;
                 Ok(())
             }
-            Settling::Debit(debit) => debit.send().await,
+            Settling::Debit(debit) => debit.charge().await,
         }
     }
 
@@ -282,7 +284,7 @@ impl<S: Store> KeyedReceipt<S> {
             }
             Settling::Debit(debit) => {
                 runtime.spawn(async move {
-                    let _ = debit.send().await;
+                    let _ = debit.charge().await;
                 });
             }
         }
@@ -351,7 +353,8 @@ enum Settling<S: Store> {
 
 /// A settled cost's excess on its way to the store.
 pub(super) struct Debit<S: Store> {
-    key: ColdKey<S>,
+    inner: Arc<KeyedAllowanceState<S>>,
+    name: String,
     tokens: u64,
 }
 
@@ -362,8 +365,35 @@ pub(super) fn debit<S: Store>(
     tokens: u64,
 ) -> Debit<S> {
     Debit {
-        key: cold_key(inner, name),
+        inner: Arc::clone(inner),
+        name,
         tokens,
+    }
+}
+
+impl<S: Store> Debit<S> {
+    /// Charges the store, within the timeout, counting the outcome. A
+    /// store that does not confirm it leaves the excess on this node's
+    /// fallback limiter under [`FailurePolicy::Fallback`](crate::shared::FailurePolicy::Fallback),
+    /// as that policy charges what it admits while the store is down.
+    pub(super) async fn charge(self) -> Result<(), BudgetError> {
+        let Debit {
+            inner,
+            name,
+            tokens,
+        } = self;
+        let timeout = inner.config.allowance.timeout;
+        let sent = tokio::time::timeout(timeout, inner.store.debit(&name, tokens)).await;
+        if let Ok(Ok(())) = sent {
+            add(&inner.counters.debited, tokens);
+            return Ok(());
+        }
+        add(&inner.counters.store_errors, 1);
+        add(&inner.counters.undebited, tokens);
+        if let Some(fallback) = &inner.fallback {
+            let _recorded = fallback.debit_key(name.as_str(), tokens);
+        }
+        Err(BudgetError::StoreUnavailable)
     }
 }
 
@@ -375,25 +405,6 @@ fn cold_key<S: Store>(inner: &Arc<KeyedAllowanceState<S>>, name: String) -> Cold
         key: name,
         timeout: inner.config.allowance.timeout,
         counters: Arc::clone(&inner.counters),
-    }
-}
-
-impl<S: Store> Debit<S> {
-    /// Charges the store, within the timeout, counting the outcome.
-    pub(super) async fn send(self) -> Result<(), BudgetError> {
-        let sent = tokio::time::timeout(
-            self.key.timeout,
-            self.key.store.debit(&self.key.key, self.tokens),
-        )
-        .await;
-        if let Ok(Ok(())) = sent {
-            add(&self.key.counters.debited, self.tokens);
-            Ok(())
-        } else {
-            add(&self.key.counters.store_errors, 1);
-            add(&self.key.counters.undebited, self.tokens);
-            Err(BudgetError::StoreUnavailable)
-        }
     }
 }
 
