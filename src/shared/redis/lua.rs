@@ -265,6 +265,35 @@ local function save(key, s)
   if s.D ~= 1 then state = state .. string.format(':%.0f:%.0f', s.D, s.B) end
   redis.call('SET', key, state, 'PX', string.format('%.0f', ms))
 end
+
+-- The key's state as this caller decides on it, with whether it changed
+-- here: an absent key is a full bucket, born now, under the caller's
+-- quota, holding at most fresh tokens (as a full bucket from which the
+-- others were just admitted: charge(caller, k) <= BT, within the range);
+-- a state of an older generation is converted to the caller's quota and
+-- born now (a lease granted before this microsecond was debited under the
+-- old quota and is not given back under this one; one granted in this
+-- microsecond was debited from the state converted here, which held no
+-- refill of the old quota since: returning it never mints). Or nil and
+-- the reply: a value no store wrote, or a quota of the caller's generation
+-- that is not the caller's.
+local function current(fresh)
+  local s = load(KEYS[1])
+  if s == nil then return nil, false, {-2, 0, now_us} end
+  if not s then
+    local tat = now
+    if fresh < caller.B then tat = now + charge(caller, caller.B - fresh) end
+    return keep({tat = tat, born = now_us, gen = gen}, caller), false
+  end
+  if s.gen < gen then
+    s.tat = convert(s, caller)
+    keep(s, caller)
+    s.gen, s.born = gen, now_us
+    return s, true
+  end
+  if s.gen == gen and not same(s) then return nil, false, {-3, s.gen, now_us} end
+  return s, false
+end
 "#
     };
 }
@@ -301,28 +330,8 @@ local want = tonumber(ARGV[9])
 if not (want and want >= 1 and want == math.floor(want)) then return {-4, 0, 0} end
 local fresh = tonumber(ARGV[10])
 if not whole(fresh) then return {-4, 0, 0} end
-local s = load(KEYS[1])
-local converted = false
-if s == nil then return {-2, 0, now_us} end
-if not s then
-  -- An absent key is a full bucket, born now, under the caller's quota,
-  -- holding at most fresh tokens: as a full bucket from which the others
-  -- were just admitted (charge(caller, k) <= BT: within the range).
-  local tat = now
-  if fresh < caller.B then tat = now + charge(caller, caller.B - fresh) end
-  s = keep({tat = tat, born = now_us, gen = gen}, caller)
-elseif s.gen < gen then
-  s.tat = convert(s, caller)
-  converted = true
-  -- Born now: a lease granted before this microsecond was debited under
-  -- the old quota and is not given back under this one (one granted in
-  -- this microsecond was debited from the state converted here, which
-  -- held no refill of the old quota since: returning it never mints).
-  keep(s, caller)
-  s.gen, s.born = gen, now_us
-elseif s.gen == gen and not same(s) then
-  return {-3, s.gen, now_us}
-end
+local s, converted, refused = current(fresh)
+if not s then return refused end
 local snow = now_us * s.d
 local one = charge_one(s)
 if snow + s.BT + one > EXACT then return {-1, 0, 0} end
@@ -412,10 +421,9 @@ return {1, returned, now_us}
 /// `ARGV[10]` `fresh` as for `acquire`.
 ///
 /// Charges the key's bucket whether or not the tokens fit: the excess of a
-/// cost settled above what was taken for it. An absent key is a full
-/// bucket, as `acquire` finds it (holding at most `fresh`); a state under
-/// an older generation than the caller's is converted first, as `acquire`
-/// converts it. Then `tat = max(tat, now) + ceil(tokens * T / D)`, capped
+/// cost settled above what was taken for it. The state is found as
+/// `acquire` finds it (`current` in the prelude: an absent key full,
+/// holding at most `fresh`; an older generation's converted first). Then `tat = max(tat, now) + ceil(tokens * T / D)`, capped
 /// at the exact range (a debt of decades either way): a debt that every
 /// node's grants wait out, since no grant is made while `tat` lies beyond
 /// `now + BT`.
@@ -429,19 +437,8 @@ local tokens = tonumber(ARGV[9])
 if not (whole(tokens) and tokens >= 1) then return {-4, 0, 0} end
 local fresh = tonumber(ARGV[10])
 if not whole(fresh) then return {-4, 0, 0} end
-local s = load(KEYS[1])
-if s == nil then return {-2, 0, now_us} end
-if not s then
-  local tat = now
-  if fresh < caller.B then tat = now + charge(caller, caller.B - fresh) end
-  s = keep({tat = tat, born = now_us, gen = gen}, caller)
-elseif s.gen < gen then
-  s.tat = convert(s, caller)
-  keep(s, caller)
-  s.gen, s.born = gen, now_us
-elseif s.gen == gen and not same(s) then
-  return {-3, s.gen, now_us}
-end
+local s, _, refused = current(fresh)
+if not s then return refused end
 local snow = now_us * s.d
 if snow + s.BT + charge_one(s) > EXACT then return {-1, 0, 0} end
 if s.tat < snow then s.tat = snow end
