@@ -38,7 +38,11 @@ fn heap_bytes<T>(work: impl FnOnce() -> T) -> (T, usize) {
 
 /// Bytes per key of tollgate's keyed limiter over `ours` and governor's over
 /// `theirs` (the same identities, perhaps in another key type).
-fn compare<K: Hash + Eq + Clone, G: Hash + Eq + Clone>(label: &str, ours: &[K], theirs: &[G]) {
+fn compare<K: Hash + Eq + Clone + Send, G: Hash + Eq + Clone>(
+    label: &str,
+    ours: &[K],
+    theirs: &[G],
+) {
     assert_eq!(ours.len(), theirs.len());
     let per_key = |bytes: usize| bytes as f64 / ours.len() as f64;
     let (tollgate, tollgate_bytes) = heap_bytes(|| {

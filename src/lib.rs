@@ -228,7 +228,7 @@ pub use keyed::{
 /// The keyed limiter's quota generations, for the loom models only.
 #[cfg(all(tollgate_loom, feature = "keyed"))]
 #[doc(hidden)]
-pub use keyed::{Change, Entry, Generations, Steady};
+pub use keyed::{Change, Entry, Generations, SharedEntry, Steady};
 /// The keyed limiter's key cap, for the loom models only.
 #[cfg(all(tollgate_loom, feature = "keyed"))]
 #[doc(hidden)]

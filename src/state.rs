@@ -387,6 +387,29 @@ impl Tat {
         let Ok(_) = sealed;
     }
 
+    /// Seals the state if `idle` holds for it (a keyed bucket shared with
+    /// the threads that cache it, dropped full): whether it did. A decision
+    /// that changed the state first keeps it unsealed. Linearizes at the
+    /// successful compare-and-swap, or at the load `idle` refused.
+    #[cfg(feature = "keyed")]
+    pub(crate) fn seal_if(&self, idle: impl Fn(u64) -> bool) -> bool {
+        self.update(|tat| {
+            if tat != SEALED && idle(tat) {
+                Ok(SEALED)
+            } else {
+                Err(())
+            }
+        })
+        .is_ok()
+    }
+
+    /// The state now, for a copy made where no other thread writes it (a
+    /// keyed entry under its shard's write lock, as it is shared).
+    #[cfg(feature = "keyed")]
+    pub(crate) fn load(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
     /// Writes the state of a word no other thread can reach yet (a
     /// successor before its predecessor's seal publishes it).
     pub(crate) fn set(&self, tat: u64) {

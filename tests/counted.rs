@@ -226,7 +226,8 @@ fn the_key_table_counts_sweeps_evictions_and_overflow() {
             created: 2,
             sweeps: 1,
             evicted: 0,
-            overflowed: 1
+            overflowed: 1,
+            cached: 0,
         }
     );
     clock.advance(Duration::from_secs(1));

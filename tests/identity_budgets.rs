@@ -31,7 +31,7 @@ fn address_key(request: &Request) -> AddrKey {
 }
 
 /// Two requests per identity, with no refill during a test.
-fn limiter<K: std::hash::Hash + Eq>() -> KeyedLimiter<K, ManualClock> {
+fn limiter<K: std::hash::Hash + Eq + Send>() -> KeyedLimiter<K, ManualClock> {
     KeyedLimiter::builder(Quota::per_second(2).unwrap())
         .clock(ManualClock::new())
         .build()

@@ -81,6 +81,7 @@ pub(super) fn new_table<K: Hash + Eq, S: BuildHasher + Clone>(
             at_capacity: AtCapacity::Deny,
             sweep_interval: None,
             max_exact_key_bytes: usize::MAX,
+            hot_keys: 0,
         },
     )
 }

@@ -14,6 +14,7 @@ use super::cap::Place;
 use super::generations::{Entry, Held, Marked};
 use super::key_ref::KeyRef;
 use super::key_table::Found;
+use super::shared_entry::Stored;
 use super::{AtCapacity, KeyDecision, KeyedLimiter, Overflow};
 use crate::clock::Clock;
 use crate::error::AcquireError;
@@ -23,32 +24,36 @@ use crate::sync::{Ordering, read};
 use crate::timeline::Reading;
 
 /// A key table: one bucket per stored key.
-pub(super) type BucketMap<M, H> = DashMap<M, Entry, H>;
+pub(super) type BucketMap<M, H> = DashMap<M, Stored, H>;
 
 /// Which bucket serves a key's decision.
 enum Bucket<'a, M> {
-    Own(Ref<'a, M, Entry>),
+    Own(Ref<'a, M, Stored>),
     /// The shared overflow bucket, decided on while the key's absence is
     /// held (its shard write-locked), and the key's overflow floor.
     Overflow {
-        absent: VacantEntry<'a, M, Entry>,
+        absent: VacantEntry<'a, M, Stored>,
         floor: Option<usize>,
     },
 }
 
-impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
+impl<K: Hash + Eq + Send, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// Makes one admission on `key`'s bucket in `table` (created if new, or
     /// the overflow bucket at the cap) with `admit(bucket, now)`, `now` in
     /// the ticks of the bucket's quota generation. A new key's bucket is
-    /// created only if `cost` is within its quota's capacity.
-    #[inline]
-    pub(super) fn decide_in<M, Q, H>(
+    /// created only if `cost` is within its quota's capacity. `done` makes
+    /// the caller's outcome of the decision where it is made: a decision
+    /// handed back from two places would be built in memory even for a
+    /// caller that drops it.
+    #[inline(always)]
+    pub(super) fn decide_in<M, Q, H, R>(
         &self,
         table: &BucketMap<M, H>,
         key: &Q,
         cost: u64,
         admit: impl FnOnce(Held<'_>, u64, Reading) -> Result<Admission, AcquireError>,
-    ) -> Result<KeyDecision, AcquireError>
+        done: impl FnOnce(KeyDecision) -> R,
+    ) -> Result<R, AcquireError>
     where
         M: Hash + Eq,
         Q: KeyRef<M> + ?Sized,
@@ -74,7 +79,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 let held = entry.held(&self.generations);
                 let now = held.gcra.ticks(nanos);
                 let admission = admit(held, now, reading)?;
-                Ok(KeyDecision::new(admission, held.gcra, reading, false))
+                Ok(done(KeyDecision::new(admission, held.gcra, reading, false)))
             }
             Bucket::Overflow { absent, floor } => {
                 let overflow = read(&self.overflow);
@@ -92,7 +97,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
                 self.table.counters.overflowed();
                 // Last, the key's owned copy, whose `Drop` may panic.
                 drop(absent);
-                Ok(KeyDecision::new(admission, gcra, reading, true))
+                Ok(done(KeyDecision::new(admission, gcra, reading, true)))
             }
         }
     }
@@ -146,10 +151,10 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             let floor = overflow.as_ref().zip(floor).map_or(0, |(overflow, slot)| {
                 Marked::floor(overflow.floors[slot].load(Ordering::Acquire))
             });
-            Ok(Entry::new(
+            Ok(Stored::Inline(Entry::new(
                 generation,
                 self.fresh_tat(&gcra, generation, floor, nanos),
-            ))
+            )))
         };
         let check = || AcquireError::check_cost(cost, self.quota().capacity());
         Ok(

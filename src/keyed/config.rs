@@ -57,6 +57,8 @@ pub(crate) struct KeyBound {
     /// The most bytes a key's `Hash` may write for the key to be kept as
     /// itself; longer keys are kept as fingerprints.
     pub(crate) max_exact_key_bytes: usize,
+    /// Slots of each thread's cache of hot keys (keyed buckets only).
+    pub(crate) hot_keys: usize,
 }
 
 /// The default key cap: about a million keys, some 32 MiB of table for
@@ -72,6 +74,11 @@ const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// about 64 bytes of heap, so the default cap bounds the table to some
 /// 180 MiB whatever clients send ([`docs/benchmarks.md`](crate::guide::benchmarks)).
 const DEFAULT_MAX_EXACT_KEY_BYTES: usize = 64;
+
+/// The default slots of each thread's cache of hot keys: a few KiB per
+/// thread, and enough for the head of a skewed mix (measured in
+/// [`docs/benchmarks.md`](crate::guide::benchmarks), "Hot keys").
+const DEFAULT_HOT_KEYS: usize = 64;
 
 /// Configures a [`KeyedLimiter`]: clock, hasher and memory bound.
 ///
@@ -108,6 +115,7 @@ impl<Q> KeyedBuilder<DefaultClock, ahash::RandomState, Q> {
                 at_capacity: AtCapacity::default(),
                 sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
                 max_exact_key_bytes: DEFAULT_MAX_EXACT_KEY_BYTES,
+                hot_keys: DEFAULT_HOT_KEYS,
             },
         }
     }
@@ -239,6 +247,38 @@ impl<C: Clock, S: BuildHasher + Clone, Q> KeyedBuilder<C, S, Q> {
 }
 
 impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S, Quota> {
+    /// How many keys each thread may cache as hot (default 64, rounded up
+    /// to a power of two; zero for none). A decision on a key its thread
+    /// has cached takes no shard lock: it costs what a
+    /// [`TokenBucket`](crate::TokenBucket)'s does, plus the key's hash and
+    /// comparison. A key is cached after two decisions in a row that miss
+    /// its slot in the thread's cache, so a walk over many keys leaves the
+    /// hot ones cached.
+    ///
+    /// Each cached key costs its thread a copy of the key and, while any
+    /// thread caches it, its bucket moves from the table to the heap
+    /// (shared by the table and the caches): about `slots × (72 bytes + a
+    /// key)` per thread that decides, for as long as the limiter lives
+    /// ([`docs/semantics.md`](crate::guide::semantics), "Bounded memory").
+    /// Keys kept as fingerprints (longer than
+    /// [`max_exact_key_bytes`](Self::max_exact_key_bytes)) are never
+    /// cached. Caching changes no decision: a cached bucket is the key's
+    /// bucket in the table.
+    ///
+    /// ```
+    /// use tollgate::{KeyedLimiter, Quota};
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::per_second(100)?)
+    ///     .hot_keys_per_thread(0)
+    ///     .build::<u64>();
+    /// assert!(limiter.try_acquire(&7, 1).is_ok());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn hot_keys_per_thread(mut self, slots: usize) -> Self {
+        self.bound.hot_keys = slots;
+        self
+    }
+
     /// The limiter, for keys of type `K`.
     ///
     /// ```
@@ -248,7 +288,7 @@ impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S, Quota> {
     /// assert!(limiter.is_empty());
     /// # Ok::<(), tollgate::QuotaError>(())
     /// ```
-    pub fn build<K: Hash + Eq>(self) -> KeyedLimiter<K, C, S> {
+    pub fn build<K: Hash + Eq + Send>(self) -> KeyedLimiter<K, C, S> {
         KeyedLimiter::from_parts(self.quota, self.clock, self.hasher, self.bound)
     }
 }

@@ -8,14 +8,16 @@ use std::time::Duration;
 
 use super::KeyedLimiter;
 use super::generations::Held;
+use super::hot_keys::Missed;
 use super::key_ref::{Find, KeyRef};
-use super::key_table::in_table;
+use super::key_table::{Located, in_table};
+use super::shared_entry::{SharedEntry, Stored};
 use crate::clock::Clock;
 use crate::error::AcquireError;
 use crate::gcra::Gcra;
 use crate::limit::Taken;
 use crate::state::Admission;
-use crate::sync::read;
+use crate::sync::{Arc, read};
 use crate::timeline::Reading;
 
 /// One decision as it was made: the admission, the quota it was decided
@@ -44,7 +46,7 @@ impl KeyDecision {
     }
 }
 
-impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
+impl<K: Hash + Eq + Send, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// Takes `cost` tokens from `key`'s bucket now, or refuses without
     /// spending anything; see [`Limit::try_acquire`](crate::Limit::try_acquire).
     /// A new key at the cap gets the [`AtCapacity`](super::AtCapacity) policy.
@@ -64,7 +66,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     where
         Q: KeyRef<K> + ?Sized,
     {
-        self.acquire_within(key, cost, Duration::ZERO).map(drop)
+        self.acquire_within(key, cost, Duration::ZERO, drop)
     }
 
     /// Takes `cost` tokens from `key`'s bucket now and returns how long to
@@ -91,8 +93,7 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     where
         Q: KeyRef<K> + ?Sized,
     {
-        let decided = self.acquire_within(key, cost, max_wait)?;
-        Ok(decided.wait())
+        self.acquire_within(key, cost, max_wait, |decided| decided.wait())
     }
 
     /// Takes `cost` tokens from `key`'s bucket and waits until they may be
@@ -128,31 +129,87 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     }
 
     /// The one admission path: `cost` tokens with up to `max_wait` of
-    /// delay.
-    #[inline]
-    pub(super) fn acquire_within<Q>(
+    /// delay, on the key's cached entry if this thread caches it (see
+    /// `hot_keys.rs`), in the table otherwise; `done` makes the caller's
+    /// outcome of it (see `decide_in`).
+    // Always inlined, as `decide_in` and the lookup in the cache are: out of
+    // line, each hands its decision back through memory.
+    #[inline(always)]
+    pub(super) fn acquire_within<Q, R>(
         &self,
         key: &Q,
         cost: u64,
         max_wait: Duration,
-    ) -> Result<KeyDecision, AcquireError>
+        done: impl Fn(KeyDecision) -> R,
+    ) -> Result<R, AcquireError>
     where
         Q: KeyRef<K> + ?Sized,
     {
-        self.decide(key, cost, |held, now, reading| {
-            let slack = match reading.behind() {
-                None => held.gcra.ticks_of(max_wait),
-                Some(behind) => {
-                    std::hint::cold_path();
-                    held.gcra.ticks_of(behind.budget(max_wait))
+        let Located::Exact(key) = self.table.locate(key) else {
+            return in_table!(self.table, key, |table| self.decide_in(
+                table,
+                key,
+                cost,
+                #[inline(always)]
+                |held, now, reading| admit_within(held, now, reading, cost, max_wait),
+                &done
+            ));
+        };
+        let hash = rustc_hash::FxBuildHasher.hash_one(key);
+        let missed = match self.hot.find(hash, key) {
+            Ok(hit) => {
+                let reading = self.timeline.read();
+                let held = hit.shared().held();
+                match admit_within(
+                    held,
+                    held.gcra.ticks(reading.nanos()),
+                    reading,
+                    cost,
+                    max_wait,
+                ) {
+                    Ok(admission) => {
+                        return Ok(done(KeyDecision::new(admission, held.gcra, reading, false)));
+                    }
+                    // Refused on a sealed word: the entry left the table.
+                    Err(_) if hit.shared().is_sealed() => hit.evict(),
+                    Err(refused) => return Err(refused),
                 }
-            };
-            held.admit(now, cost, slack)
-                .map_err(|refused| match reading.behind() {
-                    None => refused,
-                    Some(behind) => behind.refusal(refused, max_wait),
-                })
-        })
+            }
+            Err(missed) => missed,
+        };
+        let decided = self.decide_in(
+            &self.table.exact,
+            key,
+            cost,
+            #[inline(always)]
+            |held, now, reading| admit_within(held, now, reading, cost, max_wait),
+            done,
+        );
+        if missed == Missed::Twice {
+            self.hot.fill(hash, key, || {
+                let shared = self.share(key)?;
+                self.table.counters.cached();
+                Some(shared)
+            });
+        }
+        decided
+    }
+
+    /// `key`'s entry in the table of exact keys, shared with a thread's
+    /// cache (moved to the heap if it was inline, under the shard's write
+    /// lock), with its generation's quota read under the lock. None for a
+    /// key the table does not hold.
+    #[cold]
+    fn share<Q: Find<K> + ?Sized>(&self, key: &Q) -> Option<SharedEntry> {
+        if let Some(stored) = key.find_in(&self.table.exact)
+            && let Stored::Shared(entry) = &*stored
+        {
+            return Some(SharedEntry::new(Arc::clone(entry), &self.generations));
+        }
+        // No guard of ours is alive: the shard may be locked for writing.
+        let mut stored = key.find_mut_in(&self.table.exact)?;
+        let entry = stored.share();
+        Some(SharedEntry::new(entry, &self.generations))
     }
 
     /// Grants as many of `want` tokens to `key` as its bucket holds now:
@@ -196,8 +253,13 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     where
         Q: KeyRef<K> + ?Sized,
     {
-        in_table!(self.table, key, |table| self
-            .decide_in(table, key, cost, admit))
+        in_table!(self.table, key, |table| self.decide_in(
+            table,
+            key,
+            cost,
+            admit,
+            std::convert::identity
+        ))
     }
 
     /// Gives back `tokens` of what `taken` took from `key`'s bucket (or the
@@ -406,6 +468,31 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
             Ok(reading.behind().map_or(wait, |behind| behind.wait(wait)))
         })
     }
+}
+
+/// Admits `cost` tokens on `held` at the tick `now` of the clock `reading`
+/// with up to `max_wait` of delay: a reading before the limiter's creation
+/// is decided at the creation, with the wait's budget less the gap.
+#[inline(always)]
+fn admit_within(
+    held: Held<'_>,
+    now: u64,
+    reading: Reading,
+    cost: u64,
+    max_wait: Duration,
+) -> Result<Admission, AcquireError> {
+    let slack = match reading.behind() {
+        None => held.gcra.ticks_of(max_wait),
+        Some(behind) => {
+            std::hint::cold_path();
+            held.gcra.ticks_of(behind.budget(max_wait))
+        }
+    };
+    held.admit(now, cost, slack)
+        .map_err(|refused| match reading.behind() {
+            None => refused,
+            Some(behind) => behind.refusal(refused, max_wait),
+        })
 }
 
 impl KeyDecision {

@@ -8,9 +8,9 @@ use std::hash::{BuildHasher, Hash};
 
 use super::KeyedLimiter;
 use super::admission::BucketMap;
-use super::generations::Entry;
 use super::key_ref::Find;
 use super::key_table::KeyState;
+use super::shared_entry::Stored;
 use crate::clock::Clock;
 use crate::state::Admission;
 use crate::sync::read;
@@ -18,7 +18,7 @@ use crate::sync::read;
 /// A drop of buckets (a sweep, or the eviction of one key) in one quota
 /// generation: the one whose watermarks it raises, once, before the first
 /// bucket goes.
-pub(super) struct Dropping<'a, K, C, S> {
+pub(super) struct Dropping<'a, K: Send, C, S> {
     limiter: &'a KeyedLimiter<K, C, S>,
     generation: u64,
     /// Whether the watermarks are raised (`Some(true)`), or could not be
@@ -30,7 +30,9 @@ pub(super) struct Dropping<'a, K, C, S> {
 /// one, with that generation's watermarks raised, starts no fuller. One of
 /// another generation (a change's walk has not reached it, or has converted
 /// it since the drop began) is left for later.
-impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyState<Dropping<'_, K, C, S>> for Entry {
+impl<K: Hash + Eq + Send, C: Clock, S: BuildHasher + Clone> KeyState<Dropping<'_, K, C, S>>
+    for Stored
+{
     fn is_idle(&self, dropping: &Dropping<'_, K, C, S>, nanos: u64) -> bool {
         let limiter = dropping.limiter;
         if self.generation() != dropping.generation || !self.is_full(&limiter.generations, nanos) {
@@ -38,15 +40,19 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyState<Dropping<'_, K, C,
         }
         // Run under the entry's shard write lock: whoever recreates the key
         // reads the watermarks under the same lock, after this.
-        dropping.raised.get().unwrap_or_else(|| {
+        let raised = dropping.raised.get().unwrap_or_else(|| {
             let raised = limiter.raise_watermarks(dropping.generation, nanos);
             dropping.raised.set(Some(raised));
             raised
-        })
+        });
+        // A shared entry goes sealed, after the raise: a cached decision
+        // that meets the seal decides again in the table, on a bucket
+        // created from the raised watermarks.
+        raised && self.leaves_sealed(&limiter.generations, nanos)
     }
 }
 
-impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
+impl<K: Hash + Eq + Send, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// Gives back `tokens` of `admission` to `key`'s bucket in `table` by
     /// the one rule that never mints credit (`Tat::undo`): nothing if the
     /// bucket's quota changed since. A key no longer tracked was full when

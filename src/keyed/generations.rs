@@ -28,6 +28,9 @@ use crate::quota::{InitialCredit, Quota};
 use crate::state::{Admission, Tat};
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering, fence, lock};
 
+#[cfg(tollgate_loom)]
+use super::shared_entry::SharedEntry;
+
 /// One key's bucket as a table keeps it: its state, and the quota
 /// generation the state is kept in. Sixteen bytes: the generation is a whole
 /// word, where a parity bit would pad to the same size, and it is what a
@@ -237,10 +240,48 @@ impl Entry {
         }
     }
 
+    /// The bucket with the quota `gcra` of its generation, copied while
+    /// the entry was held: for a decision on a shared entry made outside
+    /// the shard lock (a thread's cached hot key). The quota is right for
+    /// as long as the word is unsealed: a change seals the entry before its
+    /// walk ends, and only then may its generation's slot be rewritten.
+    #[inline]
+    pub(crate) fn held_with(&self, gcra: Gcra) -> Held<'_> {
+        Held {
+            tat: &self.tat,
+            gcra,
+            generation: self.generation,
+        }
+    }
+
+    /// A copy of the entry, to be shared with the threads that cache its
+    /// key: made under the shard's write lock, so no decision runs on the
+    /// original meanwhile, and the copy takes its place in the table.
+    pub(crate) fn copy(&self) -> Entry {
+        Entry::new(self.generation, self.tat.load())
+    }
+
     /// The generation the entry's state is kept in.
     #[inline]
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// Whether a sealed word stopped a decision on a shared entry: the
+    /// entry left the table (dropped, or replaced by its conversion), and
+    /// the decision must be made again on what the table holds now.
+    #[inline]
+    pub(crate) fn is_sealed(&self) -> bool {
+        self.tat.is_sealed()
+    }
+
+    /// Seals a shared entry if its bucket is full at the clock reading
+    /// `nanos` under its own generation's quota, as a drop takes it out of
+    /// the table: whether it did. A decision on it that a thread's cache
+    /// made first leaves it unsealed, and then it is not dropped.
+    pub(crate) fn seal_if_full(&self, generations: &Generations, nanos: u64) -> bool {
+        let now = generations.gcra(self.generation).ticks(nanos);
+        self.tat.seal_if(|tat| tat <= now)
     }
 
     /// Whether the bucket holds its full capacity at the clock reading
@@ -443,6 +484,24 @@ impl<'a> Change<'a> {
         entry.generation = self.next;
     }
 
+    /// Converts a shared entry (one that threads' caches may decide on
+    /// outside the shard lock) to the next generation: seals it and returns
+    /// the converted entry that takes its place in the table, or `None` if
+    /// it is there already. The clock is read after each load the seal may
+    /// replace, so no earlier than any decision that linearized before it.
+    /// Under the shard's write lock, exactly once.
+    pub fn convert_shared(&self, entry: &Entry, nanos: impl Fn() -> u64) -> Option<Entry> {
+        if entry.generation == self.next {
+            return None;
+        }
+        let (from, to) = self.gcras();
+        let mut carried = 0;
+        entry
+            .tat
+            .seal(|tat| carried = from.carry(tat, nanos(), &to));
+        Some(Entry::new(self.next, carried))
+    }
+
     /// Converts a bucket kept outside the tables (the overflow bucket, or a
     /// floor: a state in the old generation's ticks) at `nanos`.
     pub(crate) fn carry(&self, tat: u64, nanos: u64) -> u64 {
@@ -503,6 +562,34 @@ impl Generations {
         let held = entry.held(self);
         let admission = held.admit(held.gcra.ticks(nanos), cost, 0)?;
         Ok(admission.generation)
+    }
+
+    /// `entry` (held for writing) shared with a thread's cache, as
+    /// `Stored::share` shares it, with its generation's quota read now.
+    pub fn share(&self, entry: crate::sync::Arc<Entry>) -> SharedEntry {
+        SharedEntry::new(entry, self)
+    }
+
+    /// Takes `cost` tokens from `shared` outside any lock, at the clock
+    /// reading `nanos`, as a thread's cache of hot keys does: `None` if its
+    /// entry was sealed (the decision goes to the table).
+    pub fn try_acquire_shared(
+        &self,
+        shared: &SharedEntry,
+        nanos: u64,
+        cost: u64,
+    ) -> Option<Result<u64, AcquireError>> {
+        let held = shared.held();
+        match held.admit(held.gcra.ticks(nanos), cost, 0) {
+            Err(_) if shared.is_sealed() => None,
+            decided => Some(decided.map(|admission| admission.generation)),
+        }
+    }
+
+    /// Whether a drop at `nanos` takes the shared `entry` (held for
+    /// writing): in `generation` and full, sealed as it goes.
+    pub fn drop_shared(&self, entry: &Entry, generation: u64, nanos: u64) -> bool {
+        entry.generation == generation && entry.seal_if_full(self, nanos)
     }
 
     /// Whole tokens in `entry` (held for reading) at `nanos`.

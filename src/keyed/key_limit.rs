@@ -25,23 +25,23 @@ use crate::limit::{Identity, Limit, Taken, sealed};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
-pub struct KeyLimit<'a, Q: ?Sized, K, C, S> {
+pub struct KeyLimit<'a, Q: ?Sized, K: Send, C, S> {
     pub(super) limiter: &'a KeyedLimiter<K, C, S>,
     pub(super) key: &'a Q,
 }
 
 impl<Q, K, C, S> sealed::Sealed for KeyLimit<'_, Q, K, C, S>
 where
-    K: Hash + Eq,
+    K: Hash + Eq + Send,
     Q: KeyRef<K> + ?Sized,
     C: Clock,
     S: BuildHasher + Clone,
 {
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
-        let decided = self
-            .limiter
-            .acquire_within(self.key, cost, Duration::ZERO)?;
-        Ok(decided.taken(cost))
+        self.limiter
+            .acquire_within(self.key, cost, Duration::ZERO, |decided| {
+                decided.taken(cost)
+            })
     }
 
     fn take_within(
@@ -49,8 +49,10 @@ where
         cost: u64,
         max_wait: Duration,
     ) -> Result<(Taken, Duration), AcquireError> {
-        let decided = self.limiter.acquire_within(self.key, cost, max_wait)?;
-        Ok((decided.taken(cost), decided.wait()))
+        self.limiter
+            .acquire_within(self.key, cost, max_wait, |decided| {
+                (decided.taken(cost), decided.wait())
+            })
     }
 
     fn undo(&self, taken: &Taken) {

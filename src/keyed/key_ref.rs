@@ -4,7 +4,7 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
 use dashmap::DashMap;
-use dashmap::mapref::one::Ref;
+use dashmap::mapref::one::{Ref, RefMut};
 
 /// A form `Q` that keys of type `K` are looked up by: `K` itself, or a
 /// borrowed form of it such as `str` for `String` keys. It hashes and
@@ -48,6 +48,15 @@ mod find {
             table: &'t DashMap<K, V, H>,
         ) -> Option<Ref<'t, K, V>>;
 
+        /// Whether `stored` is this key.
+        fn is(&self, stored: &K) -> bool;
+
+        /// `self`'s entry in `table`, held for writing.
+        fn find_mut_in<'t, V, H: BuildHasher + Clone>(
+            &self,
+            table: &'t DashMap<K, V, H>,
+        ) -> Option<RefMut<'t, K, V>>;
+
         /// Removes `self`'s entry from `table` if `drop` says so, and
         /// returns it (for the caller to drop: a key's `Drop` may panic).
         fn remove_in_if<V, H: BuildHasher + Clone>(
@@ -68,6 +77,18 @@ mod find {
             table: &'t DashMap<K, V, H>,
         ) -> Option<Ref<'t, K, V>> {
             table.get(self)
+        }
+
+        #[inline(always)]
+        fn is(&self, stored: &K) -> bool {
+            stored.borrow() == self
+        }
+
+        fn find_mut_in<'t, V, H: BuildHasher + Clone>(
+            &self,
+            table: &'t DashMap<K, V, H>,
+        ) -> Option<RefMut<'t, K, V>> {
+            table.get_mut(self)
         }
 
         fn remove_in_if<V, H: BuildHasher + Clone>(

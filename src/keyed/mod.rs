@@ -8,12 +8,14 @@ mod decisions;
 mod eviction;
 mod fingerprint;
 mod generations;
+mod hot_keys;
 mod key_limit;
 mod key_ref;
 mod key_table;
 mod owned_key;
 mod per_key;
 mod quota_change;
+mod shared_entry;
 mod stats;
 mod tiers;
 
@@ -35,6 +37,8 @@ pub(crate) use cap::KeyCap;
 pub use cap::{KeyCap, Place};
 #[cfg(tollgate_loom)]
 pub use generations::{Change, Entry, Generations, Steady};
+#[cfg(tollgate_loom)]
+pub use shared_entry::SharedEntry;
 
 use crate::clock::{Clock, DefaultClock};
 use crate::quota::Quota;
@@ -43,11 +47,13 @@ use crate::sync::{AtomicU64, RwLock};
 use crate::timeline::Timeline;
 pub(crate) use config::KeyBound;
 pub(crate) use decisions::KeyDecision;
-use generations::Marked;
 #[cfg(not(tollgate_loom))]
-use generations::{Entry, Generations};
+use generations::Generations;
+use generations::Marked;
+use hot_keys::HotKeys;
 pub(crate) use key_ref::Find;
 pub(crate) use key_table::{Found, KeyState, KeyTable, Located, in_table};
+use shared_entry::Stored;
 #[cfg(feature = "tokio")]
 pub(crate) use stats::TableCounters;
 
@@ -98,9 +104,11 @@ pub(crate) use stats::TableCounters;
 /// assert!(limiter.try_acquire(&bob, 1).is_ok());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct KeyedLimiter<K, C = DefaultClock, S = ahash::RandomState> {
+pub struct KeyedLimiter<K: Send, C = DefaultClock, S = ahash::RandomState> {
     /// The buckets, the key cap and the counters.
-    table: KeyTable<K, Entry, S>,
+    table: KeyTable<K, Stored, S>,
+    /// Each thread's cache of the keys it decides on most (`hot_keys.rs`).
+    hot: HotKeys<K>,
     /// The quota every key gets, by generation (see `generations.rs`).
     generations: Generations,
     timeline: Timeline<C>,
@@ -127,12 +135,13 @@ struct Overflow {
 /// policy.
 const OVERFLOW_FLOOR_SLOTS: usize = 4096;
 
-impl<K, C, S> std::fmt::Debug for KeyedLimiter<K, C, S> {
+impl<K: Send, C, S> std::fmt::Debug for KeyedLimiter<K, C, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("quota", &self.generations.quota())
             .field("keys", &self.table.len())
             .field("bound", &self.table.bound)
+            .field("hot_keys_per_thread", &self.hot.slots())
             .finish_non_exhaustive()
     }
 }
@@ -152,7 +161,7 @@ impl KeyedLimiter<()> {
     }
 }
 
-impl<K: Hash + Eq> KeyedLimiter<K> {
+impl<K: Hash + Eq + Send> KeyedLimiter<K> {
     /// A keyed limiter with the default clock, hasher and memory bound.
     ///
     /// ```
@@ -167,10 +176,11 @@ impl<K: Hash + Eq> KeyedLimiter<K> {
     }
 }
 
-impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
+impl<K: Hash + Eq + Send, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     pub(crate) fn from_parts(quota: Quota, clock: C, hasher: S, bound: KeyBound) -> Self {
         KeyedLimiter {
             table: KeyTable::new(hasher, bound),
+            hot: HotKeys::new(bound.hot_keys),
             timeline: Timeline::new(clock),
             overflow: CachePadded::new(RwLock::new(Overflow {
                 tat: Tat::new(quota.gcra().initial_tat(quota.initial_credit())),

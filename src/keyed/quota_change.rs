@@ -11,7 +11,7 @@ use crate::quota::Quota;
 use crate::state::Tat;
 use crate::sync::{Ordering, write};
 
-impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
+impl<K: Hash + Eq + Send, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// Gives every key `quota` from now on, keeping what each key has
     /// spent: every bucket (and the overflow bucket) is converted by the
     /// continuity rule of [`docs/semantics.md`](crate::guide::semantics)
@@ -92,10 +92,10 @@ impl<K: Hash + Eq, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     /// under its quota, until the next change or sweep finishes the walk.
     pub(super) fn walk(&self, change: &Change<'_>) -> u64 {
         for mut entry in self.table.exact.iter_mut() {
-            change.convert(entry.value_mut(), self.timeline.nanos());
+            entry.value_mut().convert(change, || self.timeline.nanos());
         }
         for mut entry in self.table.fingerprints.iter_mut() {
-            change.convert(entry.value_mut(), self.timeline.nanos());
+            entry.value_mut().convert(change, || self.timeline.nanos());
         }
         self.timeline.nanos()
     }

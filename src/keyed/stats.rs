@@ -40,6 +40,11 @@ pub struct KeyTableStats {
     /// was full ([`AtCapacity::SharedOverflow`](crate::AtCapacity::SharedOverflow)),
     /// including ones undone later.
     pub overflowed: u64,
+    /// Times a thread cached a key as hot
+    /// ([`KeyedBuilder::hot_keys_per_thread`](crate::KeyedBuilder::hot_keys_per_thread)):
+    /// a count that climbs with every decision means keys keep evicting
+    /// each other from the threads' caches. Zero for window limiters.
+    pub cached: u64,
 }
 
 impl KeyTableStats {
@@ -53,6 +58,7 @@ impl KeyTableStats {
             sweeps: self.sweeps.saturating_add(other.sweeps),
             evicted: self.evicted.saturating_add(other.evicted),
             overflowed: self.overflowed.saturating_add(other.overflowed),
+            cached: self.cached.saturating_add(other.cached),
         }
     }
 
@@ -78,6 +84,7 @@ impl KeyTableStats {
                 ("sweeps_total", self.sweeps),
                 ("evicted_total", self.evicted),
                 ("overflowed_total", self.overflowed),
+                ("cached_total", self.cached),
             ],
         );
     }
@@ -94,6 +101,7 @@ pub(crate) struct TableCounters {
     sweeps: AtomicU64,
     evicted: AtomicU64,
     overflowed: AtomicU64,
+    cached: AtomicU64,
 }
 
 impl TableCounters {
@@ -114,6 +122,10 @@ impl TableCounters {
         self.overflowed.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn cached(&self) {
+        self.cached.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot(&self, keys: u64, max_keys: u64) -> KeyTableStats {
         let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         KeyTableStats {
@@ -123,6 +135,7 @@ impl TableCounters {
             sweeps: read(&self.sweeps),
             evicted: read(&self.evicted),
             overflowed: read(&self.overflowed),
+            cached: read(&self.cached),
         }
     }
 }

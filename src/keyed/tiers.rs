@@ -42,14 +42,14 @@ use crate::keyed::{KeyLimit, KeyRef, KeyTableStats, KeyedLimiter};
 /// tiers.try_acquire(&Account { id: 2, pro: true }, 100)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct Tiered<K, F, const N: usize, C = DefaultClock, S = ahash::RandomState> {
+pub struct Tiered<K: Send, F, const N: usize, C = DefaultClock, S = ahash::RandomState> {
     tiers: [KeyedLimiter<K, C, S>; N],
     resolve: F,
 }
 
 // By hand: a derive would require the resolver (usually a closure) to be
 // `Debug`.
-impl<K, F, const N: usize, C, S> std::fmt::Debug for Tiered<K, F, N, C, S> {
+impl<K: Send, F, const N: usize, C, S> std::fmt::Debug for Tiered<K, F, N, C, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tiered")
             .field("tiers", &self.tiers)
@@ -59,7 +59,7 @@ impl<K, F, const N: usize, C, S> std::fmt::Debug for Tiered<K, F, N, C, S> {
 
 impl<K, F, const N: usize, C, S> Tiered<K, F, N, C, S>
 where
-    K: Hash + Eq,
+    K: Hash + Eq + Send,
     C: Clock,
     S: BuildHasher + Clone,
 {

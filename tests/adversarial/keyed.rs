@@ -28,7 +28,7 @@ fn cap(n: usize) -> NonZeroUsize {
 /// the first refusal.
 fn drain<K, C, S, Q>(limiter: &KeyedLimiter<K, C, S>, key: &Q, cost: u64) -> u64
 where
-    K: Hash + Eq + std::borrow::Borrow<Q>,
+    K: Hash + Eq + Send + std::borrow::Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     C: Clock,
     S: BuildHasher + Clone,

@@ -1,0 +1,266 @@
+//! Instructions per decision, counted under callgrind by gungraun: the
+//! figures that do not drift with the machine's load, beside the timed ones
+//! of criterion, for every headline row of `docs/benchmarks.md`.
+//!
+//! Each benchmark makes [`OPS`] decisions on a limiter its setup built and
+//! warmed (setup is not counted) and returns it (its drop is not counted
+//! either), so a row's instructions divided by 1000
+//! are one decision's. Every row has a hard limit a little above what it
+//! executes now: `.ci/run` runs this file, and a change that makes a hot
+//! path execute more fails the build. The limits are the figures quoted in
+//! `docs/benchmarks.md`, "Instructions per decision".
+//!
+//! tollgate's rows read [`TscClock`], the time-stamp counter through
+//! `quanta`: what [`DefaultClock`](tollgate::DefaultClock) reads on a
+//! machine whose counter its start-up check trusts, and what governor's
+//! default clock reads. Under valgrind that check cannot pin threads and
+//! compare their counters, so the default would read the OS clock there
+//! and count the kernel's clock instead of the limiter.
+//!
+//! Run with `cargo bench --bench instructions --all-features` (valgrind and
+//! `gungraun-runner` of the same version as the `gungraun` dev-dependency
+//! must be installed; `.ci/run` installs both).
+
+// gungraun's macros generate a module per benchmark, undocumented.
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::{Quota as GovernorQuota, RateLimiter};
+use gungraun::{
+    Callgrind, EventKind, LibraryBenchmarkConfig, library_benchmark, library_benchmark_group, main,
+};
+use tollgate::{
+    KeyedLimiter, Limit, Quota, SlidingWindow, StripedBucket, TokenBucket, TscClock, WindowQuota,
+};
+
+type Bucket = TokenBucket<TscClock>;
+type Keyed = KeyedLimiter<u64, TscClock>;
+
+/// Decisions per benchmark: a row's instructions per 1000 decisions.
+const OPS: u64 = 1000;
+
+/// Keys of the many-keys rows, all created by the setup.
+const KEYS: u64 = 100_000;
+
+/// Never refuses one token during a run: a large burst refilled at one
+/// token a nanosecond.
+fn open() -> Quota {
+    Quota::new(u64::from(u32::MAX), 1, Duration::from_nanos(1)).expect("a valid quota")
+}
+
+/// One token an hour, taken by the setup: refuses for the rest of the run.
+fn shut() -> Quota {
+    Quota::new(1, 1, Duration::from_secs(3600)).expect("a valid quota")
+}
+
+fn governor_open() -> GovernorQuota {
+    GovernorQuota::with_period(Duration::from_nanos(1))
+        .expect("a non-zero period")
+        .allow_burst(NonZeroU32::MAX)
+}
+
+fn governor_shut() -> GovernorQuota {
+    GovernorQuota::with_period(Duration::from_secs(3600))
+        .expect("a non-zero period")
+        .allow_burst(NonZeroU32::MIN)
+}
+
+/// The `i`-th key of a scattered walk over the many keys: consecutive
+/// decisions land far apart in the table.
+fn scattered(i: u64) -> u64 {
+    i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % KEYS
+}
+
+fn open_bucket() -> Bucket {
+    let bucket = TokenBucket::with_clock(open(), TscClock::new());
+    bucket.try_acquire(1).expect("open");
+    bucket
+}
+
+fn shut_bucket() -> Bucket {
+    let bucket = TokenBucket::with_clock(shut(), TscClock::new());
+    bucket.try_acquire(1).expect("the one token");
+    bucket
+}
+
+/// A bucket whose quota changed once, then decided on once.
+fn changed_bucket(quota: Quota) -> Bucket {
+    let before = Quota::new(quota.capacity() + 1, 1, Duration::from_secs(1)).expect("valid");
+    let bucket = TokenBucket::with_clock(before, TscClock::new());
+    bucket.set_quota(quota);
+    let _ = bucket.try_acquire(1);
+    bucket
+}
+
+#[library_benchmark(config = limit(70_000))]
+#[bench::admitted(setup = open_bucket)]
+fn bucket_admitted(bucket: Bucket) -> Bucket {
+    for _ in 0..OPS {
+        let _ = black_box(black_box(&bucket).try_acquire(1));
+    }
+    bucket
+}
+
+#[library_benchmark(config = limit(73_000))]
+#[bench::refused(setup = shut_bucket)]
+fn bucket_refused(bucket: Bucket) -> Bucket {
+    for _ in 0..OPS {
+        let _ = black_box(black_box(&bucket).try_acquire(1));
+    }
+    bucket
+}
+
+#[library_benchmark(config = limit(290_000))]
+#[bench::admitted(args = (open()), setup = changed_bucket)]
+#[bench::refused(args = (shut()), setup = changed_bucket)]
+fn changed_bucket_decision(bucket: Bucket) -> Bucket {
+    for _ in 0..OPS {
+        let _ = black_box(black_box(&bucket).try_acquire(1));
+    }
+    bucket
+}
+
+fn striped() -> StripedBucket<TscClock> {
+    let striped = StripedBucket::with_clock(open(), TscClock::new(), 4, 64);
+    striped.try_acquire(1).expect("open");
+    striped
+}
+
+#[library_benchmark(config = limit(125_000))]
+#[bench::uncontended(setup = striped)]
+fn striped_admitted(striped: StripedBucket<TscClock>) -> StripedBucket<TscClock> {
+    for _ in 0..OPS {
+        let _ = black_box(black_box(&striped).try_acquire(1));
+    }
+    striped
+}
+
+fn shut_sliding() -> SlidingWindow<TscClock> {
+    let quota = WindowQuota::new(1, Duration::from_secs(3600)).expect("valid");
+    let window = SlidingWindow::with_clock(quota, TscClock::new()).expect("packs");
+    window.try_acquire(1).expect("the one");
+    window
+}
+
+#[library_benchmark(config = limit(200_000))]
+#[bench::refused(setup = shut_sliding)]
+fn sliding_refused(window: SlidingWindow<TscClock>) -> SlidingWindow<TscClock> {
+    for _ in 0..OPS {
+        let _ = black_box(black_box(&window).try_acquire(1));
+    }
+    window
+}
+
+fn keyed() -> Keyed {
+    KeyedLimiter::builder(open()).clock(TscClock::new()).build()
+}
+
+fn hot_key() -> Keyed {
+    let limiter = keyed();
+    limiter.try_acquire(&7, 1).expect("open");
+    limiter
+}
+
+fn many_keys() -> Keyed {
+    let limiter = keyed();
+    for key in 0..KEYS {
+        limiter.try_acquire(&key, 1).expect("open");
+    }
+    limiter
+}
+
+#[library_benchmark(config = limit(230_000))]
+#[bench::hot(setup = hot_key)]
+fn keyed_hot(limiter: Keyed) -> Keyed {
+    for _ in 0..OPS {
+        let _ = black_box(black_box(&limiter).try_acquire(&7, 1));
+    }
+    limiter
+}
+
+#[library_benchmark(config = limit(240_000))]
+#[bench::many(setup = many_keys)]
+fn keyed_many(limiter: Keyed) -> Keyed {
+    for i in 0..OPS {
+        let _ = black_box(black_box(&limiter).try_acquire(&scattered(i), 1));
+    }
+    limiter
+}
+
+library_benchmark_group!(
+    name = tollgate_rows;
+    benchmarks = bucket_admitted, bucket_refused, changed_bucket_decision, striped_admitted,
+        sliding_refused, keyed_hot, keyed_many
+);
+
+type GovernorDirect = governor::DefaultDirectRateLimiter;
+type GovernorKeyed = governor::DefaultKeyedRateLimiter<u64>;
+
+fn governor_direct(quota: GovernorQuota) -> GovernorDirect {
+    let limiter = RateLimiter::direct(quota);
+    let _ = limiter.check();
+    limiter
+}
+
+#[library_benchmark]
+#[bench::admitted(args = (governor_open()), setup = governor_direct)]
+#[bench::refused(args = (governor_shut()), setup = governor_direct)]
+fn governor_direct_decision(limiter: GovernorDirect) -> GovernorDirect {
+    for _ in 0..OPS {
+        let _ = black_box(black_box(&limiter).check());
+    }
+    limiter
+}
+
+fn governor_hot() -> GovernorKeyed {
+    let limiter = RateLimiter::keyed(governor_open());
+    let _ = limiter.check_key(&7);
+    limiter
+}
+
+fn governor_many() -> GovernorKeyed {
+    let limiter = RateLimiter::keyed(governor_open());
+    for key in 0..KEYS {
+        let _ = limiter.check_key(&key);
+    }
+    limiter
+}
+
+#[library_benchmark]
+#[bench::hot(setup = governor_hot)]
+fn governor_keyed_hot(limiter: GovernorKeyed) -> GovernorKeyed {
+    for _ in 0..OPS {
+        let _ = black_box(black_box(&limiter).check_key(&7));
+    }
+    limiter
+}
+
+#[library_benchmark]
+#[bench::many(setup = governor_many)]
+fn governor_keyed_many(limiter: GovernorKeyed) -> GovernorKeyed {
+    for i in 0..OPS {
+        let _ = black_box(black_box(&limiter).check_key(&scattered(i)));
+    }
+    limiter
+}
+
+library_benchmark_group!(
+    name = governor_rows;
+    benchmarks = governor_direct_decision, governor_keyed_hot, governor_keyed_many
+);
+
+/// A hard limit of `instructions` on a benchmark's count.
+fn limit(instructions: u64) -> LibraryBenchmarkConfig {
+    let mut config = LibraryBenchmarkConfig::default();
+    config.tool(Callgrind::default().hard_limits([(EventKind::Ir, instructions)]));
+    config
+}
+
+main!(
+    config = LibraryBenchmarkConfig::default()
+        .tool(Callgrind::with_args(["--cache-sim=no"]));
+    library_benchmark_groups = tollgate_rows, governor_rows
+);

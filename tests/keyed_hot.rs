@@ -1,0 +1,278 @@
+//! Each thread's cache of hot keys (`KeyedBuilder::hot_keys_per_thread`):
+//! a cached key decides exactly as the table would, through sweeps, quota
+//! changes, evictions from the cache and panicking key code, and two threads
+//! on one hot key take exactly its capacity.
+
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tollgate::{AcquireError, KeyedLimiter, ManualClock, Quota};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn per_second(n: u64) -> Quota {
+    Quota::per_second(n).expect("a valid quota")
+}
+
+fn limiter(quota: Quota, clock: &ManualClock) -> KeyedLimiter<u64, ManualClock> {
+    KeyedLimiter::builder(quota)
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .build()
+}
+
+/// How many of `tries` decisions of one token on `key` are admitted.
+fn admitted(limiter: &KeyedLimiter<u64, ManualClock>, key: u64, tries: u64) -> u64 {
+    (0..tries)
+        .filter(|_| limiter.try_acquire(&key, 1).is_ok())
+        .count() as u64
+}
+
+#[test]
+fn a_key_decided_twice_is_cached_and_decides_exactly() {
+    let clock = ManualClock::new();
+    let limiter = limiter(per_second(5), &clock);
+    assert_eq!(admitted(&limiter, 7, 8), 5);
+    assert_eq!(limiter.table_stats().cached, 1);
+    clock.advance(Duration::from_millis(400));
+    assert_eq!(admitted(&limiter, 7, 3), 2);
+    assert_eq!(
+        limiter.try_acquire(&7, 9),
+        Err(AcquireError::ExceedsCapacity {
+            cost: 9,
+            capacity: 5
+        })
+    );
+    assert_eq!(limiter.table_stats().cached, 1);
+}
+
+#[test]
+fn a_walk_over_many_keys_leaves_a_hot_key_cached() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder(per_second(1_000_000))
+        .clock(clock.clone())
+        .hot_keys_per_thread(4)
+        .build::<u64>();
+    for cold in 1..=1000 {
+        limiter.try_acquire(&0, 1).unwrap();
+        limiter.try_acquire(&cold, 1).unwrap();
+    }
+    // The hot key, once; no key seen once, ever.
+    assert_eq!(limiter.table_stats().cached, 1);
+    assert_eq!(limiter.len(), 1001);
+}
+
+#[test]
+fn no_cache_caches_nothing() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder(per_second(3))
+        .clock(clock.clone())
+        .hot_keys_per_thread(0)
+        .build::<u64>();
+    assert_eq!(admitted(&limiter, 1, 5), 3);
+    assert_eq!(limiter.table_stats().cached, 0);
+}
+
+/// A sweep drops a cached key's bucket full: the cached copy is sealed, the
+/// next decision is made on a bucket created afresh, which starts full as a
+/// kept one would have been, and the key is cached again.
+#[test]
+fn a_swept_cached_key_comes_back_with_exactly_its_credit() {
+    let clock = ManualClock::new();
+    let limiter = limiter(per_second(2), &clock);
+    assert_eq!(admitted(&limiter, 7, 3), 2);
+    clock.advance(SECOND);
+    assert_eq!(limiter.sweep(), 1);
+    assert!(limiter.is_empty());
+    assert_eq!(admitted(&limiter, 7, 3), 2);
+    let stats = limiter.table_stats();
+    assert_eq!((stats.created, stats.evicted, stats.cached), (2, 1, 2));
+}
+
+/// A bucket a sweep would drop is kept when a cached decision spent from
+/// it first, and the sweep after the refill drops it.
+#[test]
+fn a_cached_decision_keeps_its_bucket_from_the_sweep() {
+    let clock = ManualClock::new();
+    let limiter = limiter(per_second(2), &clock);
+    assert_eq!(admitted(&limiter, 7, 2), 2);
+    clock.advance(SECOND);
+    assert_eq!(admitted(&limiter, 7, 1), 1);
+    assert_eq!(limiter.sweep(), 0);
+    assert_eq!(admitted(&limiter, 7, 2), 1);
+    clock.advance(SECOND);
+    assert_eq!(limiter.sweep(), 1);
+}
+
+/// A quota change converts a cached key's bucket: the cached copy is
+/// sealed, and the next decision is made under the new quota, with what
+/// the old one left carried over.
+#[test]
+fn a_quota_change_reaches_a_cached_key() {
+    let clock = ManualClock::new();
+    let limiter = limiter(per_second(10), &clock);
+    assert_eq!(admitted(&limiter, 7, 4), 4);
+    limiter.set_quota(per_second(3));
+    assert_eq!(limiter.available(&7), 3);
+    assert_eq!(admitted(&limiter, 7, 5), 3);
+    limiter.set_quota(per_second(100));
+    assert_eq!(admitted(&limiter, 7, 5), 0);
+    clock.advance(Duration::from_millis(50));
+    assert_eq!(admitted(&limiter, 7, 10), 5);
+    assert!(limiter.table_stats().cached >= 3);
+}
+
+/// A receipt taken on a cached key gives back to the key's bucket.
+#[test]
+fn a_receipt_of_a_cached_decision_gives_back_to_the_key() {
+    let clock = ManualClock::new();
+    let limiter = limiter(per_second(3), &clock);
+    assert_eq!(admitted(&limiter, 7, 2), 2);
+    let receipt = tollgate::Receipt::take(limiter.key(&7), 1).unwrap();
+    assert_eq!(limiter.available(&7), 0);
+    receipt.undo();
+    assert_eq!(limiter.available(&7), 1);
+    assert_eq!(admitted(&limiter, 7, 2), 1);
+}
+
+/// Two threads on one hot key, each deciding from its own cache until
+/// refused, on a clock that does not move: together exactly the capacity.
+#[test]
+fn two_threads_on_a_hot_key_take_exactly_its_capacity() {
+    const CAPACITY: u64 = 20_000;
+    let clock = ManualClock::new();
+    let limiter = limiter(Quota::new(CAPACITY, 1, SECOND).unwrap(), &clock);
+    let taken = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..2)
+            .map(|_| s.spawn(|| admitted_until_refused(&limiter, 7, &|| {})))
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).sum::<u64>()
+    });
+    assert_eq!(taken, CAPACITY);
+    assert_eq!(limiter.table_stats().cached, 2);
+}
+
+/// Admissions of one token on `key` until one is refused, calling `pace`
+/// after each.
+fn admitted_until_refused(
+    limiter: &KeyedLimiter<u64, ManualClock>,
+    key: u64,
+    pace: &dyn Fn(),
+) -> u64 {
+    let mut taken = 0;
+    while limiter.try_acquire(&key, 1).is_ok() {
+        taken += 1;
+        pace();
+    }
+    taken
+}
+
+/// Two threads deciding on one hot key from their caches while a third
+/// changes the quota back and forth (same capacity, other rates, on a clock
+/// that does not move, so every carry is exact) and a fourth sweeps: every
+/// change seals the cached buckets under the deciders, and together they
+/// still take exactly the capacity. Each decider waits, every 500
+/// admissions, for one more change, so changes land between decisions by
+/// construction.
+#[test]
+fn changes_and_sweeps_racing_cached_decisions_neither_mint_nor_lose() {
+    const CAPACITY: u64 = 20_000;
+    let clock = ManualClock::new();
+    let quotas = [
+        Quota::new(CAPACITY, 1, SECOND).unwrap(),
+        Quota::new(CAPACITY, 3, SECOND).unwrap(),
+    ];
+    let limiter = limiter(quotas[0], &clock);
+    let changes = AtomicU64::new(0);
+    let done = AtomicBool::new(false);
+    let taken = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut next = 1;
+            while !done.load(Ordering::Acquire) {
+                limiter.set_quota(quotas[next % 2]);
+                next += 1;
+                changes.fetch_add(1, Ordering::Release);
+            }
+        });
+        s.spawn(|| {
+            while !done.load(Ordering::Acquire) {
+                limiter.sweep();
+            }
+        });
+        let deciders: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let step = Cell::new(0u64);
+                    let wait_for_a_change = || {
+                        step.set(step.get() + 1);
+                        if step.get().is_multiple_of(500) {
+                            let seen = changes.load(Ordering::Acquire);
+                            while changes.load(Ordering::Acquire) == seen {
+                                std::hint::spin_loop();
+                            }
+                        }
+                    };
+                    admitted_until_refused(&limiter, 7, &wait_for_a_change)
+                })
+            })
+            .collect();
+        let taken = deciders.into_iter().map(|t| t.join().unwrap()).sum::<u64>();
+        done.store(true, Ordering::Release);
+        taken
+    });
+    assert_eq!(taken, CAPACITY);
+    assert!(changes.load(Ordering::Relaxed) >= CAPACITY / 500);
+    assert_eq!(limiter.available(&7), 0);
+}
+
+thread_local! {
+    /// Drops of a [`Brittle`] key on this thread before one panics; `None`
+    /// when disarmed.
+    static DROPS: Cell<Option<u32>> = const { Cell::new(None) };
+}
+
+/// A key whose `Drop` panics on the n-th drop once armed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Brittle(u32);
+
+impl Drop for Brittle {
+    fn drop(&mut self) {
+        DROPS.with(|fuse| match fuse.get() {
+            Some(1) => {
+                fuse.set(Some(0));
+                panic!("a key's drop failed");
+            }
+            Some(n) if n > 1 => fuse.set(Some(n - 1)),
+            _ => {}
+        });
+    }
+}
+
+/// A cached key's copy evicted by another key, its `Drop` panicking: the
+/// decision that evicted it was made, the cache holds the new key, and
+/// both keys decide exactly after.
+#[test]
+fn a_cached_key_panicking_as_it_is_evicted_loses_no_decision() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder(per_second(3))
+        .clock(clock.clone())
+        .hot_keys_per_thread(1)
+        .build::<Brittle>();
+    let (a, b) = (Brittle(1), Brittle(2));
+    limiter.try_acquire(&a, 1).unwrap();
+    limiter.try_acquire(&a, 1).unwrap();
+    limiter.try_acquire(&b, 1).unwrap();
+    // `b`'s second miss in a row caches it in `a`'s place: `a`'s copy drops.
+    DROPS.with(|fuse| fuse.set(Some(1)));
+    let evicting = catch_unwind(AssertUnwindSafe(|| limiter.try_acquire(&b, 1)));
+    assert!(evicting.is_err());
+    assert_eq!(DROPS.with(|fuse| fuse.replace(None)), Some(0));
+    assert_eq!((limiter.available(&a), limiter.available(&b)), (1, 1));
+    assert_eq!(limiter.try_acquire(&b, 1), Ok(()));
+    assert!(limiter.try_acquire(&b, 1).is_err());
+    assert_eq!(limiter.try_acquire(&a, 1), Ok(()));
+    assert!(limiter.try_acquire(&a, 1).is_err());
+    assert_eq!(limiter.table_stats().cached, 3);
+}
