@@ -11,7 +11,7 @@ use crate::gcra::Gcra;
 use crate::limit::{Identity, Limit, Taken, sealed};
 use crate::quota::Quota;
 use crate::state::Admission;
-use crate::timeline::{Behind, Timeline};
+use crate::timeline::{Behind, Reading, Timeline};
 use states::{State, States};
 
 /// A token bucket whose whole state is one cache-padded `AtomicU64`.
@@ -163,11 +163,14 @@ impl<C: Clock> TokenBucket<C> {
         )
     }
 
-    /// Admits `cost` tokens on `state` with a wait of up to `max_wait`:
-    /// validates the cost, reads the clock, and runs the decision in the
+    /// Admits `cost` tokens on `state` at the clock `reading` with a wait of
+    /// up to `max_wait`: validates the cost and runs the decision in the
     /// state's compare-and-swap loop, then gives `done` the admission and
     /// how to tell its wait. Every admission of the bucket comes through
     /// here ([`docs/design.md`](crate::guide::design), "The decision path").
+    /// The clock is read once per decision, before the first state is
+    /// tried: a decision that meets a seal and runs again on the successor
+    /// reads it no second time.
     ///
     /// A reading before the bucket's creation is decided at the creation,
     /// with the reservation's budget less the gap, and every wait measured
@@ -181,13 +184,13 @@ impl<C: Clock> TokenBucket<C> {
     fn admit_on<R>(
         &self,
         state: &State,
+        reading: Reading,
         cost: u64,
         max_wait: Duration,
         done: impl FnOnce(Admission, Wait<'_>) -> R,
     ) -> Result<R, AcquireError> {
         let gcra = state.gcra();
         let cost_ticks = gcra.cost_ticks(cost)?;
-        let reading = self.timeline.read();
         let behind = reading.behind();
         let slack = match behind {
             None => gcra.ticks_of(max_wait),
@@ -368,9 +371,14 @@ impl Wait<'_> {
 impl<C: Clock> sealed::Sealed for TokenBucket<C> {
     #[inline(always)]
     fn take(&self, cost: u64) -> Result<Taken, AcquireError> {
+        let reading = self.timeline.read();
         let admission = self.states.on_state(
             #[inline(always)]
-            move |state| self.admit_on(state, cost, Duration::ZERO, |admission, _| admission),
+            move |state| {
+                self.admit_on(state, reading, cost, Duration::ZERO, |admission, _| {
+                    admission
+                })
+            },
             Result::is_err,
         )?;
         Ok(Taken::own(admission, cost))
@@ -383,10 +391,11 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
         cost: u64,
         max_wait: Duration,
     ) -> Result<(Taken, Duration), AcquireError> {
+        let reading = self.timeline.read();
         let (admission, wait) = self.states.on_state(
             #[inline(always)]
             move |state| {
-                self.admit_on(state, cost, max_wait, |admission, wait| {
+                self.admit_on(state, reading, cost, max_wait, |admission, wait| {
                     (admission, wait.of(&admission))
                 })
             },
@@ -440,19 +449,23 @@ impl<C: Clock> Advertised for TokenBucket<C> {
 impl<C: Clock> Limit for TokenBucket<C> {
     #[inline(always)]
     fn try_acquire(&self, cost: u64) -> Result<(), AcquireError> {
+        let reading = self.timeline.read();
         self.states.on_state(
             #[inline(always)]
-            move |state| self.admit_on(state, cost, Duration::ZERO, |_, _| ()),
+            move |state| self.admit_on(state, reading, cost, Duration::ZERO, |_, _| ()),
             Result::is_err,
         )
     }
 
     #[inline(always)]
     fn reserve(&self, cost: u64, max_wait: Duration) -> Result<Duration, AcquireError> {
+        let reading = self.timeline.read();
         self.states.on_state(
             #[inline(always)]
             move |state| {
-                self.admit_on(state, cost, max_wait, |admission, wait| wait.of(&admission))
+                self.admit_on(state, reading, cost, max_wait, |admission, wait| {
+                    wait.of(&admission)
+                })
             },
             Result::is_err,
         )

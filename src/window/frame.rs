@@ -317,10 +317,14 @@ impl<K: WindowKind> Frame<K> {
         let from = if in_window {
             from
         } else {
-            let mut due_window_start = start;
-            while due - due_window_start >= self.window {
-                due_window_start += self.window;
-            }
+            // The start of the due instant's window: the next or the one
+            // after, both at most `due` (no overflow).
+            let next = start + self.window;
+            let due_window_start = if due - next >= self.window {
+                next + self.window
+            } else {
+                next
+            };
             from.max(due_window_start.saturating_add(gap))
         };
         Err(Duration::from_nanos(from.saturating_sub(at)))
