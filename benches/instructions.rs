@@ -45,6 +45,9 @@ const OPS: u64 = 1000;
 /// Keys of the many-keys rows, all created by the setup.
 const KEYS: u64 = 100_000;
 
+/// Decisions of a Zipf walk made by the setup before the counted ones.
+const WARM: u64 = 50_000;
+
 /// Never refuses one token during a run: a large burst refilled at one
 /// token a nanosecond.
 fn open() -> Quota {
@@ -72,6 +75,27 @@ fn governor_shut() -> GovernorQuota {
 /// decisions land far apart in the table.
 fn scattered(i: u64) -> u64 {
     i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % KEYS
+}
+
+/// A Zipf walk (exponent 1) of `len` decisions over the many keys, by the
+/// inverse of its cumulative weights on a fixed xorshift sequence.
+fn zipf_walk(len: u64) -> Vec<u64> {
+    let mut cumulative = Vec::with_capacity(KEYS as usize);
+    let mut total = 0.0;
+    for rank in 1..=KEYS {
+        total += 1.0 / rank as f64;
+        cumulative.push(total);
+    }
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let u = (state >> 11) as f64 / (1u64 << 53) as f64 * total;
+            cumulative.partition_point(|&c| c < u) as u64
+        })
+        .collect()
 }
 
 fn open_bucket() -> Bucket {
@@ -176,8 +200,35 @@ fn many_keys() -> Keyed {
     limiter
 }
 
+/// The many keys after a Zipf walk of `WARM` decisions (the threads'
+/// caches as steady traffic leaves them), and the walk's next [`OPS`].
+fn zipf_keys(hot_keys: usize) -> (Keyed, Vec<u64>) {
+    let limiter = KeyedLimiter::builder(open())
+        .clock(TscClock::new())
+        .hot_keys_per_thread(hot_keys)
+        .build();
+    for key in 0..KEYS {
+        limiter.try_acquire(&key, 1).expect("open");
+    }
+    let mut walk = zipf_walk(WARM + OPS);
+    for key in walk.drain(..WARM as usize) {
+        limiter.try_acquire(&key, 1).expect("open");
+    }
+    (limiter, walk)
+}
+
 #[library_benchmark]
-#[bench::hot(setup = hot_key, config = limit(144_000))]
+#[bench::cached(args = (64), setup = zipf_keys, config = limit(214_000))]
+#[bench::uncached(args = (0), setup = zipf_keys)]
+fn keyed_zipf((limiter, walk): (Keyed, Vec<u64>)) -> (Keyed, Vec<u64>) {
+    for key in &walk {
+        let _ = black_box(black_box(&limiter).try_acquire(key, 1));
+    }
+    (limiter, walk)
+}
+
+#[library_benchmark]
+#[bench::hot(setup = hot_key, config = limit(151_000))]
 fn keyed_hot(limiter: Keyed) -> Keyed {
     for _ in 0..OPS {
         let _ = black_box(black_box(&limiter).try_acquire(&7, 1));
@@ -197,7 +248,7 @@ fn keyed_many(limiter: Keyed) -> Keyed {
 library_benchmark_group!(
     name = tollgate_rows;
     benchmarks = bucket_admitted, bucket_refused, changed_bucket_decision, striped_admitted,
-        sliding_refused, keyed_hot, keyed_many
+        sliding_refused, keyed_hot, keyed_many, keyed_zipf
 );
 
 type GovernorDirect = governor::DefaultDirectRateLimiter;
@@ -242,6 +293,24 @@ fn governor_keyed_hot(limiter: GovernorKeyed) -> GovernorKeyed {
     limiter
 }
 
+fn governor_zipf() -> (GovernorKeyed, Vec<u64>) {
+    let limiter = governor_many();
+    let mut walk = zipf_walk(WARM + OPS);
+    for key in walk.drain(..WARM as usize) {
+        let _ = limiter.check_key(&key);
+    }
+    (limiter, walk)
+}
+
+#[library_benchmark]
+#[bench::zipf(setup = governor_zipf)]
+fn governor_keyed_zipf((limiter, walk): (GovernorKeyed, Vec<u64>)) -> (GovernorKeyed, Vec<u64>) {
+    for key in &walk {
+        let _ = black_box(black_box(&limiter).check_key(key));
+    }
+    (limiter, walk)
+}
+
 #[library_benchmark]
 #[bench::many(setup = governor_many)]
 fn governor_keyed_many(limiter: GovernorKeyed) -> GovernorKeyed {
@@ -253,7 +322,8 @@ fn governor_keyed_many(limiter: GovernorKeyed) -> GovernorKeyed {
 
 library_benchmark_group!(
     name = governor_rows;
-    benchmarks = governor_direct_decision, governor_keyed_hot, governor_keyed_many
+    benchmarks = governor_direct_decision, governor_keyed_hot, governor_keyed_many,
+        governor_keyed_zipf
 );
 
 /// A hard limit of `instructions` on a benchmark's count.

@@ -6,8 +6,10 @@
 //!
 //! Rows: direct decisions (admitted, refused) and keyed ones (one hot key,
 //! 100 000 keys in a scattered order, 100 000 keys in a Zipf mix of
-//! exponent 1), each beside governor's default limiter of the same quota,
-//! and the keyed hot key beside a `TokenBucket`, the floor it is held to.
+//! exponent 1), each beside governor's default limiter of the same quota;
+//! the many-keys rows beside tollgate without its hot-key cache, what the
+//! cache costs where it misses; and the keyed hot key beside a
+//! `TokenBucket`, the floor it is held to.
 //! Each on one thread and on two deciding at once (the time of a decision
 //! is then the wall time of both together, per decision).
 //!
@@ -214,6 +216,31 @@ fn main() {
                 Box::new(|offset, n| {
                     for i in 0..n {
                         consume(black_box(&theirs).check_key(&key(offset, i)));
+                    }
+                }),
+            );
+        }
+        for (name, keys) in [
+            ("keyed, 100 000 keys (no hot-key cache)", walk(scattered)),
+            ("keyed, Zipf mix (no hot-key cache)", walk(zipf)),
+        ] {
+            let ours = KeyedLimiter::<u64>::new(open());
+            let uncached = KeyedLimiter::builder(open())
+                .hot_keys_per_thread(0)
+                .build::<u64>();
+            row(
+                name,
+                threads,
+                rounds,
+                per_thread,
+                Box::new(|offset, n| {
+                    for i in 0..n {
+                        consume(black_box(&ours).try_acquire(&keys(offset, i), 1));
+                    }
+                }),
+                Box::new(|offset, n| {
+                    for i in 0..n {
+                        consume(black_box(&uncached).try_acquire(&keys(offset, i), 1));
                     }
                 }),
             );

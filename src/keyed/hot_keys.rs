@@ -28,9 +28,13 @@ pub(super) struct HotKeys<K: Send> {
 
 /// One slot of a thread's cache.
 struct Slot<K> {
-    /// The hash of the last key that missed this slot: a second miss in a
-    /// row by the same key caches it.
+    /// The hash of the last key that missed this slot: each further miss
+    /// in a row by the same key wears the cached key's standing down, and
+    /// one with none left gives the slot to it.
     missed: u64,
+    /// The cached key's standing: raised by its hits, up to
+    /// [`MAX_STANDING`], and lowered by each repeated miss of a challenger.
+    standing: u8,
     cached: Option<Cached<K>>,
 }
 
@@ -40,6 +44,13 @@ struct Cached<K> {
     key: K,
     shared: SharedEntry,
 }
+
+/// The most standing a cached key earns by its hits: a challenger then
+/// needs that many repeated misses, with no other key missing the slot
+/// between them, to take its place. Without it a skewed mix of many keys
+/// (Zipf over 100 000) trades its head keys in and out, each trade a write
+/// lock (`docs/benchmarks.md`, "Hot keys").
+const MAX_STANDING: u8 = 3;
 
 /// A cached key's slot, borrowed from its thread's cache.
 pub(super) struct Hit<'a, K> {
@@ -63,6 +74,7 @@ impl<K> Hit<'_, K> {
     pub(super) fn evict(mut self) -> Missed {
         let slot = &mut self.cache[self.index];
         slot.missed = slot.cached.as_ref().map_or(0, |cached| cached.hash);
+        slot.standing = 0;
         let stale = slot.cached.take();
         drop(self);
         // Last, the key's copy, whose `Drop` may panic.
@@ -120,10 +132,19 @@ impl<K: Send> HotKeys<K> {
         let index = hash as usize & (self.slots - 1);
         let slot = &mut cache[index];
         match &slot.cached {
-            Some(cached) if cached.hash == hash && key.is(&cached.key) => Ok(Hit { cache, index }),
-            _ if slot.missed == hash => Err(Missed::Twice),
-            _ => {
+            Some(cached) if cached.hash == hash && key.is(&cached.key) => {
+                if slot.standing < MAX_STANDING {
+                    slot.standing += 1;
+                }
+                Ok(Hit { cache, index })
+            }
+            _ if slot.missed != hash => {
                 slot.missed = hash;
+                Err(Missed::Once)
+            }
+            _ if slot.standing == 0 => Err(Missed::Twice),
+            _ => {
+                slot.standing -= 1;
                 Err(Missed::Once)
             }
         }
@@ -152,6 +173,7 @@ impl<K: Send> HotKeys<K> {
         };
         let slot = &mut cache[hash as usize & (self.slots - 1)];
         slot.missed = 0;
+        slot.standing = 0;
         let evicted = slot.cached.replace(cached);
         drop(cache);
         // Last, the evicted key's copy, whose `Drop` may panic.
@@ -165,6 +187,7 @@ impl<K: Send> HotKeys<K> {
         let mut slots: Box<[Slot<K>]> = (0..self.slots)
             .map(|_| Slot {
                 missed: 0,
+                standing: 0,
                 cached: None,
             })
             .collect();
