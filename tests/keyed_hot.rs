@@ -274,5 +274,35 @@ fn a_cached_key_panicking_as_it_is_evicted_loses_no_decision() {
     assert!(limiter.try_acquire(&b, 1).is_err());
     assert_eq!(limiter.try_acquire(&a, 1), Ok(()));
     assert!(limiter.try_acquire(&a, 1).is_err());
-    assert_eq!(limiter.table_stats().cached, 3);
+    // `b`, hit since it was cached, keeps its slot against `a`'s two misses.
+    assert_eq!(limiter.table_stats().cached, 2);
+}
+
+/// A cached key hit three times keeps its slot against a challenger until
+/// the challenger's repeated misses have worn that standing off.
+#[test]
+fn a_challenger_takes_a_hot_slot_only_after_wearing_its_standing_off() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder(per_second(1_000_000))
+        .clock(clock.clone())
+        .hot_keys_per_thread(1)
+        .build::<u64>();
+    // Cached at its second decision, then hit three times.
+    for _ in 0..5 {
+        limiter.try_acquire(&1, 1).unwrap();
+    }
+    assert_eq!(limiter.table_stats().cached, 1);
+    // The challenger's first miss is recorded, the next three wear the
+    // standing off, the fifth takes the slot.
+    for _ in 0..4 {
+        limiter.try_acquire(&2, 1).unwrap();
+    }
+    assert_eq!(limiter.table_stats().cached, 1);
+    limiter.try_acquire(&2, 1).unwrap();
+    assert_eq!(limiter.table_stats().cached, 2);
+    // Another key missing between a challenger's misses restarts its run.
+    limiter.try_acquire(&3, 1).unwrap();
+    limiter.try_acquire(&1, 1).unwrap();
+    limiter.try_acquire(&3, 1).unwrap();
+    assert_eq!(limiter.table_stats().cached, 2);
 }

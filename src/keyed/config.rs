@@ -252,8 +252,11 @@ impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S, Quota> {
     /// has cached takes no shard lock: it costs what a
     /// [`TokenBucket`](crate::TokenBucket)'s does, plus the key's hash and
     /// comparison. A key is cached after two decisions in a row that miss
-    /// its slot in the thread's cache, so a walk over many keys leaves the
-    /// hot ones cached.
+    /// its slot in the thread's cache, once the key holding the slot, if
+    /// any, has lost the standing its hits earned it, so a walk over many
+    /// keys leaves the hot ones cached. Where decisions mostly miss (many
+    /// keys, none hot) the lookup costs a few nanoseconds a decision
+    /// ([`docs/benchmarks.md`](crate::guide::benchmarks), "Hot keys").
     ///
     /// Each cached key costs its thread a copy of the key and, while any
     /// thread caches it, its bucket moves from the table to the heap

@@ -3,10 +3,12 @@
 //! bucket's own compare-and-swap, as a [`TokenBucket`](crate::TokenBucket)
 //! does.
 //!
-//! A thread's cache is a small direct-mapped array of slots, indexed by the
-//! key's hash in the table. A key is cached after two decisions in a row
-//! that miss its slot (one visit does not evict a hot key, so a scan over
-//! many keys leaves the cache alone), and holds its slot while it is hit.
+//! A thread's cache is a small direct-mapped array of slots, indexed by
+//! a one-multiply hash of the key. A key missing its slot twice in a row
+//! (no other key missing it between) takes the slot if it is empty; a
+//! cached key earns standing by its hits, and a challenger must wear that
+//! off by repeated misses first. So a walk over many keys seen once leaves
+//! the cache alone, and a skewed mix keeps its head cached.
 //! A cached key holds its entry shared ([`SharedEntry`]), its own copy of
 //! the key, and nothing else: the table stays the key's one authority, and
 //! an entry that left it (dropped full, or converted by a quota change) is
