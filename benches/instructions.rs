@@ -182,18 +182,21 @@ fn sliding_refused(window: SlidingWindow<TscClock>) -> SlidingWindow<TscClock> {
     window
 }
 
-fn keyed() -> Keyed {
-    KeyedLimiter::builder(open()).clock(TscClock::new()).build()
+fn keyed(hot_keys: usize) -> Keyed {
+    KeyedLimiter::builder(open())
+        .clock(TscClock::new())
+        .hot_keys_per_thread(hot_keys)
+        .build()
 }
 
-fn hot_key() -> Keyed {
-    let limiter = keyed();
+fn hot_key(hot_keys: usize) -> Keyed {
+    let limiter = keyed(hot_keys);
     limiter.try_acquire(&7, 1).expect("open");
     limiter
 }
 
-fn many_keys() -> Keyed {
-    let limiter = keyed();
+fn many_keys(hot_keys: usize) -> Keyed {
+    let limiter = keyed(hot_keys);
     for key in 0..KEYS {
         limiter.try_acquire(&key, 1).expect("open");
     }
@@ -203,10 +206,7 @@ fn many_keys() -> Keyed {
 /// The many keys after a Zipf walk of `WARM` decisions (the threads'
 /// caches as steady traffic leaves them), and the walk's next [`OPS`].
 fn zipf_keys(hot_keys: usize) -> (Keyed, Vec<u64>) {
-    let limiter = KeyedLimiter::builder(open())
-        .clock(TscClock::new())
-        .hot_keys_per_thread(hot_keys)
-        .build();
+    let limiter = keyed(hot_keys);
     for key in 0..KEYS {
         limiter.try_acquire(&key, 1).expect("open");
     }
@@ -228,7 +228,8 @@ fn keyed_zipf((limiter, walk): (Keyed, Vec<u64>)) -> (Keyed, Vec<u64>) {
 }
 
 #[library_benchmark]
-#[bench::hot(setup = hot_key, config = limit(151_000))]
+#[bench::hot(args = (64), setup = hot_key, config = limit(151_000))]
+#[bench::uncached(args = (0), setup = hot_key)]
 fn keyed_hot(limiter: Keyed) -> Keyed {
     for _ in 0..OPS {
         let _ = black_box(black_box(&limiter).try_acquire(&7, 1));
@@ -237,7 +238,8 @@ fn keyed_hot(limiter: Keyed) -> Keyed {
 }
 
 #[library_benchmark]
-#[bench::many(setup = many_keys, config = limit(270_000))]
+#[bench::many(args = (64), setup = many_keys, config = limit(270_000))]
+#[bench::uncached(args = (0), setup = many_keys)]
 fn keyed_many(limiter: Keyed) -> Keyed {
     for i in 0..OPS {
         let _ = black_box(black_box(&limiter).try_acquire(&scattered(i), 1));

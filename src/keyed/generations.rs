@@ -20,6 +20,8 @@
 //! Written on the `crate::sync` shim so that the loom model in `loom-tests/`
 //! runs this very code against a stand-in table (dashmap is not loom-aware).
 
+use std::num::NonZeroU64;
+
 use crossbeam_utils::CachePadded;
 
 use crate::error::AcquireError;
@@ -34,7 +36,9 @@ use super::shared_entry::SharedEntry;
 /// One key's bucket as a table keeps it: its state, and the quota
 /// generation the state is kept in. Sixteen bytes: the generation is a whole
 /// word, where a parity bit would pad to the same size, and it is what a
-/// receipt's undo compares its admission's against.
+/// receipt's undo compares its admission's against. Kept one above the
+/// generation, never zero, so that the table's slot, inline or shared
+/// (`Stored`), takes no tag of its own: 16 bytes, not 24.
 ///
 /// Public only to the loom models (`--cfg tollgate_loom`); otherwise private
 /// to the keyed limiter.
@@ -42,7 +46,7 @@ use super::shared_entry::SharedEntry;
 pub struct Entry {
     /// Written only under the shard's write lock (an insert, a change's
     /// walk), read under its read lock: the lock orders it.
-    generation: u64,
+    generation_above: NonZeroU64,
     tat: Tat,
 }
 
@@ -223,7 +227,8 @@ impl Entry {
     /// A new key's bucket in `generation`, in state `tat`.
     pub(crate) fn new(generation: u64, tat: u64) -> Self {
         Entry {
-            generation,
+            // 2^64 - 1 changes would take centuries at one a nanosecond.
+            generation_above: NonZeroU64::MIN.saturating_add(generation),
             tat: Tat::new(tat),
         }
     }
@@ -235,8 +240,8 @@ impl Entry {
     pub(crate) fn held<'a>(&'a self, generations: &Generations) -> Held<'a> {
         Held {
             tat: &self.tat,
-            gcra: generations.gcra(self.generation),
-            generation: self.generation,
+            gcra: generations.gcra(self.generation()),
+            generation: self.generation(),
         }
     }
 
@@ -250,7 +255,7 @@ impl Entry {
         Held {
             tat: &self.tat,
             gcra,
-            generation: self.generation,
+            generation: self.generation(),
         }
     }
 
@@ -258,13 +263,13 @@ impl Entry {
     /// key: made under the shard's write lock, so no decision runs on the
     /// original meanwhile, and the copy takes its place in the table.
     pub(crate) fn copy(&self) -> Entry {
-        Entry::new(self.generation, self.tat.load())
+        Entry::new(self.generation(), self.tat.load())
     }
 
     /// The generation the entry's state is kept in.
     #[inline]
     pub fn generation(&self) -> u64 {
-        self.generation
+        self.generation_above.get() - 1
     }
 
     /// Whether a sealed word stopped a decision on a shared entry: the
@@ -280,14 +285,14 @@ impl Entry {
     /// the table: whether it did. A decision on it that a thread's cache
     /// made first leaves it unsealed, and then it is not dropped.
     pub(crate) fn seal_if_full(&self, generations: &Generations, nanos: u64) -> bool {
-        let now = generations.gcra(self.generation).ticks(nanos);
+        let now = generations.gcra(self.generation()).ticks(nanos);
         self.tat.seal_if(|tat| tat <= now)
     }
 
     /// Whether the bucket holds its full capacity at the clock reading
     /// `nanos`, under its own generation's quota.
     pub(crate) fn is_full(&self, generations: &Generations, nanos: u64) -> bool {
-        let gcra = generations.gcra(self.generation);
+        let gcra = generations.gcra(self.generation());
         self.tat.is_full(gcra.ticks(nanos))
     }
 }
@@ -475,13 +480,12 @@ impl<'a> Change<'a> {
     /// `nanos`, if it is not there yet: under its shard's write lock, so
     /// with no decision on it in flight, and exactly once.
     pub fn convert(&self, entry: &mut Entry, nanos: u64) {
-        if entry.generation == self.next {
+        if entry.generation() == self.next {
             return;
         }
         let (from, to) = self.gcras();
         let tat = std::mem::replace(&mut entry.tat, Tat::new(0)).into_inner();
-        entry.tat = Tat::new(from.carry(tat, nanos, &to));
-        entry.generation = self.next;
+        *entry = Entry::new(self.next, from.carry(tat, nanos, &to));
     }
 
     /// Converts a shared entry (one that threads' caches may decide on
@@ -491,7 +495,7 @@ impl<'a> Change<'a> {
     /// replace, so no earlier than any decision that linearized before it.
     /// Under the shard's write lock, exactly once.
     pub fn convert_shared(&self, entry: &Entry, nanos: impl Fn() -> u64) -> Option<Entry> {
-        if entry.generation == self.next {
+        if entry.generation() == self.next {
             return None;
         }
         let (from, to) = self.gcras();
@@ -547,7 +551,7 @@ impl Generations {
     /// Whether a drop at `nanos` may take `entry` (held for writing): in
     /// `generation`, the one being dropped from, and full.
     pub fn droppable(&self, entry: &Entry, generation: u64, nanos: u64) -> bool {
-        entry.generation == generation && entry.is_full(self, nanos)
+        entry.generation() == generation && entry.is_full(self, nanos)
     }
 
     /// The state of a bucket full at `nanos` in `generation`'s ticks: what
@@ -589,7 +593,7 @@ impl Generations {
     /// Whether a drop at `nanos` takes the shared `entry` (held for
     /// writing): in `generation` and full, sealed as it goes.
     pub fn drop_shared(&self, entry: &Entry, generation: u64, nanos: u64) -> bool {
-        entry.generation == generation && entry.seal_if_full(self, nanos)
+        entry.generation() == generation && entry.seal_if_full(self, nanos)
     }
 
     /// Whole tokens in `entry` (held for reading) at `nanos`.

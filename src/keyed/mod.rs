@@ -63,7 +63,9 @@ pub(crate) use stats::TableCounters;
 /// A key's bucket is created on its first decision, with the quota's initial
 /// credit, and is sixteen bytes beside the key (its state, and the quota
 /// generation it is kept in: the quota may change at run time,
-/// [`set_quota`](Self::set_quota)). Keys are typed values:
+/// [`set_quota`](Self::set_quota)), or, while a thread caches the key
+/// ([`hot_keys_per_thread`](KeyedBuilder::hot_keys_per_thread)), a pointer
+/// to those sixteen bytes shared with the caches. Keys are typed values:
 /// a composite key is a tuple or a struct, so `("a:b", "c")` and
 /// `("a", "b:c")` are different keys.
 ///
@@ -86,9 +88,12 @@ pub(crate) use stats::TableCounters;
 ///
 /// Linearization points: a decision on a key is its bucket's (the
 /// compare-and-swap or load), made while holding the key's shard for reading,
-/// or for writing when a new key's decision falls to the overflow bucket; a
+/// or for writing when a new key's decision falls to the overflow bucket, or,
+/// for a key this thread caches, on its shared bucket without the lock. A
 /// sweep drops a bucket while holding its shard for writing, so no decision
-/// on that bucket is in flight.
+/// through the table is in flight, and seals a shared one first (a cached
+/// decision that meets the seal is made again in the table;
+/// [`docs/design.md`](crate::guide::design), "Hot keys").
 ///
 /// ```
 /// use tollgate::{KeyedLimiter, ManualClock, Quota};

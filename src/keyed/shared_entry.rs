@@ -114,3 +114,14 @@ impl SharedEntry {
         self.entry.is_sealed()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_entry_is_as_small_as_an_inline_one() {
+        assert_eq!(std::mem::size_of::<Entry>(), 16);
+        assert_eq!(std::mem::size_of::<Stored>(), 16);
+    }
+}
