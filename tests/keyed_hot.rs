@@ -251,8 +251,8 @@ impl Drop for Brittle {
 }
 
 /// A cached key's copy evicted by another key, its `Drop` panicking: the
-/// decision that evicted it was made, the cache holds the new key, and
-/// both keys decide exactly after.
+/// eviction comes before the evicting decision, which is not made, the
+/// cache holds the new key, and both keys decide exactly after.
 #[test]
 fn a_cached_key_panicking_as_it_is_evicted_loses_no_decision() {
     let clock = ManualClock::new();
@@ -269,13 +269,73 @@ fn a_cached_key_panicking_as_it_is_evicted_loses_no_decision() {
     let evicting = catch_unwind(AssertUnwindSafe(|| limiter.try_acquire(&b, 1)));
     assert!(evicting.is_err());
     assert_eq!(DROPS.with(|fuse| fuse.replace(None)), Some(0));
-    assert_eq!((limiter.available(&a), limiter.available(&b)), (1, 1));
+    assert_eq!((limiter.available(&a), limiter.available(&b)), (1, 2));
+    assert_eq!(limiter.try_acquire(&b, 1), Ok(()));
     assert_eq!(limiter.try_acquire(&b, 1), Ok(()));
     assert!(limiter.try_acquire(&b, 1).is_err());
     assert_eq!(limiter.try_acquire(&a, 1), Ok(()));
     assert!(limiter.try_acquire(&a, 1).is_err());
     // `b`, hit since it was cached, keeps its slot against `a`'s two misses.
     assert_eq!(limiter.table_stats().cached, 2);
+}
+
+thread_local! {
+    /// Whether a [`Fragile`] key's next clone panics.
+    static CLONE_FAILS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A key whose `Clone` panics once armed.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Fragile(u32);
+
+impl Clone for Fragile {
+    fn clone(&self) -> Self {
+        if CLONE_FAILS.with(|fails| fails.replace(false)) {
+            panic!("a key's clone failed");
+        }
+        Fragile(self.0)
+    }
+}
+
+/// Caching a key copies it, before its decision: a `Clone` that panics
+/// there leaves the decision unmade (nothing spent, nothing cached), and
+/// the key decides exactly after.
+#[test]
+fn a_key_panicking_as_it_is_cached_spends_nothing() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder(per_second(3))
+        .clock(clock.clone())
+        .build::<Fragile>();
+    let key = Fragile(1);
+    limiter.try_acquire(&key, 1).unwrap();
+    CLONE_FAILS.with(|fails| fails.set(true));
+    let caching = catch_unwind(AssertUnwindSafe(|| limiter.try_acquire(&key, 1)));
+    assert!(caching.is_err());
+    assert_eq!(limiter.available(&key), 2);
+    assert_eq!(limiter.table_stats().cached, 0);
+    assert_eq!(limiter.try_acquire(&key, 1), Ok(()));
+    assert_eq!(limiter.try_acquire(&key, 1), Ok(()));
+    assert!(limiter.try_acquire(&key, 1).is_err());
+}
+
+/// A key the full table refuses is never cached, however often it comes.
+#[test]
+fn a_key_refused_at_the_cap_is_not_cached() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder(per_second(3))
+        .clock(clock.clone())
+        .max_keys(std::num::NonZeroUsize::MIN)
+        .sweep_interval(None)
+        .build::<u64>();
+    assert_eq!(admitted(&limiter, 1, 2), 2);
+    for _ in 0..10 {
+        assert_eq!(
+            limiter.try_acquire(&2, 1),
+            Err(AcquireError::TooManyKeys { max_keys: 1 })
+        );
+    }
+    assert_eq!(limiter.table_stats().cached, 1);
+    assert_eq!(admitted(&limiter, 1, 2), 1);
 }
 
 /// A cached key hit three times keeps its slot against a challenger until

@@ -248,7 +248,7 @@ impl<C: Clock, S: BuildHasher + Clone, Q> KeyedBuilder<C, S, Q> {
 
 impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S, Quota> {
     /// How many keys each thread may cache as hot (default 64, rounded up
-    /// to a power of two; zero for none). A decision on a key its thread
+    /// to a power of two, at most 65 536; zero for none). A decision on a key its thread
     /// has cached takes no shard lock: it costs what a
     /// [`TokenBucket`](crate::TokenBucket)'s does, plus the key's hash and
     /// comparison. A key is cached after two decisions in a row that miss

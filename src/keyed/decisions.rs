@@ -177,22 +177,22 @@ impl<K: Hash + Eq + Send, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S
             }
             Err(missed) => missed,
         };
-        let decided = self.decide_in(
+        // Cached before the decision, not after: filling runs the key's
+        // code (`Hash`, `Eq`, `Clone`, an evicted copy's `Drop`), and a
+        // panic after the decision would lose its outcome.
+        if missed == Missed::Twice {
+            let counters = &self.table.counters;
+            self.hot
+                .fill(hash, key, || self.share(key), || counters.cached());
+        }
+        self.decide_in(
             &self.table.exact,
             key,
             cost,
             #[inline(always)]
             |held, now, reading| admit_within(held, now, reading, cost, max_wait),
             done,
-        );
-        if missed == Missed::Twice {
-            self.hot.fill(hash, key, || {
-                let shared = self.share(key)?;
-                self.table.counters.cached();
-                Some(shared)
-            });
-        }
-        decided
+        )
     }
 
     /// `key`'s entry in the table of exact keys, shared with a thread's
@@ -201,9 +201,9 @@ impl<K: Hash + Eq + Send, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S
     /// key the table does not hold.
     #[cold]
     fn share<Q: Find<K> + ?Sized>(&self, key: &Q) -> Option<SharedEntry> {
-        if let Some(stored) = key.find_in(&self.table.exact)
-            && let Stored::Shared(entry) = &*stored
-        {
+        // A key the table does not hold (refused at the cap, or served by
+        // the overflow bucket) costs a read lock, not a write lock.
+        if let Stored::Shared(entry) = &*key.find_in(&self.table.exact)? {
             return Some(SharedEntry::new(Arc::clone(entry), &self.generations));
         }
         // No guard of ours is alive: the shard may be locked for writing.

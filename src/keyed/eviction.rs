@@ -50,6 +50,10 @@ impl<K: Hash + Eq + Send, C: Clock, S: BuildHasher + Clone> KeyState<Dropping<'_
         // created from the raised watermarks.
         raised && self.leaves_sealed(&limiter.generations, nanos)
     }
+
+    fn tidy(&mut self) {
+        self.unshare_if_uncached();
+    }
 }
 
 impl<K: Hash + Eq + Send, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {

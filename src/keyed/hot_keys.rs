@@ -33,7 +33,7 @@ struct Slot<K> {
     /// The hash of the last key that missed this slot: each further miss
     /// in a row by the same key wears the cached key's standing down, and
     /// one with none left gives the slot to it.
-    missed: u64,
+    missed: Option<u64>,
     /// The cached key's standing: raised by its hits, up to
     /// [`MAX_STANDING`], and lowered by each repeated miss of a challenger.
     standing: u8,
@@ -53,6 +53,11 @@ struct Cached<K> {
 /// (Zipf over 100 000) trades its head keys in and out, each trade a write
 /// lock (`docs/benchmarks.md`, "Hot keys").
 const MAX_STANDING: u8 = 3;
+
+/// The most slots a thread's cache has: a few MiB per thread for `u64`
+/// keys, far past where a cache stops paying (`docs/benchmarks.md`, "Hot
+/// keys").
+const MAX_SLOTS: usize = 1 << 16;
 
 /// A cached key's slot, borrowed from its thread's cache.
 pub(super) struct Hit<'a, K> {
@@ -75,7 +80,7 @@ impl<K> Hit<'_, K> {
     /// table.
     pub(super) fn evict(mut self) -> Missed {
         let slot = &mut self.cache[self.index];
-        slot.missed = slot.cached.as_ref().map_or(0, |cached| cached.hash);
+        slot.missed = slot.cached.as_ref().map(|cached| cached.hash);
         slot.standing = 0;
         let stale = slot.cached.take();
         drop(self);
@@ -95,15 +100,15 @@ pub(super) enum Missed {
 }
 
 impl<K: Send> HotKeys<K> {
-    /// A cache of `slots` per thread (rounded up to a power of two; zero
-    /// for none). Each thread's slots are allocated at its first decision.
+    /// A cache of `slots` per thread (rounded up to a power of two, at most
+    /// [`MAX_SLOTS`]; zero for none). Each thread's slots are allocated at
+    /// its first decision.
     pub(super) fn new(slots: usize) -> Self {
         HotKeys {
             threads: ThreadLocal::new(),
-            slots: if slots == 0 {
-                0
-            } else {
-                slots.next_power_of_two()
+            slots: match slots {
+                0 => 0,
+                slots => slots.min(MAX_SLOTS).next_power_of_two(),
             },
         }
     }
@@ -140,8 +145,8 @@ impl<K: Send> HotKeys<K> {
                 }
                 Ok(Hit { cache, index })
             }
-            _ if slot.missed != hash => {
-                slot.missed = hash;
+            _ if slot.missed != Some(hash) => {
+                slot.missed = Some(hash);
                 Err(Missed::Once)
             }
             _ if slot.standing == 0 => Err(Missed::Twice),
@@ -155,8 +160,18 @@ impl<K: Send> HotKeys<K> {
     /// Caches `key` (which missed twice) in this thread's slot with the
     /// entry `share` finds for it in the table, if any (a key the table
     /// does not hold, or holds only in the overflow bucket, is not cached).
-    pub(super) fn fill<Q>(&self, hash: u64, key: &Q, share: impl FnOnce() -> Option<SharedEntry>)
-    where
+    /// `cached` is told once the slot holds it.
+    ///
+    /// The key's own code runs here (`Clone`, and the evicted copy's
+    /// `Drop`, last), so a caller fills before it decides: a panic then
+    /// spends nothing.
+    pub(super) fn fill<Q>(
+        &self,
+        hash: u64,
+        key: &Q,
+        share: impl FnOnce() -> Option<SharedEntry>,
+        cached: impl FnOnce(),
+    ) where
         Q: ToOwned<Owned = K> + ?Sized,
     {
         let Some(cache) = self.threads.get() else {
@@ -165,19 +180,25 @@ impl<K: Send> HotKeys<K> {
         let Ok(mut cache) = cache.try_borrow_mut() else {
             return;
         };
+        let index = hash as usize & (self.slots - 1);
         let Some(shared) = share() else {
+            // Not in the table (refused at the cap, or in the overflow
+            // bucket): its misses start over, so it asks no more than
+            // every other miss.
+            cache[index].missed = None;
             return;
         };
-        let cached = Cached {
+        let filled = Cached {
             hash,
             key: key.to_owned(),
             shared,
         };
-        let slot = &mut cache[hash as usize & (self.slots - 1)];
-        slot.missed = 0;
+        let slot = &mut cache[index];
+        slot.missed = None;
         slot.standing = 0;
-        let evicted = slot.cached.replace(cached);
+        let evicted = slot.cached.replace(filled);
         drop(cache);
+        cached();
         // Last, the evicted key's copy, whose `Drop` may panic.
         drop(evicted);
     }
@@ -188,12 +209,12 @@ impl<K: Send> HotKeys<K> {
     fn start(&self, hash: u64) {
         let mut slots: Box<[Slot<K>]> = (0..self.slots)
             .map(|_| Slot {
-                missed: 0,
+                missed: None,
                 standing: 0,
                 cached: None,
             })
             .collect();
-        slots[hash as usize & (self.slots - 1)].missed = hash;
+        slots[hash as usize & (self.slots - 1)].missed = Some(hash);
         self.threads.get_or(|| RefCell::new(slots));
     }
 }

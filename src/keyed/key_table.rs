@@ -30,6 +30,10 @@ pub(crate) trait KeyState<Cx> {
     /// a state created afresh then (with the owner's watermarks) would
     /// decide as this one does.
     fn is_idle(&self, cx: &Cx, at: u64) -> bool;
+
+    /// Tidies a state a sweep keeps, held for writing (a shared entry no
+    /// cache holds any more goes back inline).
+    fn tidy(&mut self) {}
 }
 
 /// Where a key is kept: in the table of exact keys as itself, or in the
@@ -248,6 +252,9 @@ where
     table.retain(|_, state| {
         let idle = state.is_idle(cx, at);
         *dropped += usize::from(idle);
+        if !idle {
+            state.tidy();
+        }
         !idle
     });
 }

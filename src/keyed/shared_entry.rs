@@ -53,6 +53,19 @@ impl Stored {
         }
     }
 
+    /// Moves a shared entry no thread's cache holds any more back inline,
+    /// so that the heap holds only entries some cache still decides on:
+    /// under the shard's write lock, where no cache can take a new
+    /// reference (caches take theirs under the shard's lock) and none is
+    /// left to decide on it.
+    pub(crate) fn unshare_if_uncached(&mut self) {
+        if let Stored::Shared(entry) = self
+            && Arc::strong_count(entry) == 1
+        {
+            *self = Stored::Inline(entry.copy());
+        }
+    }
+
     /// Converts the entry to `change`'s generation, at a clock reading
     /// `nanos` takes under the shard's write lock: in place if inline; if
     /// shared, sealed, and an inline entry of the new generation takes its
@@ -118,6 +131,24 @@ impl SharedEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shared_entry_no_cache_holds_goes_back_inline_with_its_state() {
+        let mut stored = Stored::Inline(Entry::new(3, 42));
+        let cached = stored.share();
+        stored.unshare_if_uncached();
+        assert!(
+            matches!(stored, Stored::Shared(_)),
+            "a cache still holds it"
+        );
+        drop(cached);
+        stored.unshare_if_uncached();
+        let Stored::Inline(entry) = &stored else {
+            panic!("no cache holds it: back inline");
+        };
+        assert_eq!((entry.generation(), entry.copy().generation()), (3, 3));
+        assert_eq!(stored.share().copy().generation(), 3);
+    }
 
     #[test]
     fn a_stored_entry_is_as_small_as_an_inline_one() {
