@@ -95,7 +95,7 @@ impl<K> Hit<'_, K> {
 pub(super) enum Missed {
     /// Decide in the table.
     Once,
-    /// Decide in the table, then cache the key ([`HotKeys::fill`]).
+    /// Cache the key ([`HotKeys::fill`]), then decide in the table.
     Twice,
 }
 
