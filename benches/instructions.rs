@@ -25,8 +25,9 @@
 #![allow(missing_docs)]
 
 use std::hint::black_box;
-use std::num::NonZeroU32;
 use std::time::Duration;
+
+mod common;
 
 use governor::{Quota as GovernorQuota, RateLimiter};
 use gungraun::{
@@ -48,53 +49,24 @@ const KEYS: u64 = 100_000;
 /// Decisions of a Zipf walk made by the setup before the counted ones.
 const WARM: u64 = 50_000;
 
-/// Never refuses one token during a run: a large burst refilled at one
-/// token a nanosecond.
 fn open() -> Quota {
-    Quota::new(u64::from(u32::MAX), 1, Duration::from_nanos(1)).expect("a valid quota")
+    common::OPEN.tollgate()
 }
 
-/// One token an hour, taken by the setup: refuses for the rest of the run.
 fn shut() -> Quota {
-    Quota::new(1, 1, Duration::from_secs(3600)).expect("a valid quota")
+    common::SHUT.tollgate()
 }
 
-fn governor_open() -> GovernorQuota {
-    GovernorQuota::with_period(Duration::from_nanos(1))
-        .expect("a non-zero period")
-        .allow_burst(NonZeroU32::MAX)
-}
-
-fn governor_shut() -> GovernorQuota {
-    GovernorQuota::with_period(Duration::from_secs(3600))
-        .expect("a non-zero period")
-        .allow_burst(NonZeroU32::MIN)
-}
-
-/// The `i`-th key of a scattered walk over the many keys: consecutive
-/// decisions land far apart in the table.
+/// The `i`-th key of the scattered walk over the many keys.
 fn scattered(i: u64) -> u64 {
-    i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % KEYS
+    common::scattered_key(i % KEYS, KEYS)
 }
 
-/// A Zipf walk (exponent 1) of `len` decisions over the many keys, by the
-/// inverse of its cumulative weights on a fixed xorshift sequence.
+/// A Zipf walk (exponent 1) of `len` decisions over the many keys.
 fn zipf_walk(len: u64) -> Vec<u64> {
-    let mut cumulative = Vec::with_capacity(KEYS as usize);
-    let mut total = 0.0;
-    for rank in 1..=KEYS {
-        total += 1.0 / rank as f64;
-        cumulative.push(total);
-    }
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let u = (state >> 11) as f64 / (1u64 << 53) as f64 * total;
-            cumulative.partition_point(|&c| c < u) as u64
-        })
+    common::zipf_ranks(KEYS, len as usize)
+        .into_iter()
+        .map(|rank| common::scattered_key(rank, KEYS))
         .collect()
 }
 
@@ -197,8 +169,8 @@ fn hot_key(hot_keys: usize) -> Keyed {
 
 fn many_keys(hot_keys: usize) -> Keyed {
     let limiter = keyed(hot_keys);
-    for key in 0..KEYS {
-        limiter.try_acquire(&key, 1).expect("open");
+    for i in 0..KEYS {
+        limiter.try_acquire(&scattered(i), 1).expect("open");
     }
     limiter
 }
@@ -206,10 +178,7 @@ fn many_keys(hot_keys: usize) -> Keyed {
 /// The many keys after a Zipf walk of `WARM` decisions (the threads'
 /// caches as steady traffic leaves them), and the walk's next [`OPS`].
 fn zipf_keys(hot_keys: usize) -> (Keyed, Vec<u64>) {
-    let limiter = keyed(hot_keys);
-    for key in 0..KEYS {
-        limiter.try_acquire(&key, 1).expect("open");
-    }
+    let limiter = many_keys(hot_keys);
     let mut walk = zipf_walk(WARM + OPS);
     for key in walk.drain(..WARM as usize) {
         limiter.try_acquire(&key, 1).expect("open");
@@ -263,8 +232,8 @@ fn governor_direct(quota: GovernorQuota) -> GovernorDirect {
 }
 
 #[library_benchmark]
-#[bench::admitted(args = (governor_open()), setup = governor_direct)]
-#[bench::refused(args = (governor_shut()), setup = governor_direct)]
+#[bench::admitted(args = (common::OPEN.governor()), setup = governor_direct)]
+#[bench::refused(args = (common::SHUT.governor()), setup = governor_direct)]
 fn governor_direct_decision(limiter: GovernorDirect) -> GovernorDirect {
     for _ in 0..OPS {
         let _ = black_box(black_box(&limiter).check());
@@ -273,15 +242,15 @@ fn governor_direct_decision(limiter: GovernorDirect) -> GovernorDirect {
 }
 
 fn governor_hot() -> GovernorKeyed {
-    let limiter = RateLimiter::keyed(governor_open());
+    let limiter = RateLimiter::keyed(common::OPEN.governor());
     let _ = limiter.check_key(&7);
     limiter
 }
 
 fn governor_many() -> GovernorKeyed {
-    let limiter = RateLimiter::keyed(governor_open());
-    for key in 0..KEYS {
-        let _ = limiter.check_key(&key);
+    let limiter = RateLimiter::keyed(common::OPEN.governor());
+    for i in 0..KEYS {
+        let _ = limiter.check_key(&scattered(i));
     }
     limiter
 }

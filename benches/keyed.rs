@@ -67,7 +67,9 @@ use governor::clock::{Clock as GovernorClock, FakeRelativeClock};
 use tollgate::{Clock, DefaultClock, KeyedLimiter, Limit, ManualClock, TokenBucket};
 
 mod common;
-use common::{FloatBucket, OPEN, SameQuota, for_each_clock_class, timed};
+use common::{
+    FloatBucket, OPEN, SameQuota, for_each_clock_class, mix, scattered_key, timed, zipf_ranks,
+};
 
 const MANY_KEYS: u64 = 100_000;
 const MILLION_KEYS: u64 = 1_000_000;
@@ -130,18 +132,6 @@ impl MutexMap {
     }
 }
 
-/// Spreads an index over the 64-bit key space. Multiplying by an odd
-/// constant is a bijection, so distinct indices give distinct keys.
-fn mix(index: u64) -> u64 {
-    index.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xA5A5_A5A5
-}
-
-/// The `i`-th of `n` keys in scattered order: a multiplier coprime to `n`
-/// (a power of ten) permutes the indices, and [`mix`] spreads the values.
-fn scattered_key(i: u64, n: u64) -> u64 {
-    mix(i * 48_271 % n)
-}
-
 /// The keys a group visits.
 #[derive(Clone, Copy)]
 enum Keys {
@@ -170,31 +160,6 @@ impl Keys {
                 .collect(),
         }
     }
-}
-
-/// `draws` ranks in `0..n` with probability proportional to `1 / (rank + 1)`,
-/// by inverse CDF on a fixed-seed generator, so every run visits the same
-/// sequence. (A splitmix step rather than a `rand` dependency: the bench
-/// needs reproducible draws, not statistical quality.)
-fn zipf_ranks(n: u64, draws: usize) -> Vec<u64> {
-    let mut cumulative = Vec::with_capacity(n as usize);
-    let mut total = 0.0;
-    for rank in 0..n {
-        total += 1.0 / (rank + 1) as f64;
-        cumulative.push(total);
-    }
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
-    (0..draws)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            let u = (z ^ (z >> 31)) as f64 / u64::MAX as f64 * total;
-            cumulative.partition_point(|&c| c < u) as u64
-        })
-        .map(|rank| rank.min(n - 1))
-        .collect()
 }
 
 /// Benchmarks the keyed limiters for one clock class on one thread, and on

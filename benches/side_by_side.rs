@@ -18,12 +18,13 @@
 //! `.ci/run` runs every bench) each row runs one short round.
 
 use std::hint::black_box;
-use std::num::NonZeroU32;
 use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use governor::{Quota as GovernorQuota, RateLimiter};
-use tollgate::{KeyedLimiter, Limit, Quota, TokenBucket};
+mod common;
+
+use governor::RateLimiter;
+use tollgate::{KeyedLimiter, Limit, TokenBucket};
 
 /// Keys of the many-keys rows.
 const KEYS: u64 = 100_000;
@@ -32,27 +33,9 @@ const KEYS: u64 = 100_000;
 /// `offset`.
 type Decide<'a> = Box<dyn Fn(usize, u64) + Sync + 'a>;
 
-fn open() -> Quota {
-    Quota::new(u64::from(u32::MAX), 1, Duration::from_nanos(1)).expect("a valid quota")
-}
-
-fn shut() -> Quota {
-    Quota::new(1, 1, Duration::from_secs(3600)).expect("a valid quota")
-}
-
-fn governor_open() -> GovernorQuota {
-    GovernorQuota::with_period(Duration::from_nanos(1))
-        .expect("a non-zero period")
-        .allow_burst(NonZeroU32::MAX)
-}
-
-fn governor_shut() -> GovernorQuota {
-    GovernorQuota::with_period(Duration::from_secs(3600))
-        .expect("a non-zero period")
-        .allow_burst(NonZeroU32::MIN)
-}
-
-/// The visiting orders of the keyed rows: `len` keys from `0..KEYS`.
+/// The visiting orders of the keyed rows: `len` keys from the many keys,
+/// scattered, and in a Zipf mix (exponent 1), as `benches/keyed.rs` walks
+/// them.
 struct Walks {
     scattered: Vec<u64>,
     zipf: Vec<u64>,
@@ -61,25 +44,11 @@ struct Walks {
 impl Walks {
     fn new(len: usize) -> Self {
         let scattered = (0..len as u64)
-            .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % KEYS)
+            .map(|i| common::scattered_key(i % KEYS, KEYS))
             .collect();
-        // Zipf of exponent 1 by inverting its cumulative weights, on a
-        // fixed xorshift sequence: the same walk every run.
-        let mut cumulative = Vec::with_capacity(KEYS as usize);
-        let mut total = 0.0;
-        for rank in 1..=KEYS {
-            total += 1.0 / rank as f64;
-            cumulative.push(total);
-        }
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let zipf = (0..len)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let u = (state >> 11) as f64 / (1u64 << 53) as f64 * total;
-                cumulative.partition_point(|&c| c < u) as u64
-            })
+        let zipf = common::zipf_ranks(KEYS, len)
+            .into_iter()
+            .map(|rank| common::scattered_key(rank, KEYS))
             .collect();
         Walks { scattered, zipf }
     }
@@ -111,6 +80,18 @@ fn timed(threads: usize, per_thread: u64, decide: &Decide<'_>) -> f64 {
     let start = spans.iter().map(|span| span.0).min().expect("a thread");
     let end = spans.iter().map(|span| span.1).max().expect("a thread");
     (end - start).as_nanos() as f64 / (per_thread * threads as u64) as f64
+}
+
+/// Decisions of one token on `limiter`, on the keys `key` walks.
+fn keyed<'a>(
+    limiter: &'a KeyedLimiter<u64>,
+    key: &'a (dyn Fn(usize, u64) -> u64 + Sync),
+) -> Decide<'a> {
+    Box::new(move |offset, n| {
+        for i in 0..n {
+            consume(black_box(limiter).try_acquire(&key(offset, i), 1));
+        }
+    })
 }
 
 /// Keeps `value` from being optimised away.
@@ -173,8 +154,8 @@ fn main() {
     println!("| row | threads | tollgate ns | other ns | ratio (median) | ratio (spread) |");
     println!("|---|---:|---:|---:|---:|---|");
     for threads in [1, 2] {
-        let bucket = TokenBucket::new(open());
-        let governor = RateLimiter::direct(governor_open());
+        let bucket = TokenBucket::new(common::OPEN.tollgate());
+        let governor = RateLimiter::direct(common::OPEN.governor());
         row(
             "direct, admitted (governor)",
             threads,
@@ -183,9 +164,9 @@ fn main() {
             Box::new(|_, n| (0..n).for_each(|_| consume(black_box(&bucket).try_acquire(1)))),
             Box::new(|_, n| (0..n).for_each(|_| consume(black_box(&governor).check()))),
         );
-        let bucket = TokenBucket::new(shut());
+        let bucket = TokenBucket::new(common::SHUT.tollgate());
         let _ = bucket.try_acquire(1);
-        let governor = RateLimiter::direct(governor_shut());
+        let governor = RateLimiter::direct(common::SHUT.governor());
         let _ = governor.check();
         row(
             "direct, refused (governor)",
@@ -200,53 +181,36 @@ fn main() {
             ("keyed, 100 000 keys (governor)", Some(walk(scattered))),
             ("keyed, Zipf mix (governor)", Some(walk(zipf))),
         ] {
-            let ours = KeyedLimiter::<u64>::new(open());
-            let theirs = RateLimiter::keyed(governor_open());
+            let ours = KeyedLimiter::<u64>::new(common::OPEN.tollgate());
+            let theirs = RateLimiter::keyed(common::OPEN.governor());
             let key = |offset, i| keys.map_or(7, |walk| walk(offset, i));
+            let governor = Box::new(|offset, n| {
+                for i in 0..n {
+                    consume(black_box(&theirs).check_key(&key(offset, i)));
+                }
+            });
             row(
                 name,
                 threads,
                 rounds,
                 per_thread,
-                Box::new(|offset, n| {
-                    for i in 0..n {
-                        consume(black_box(&ours).try_acquire(&key(offset, i), 1));
-                    }
-                }),
-                Box::new(|offset, n| {
-                    for i in 0..n {
-                        consume(black_box(&theirs).check_key(&key(offset, i)));
-                    }
-                }),
+                keyed(&ours, &key),
+                governor,
             );
         }
         for (name, keys) in [
             ("keyed, 100 000 keys (no hot-key cache)", walk(scattered)),
             ("keyed, Zipf mix (no hot-key cache)", walk(zipf)),
         ] {
-            let ours = KeyedLimiter::<u64>::new(open());
-            let uncached = KeyedLimiter::builder(open())
+            let ours = KeyedLimiter::<u64>::new(common::OPEN.tollgate());
+            let uncached = KeyedLimiter::builder(common::OPEN.tollgate())
                 .hot_keys_per_thread(0)
                 .build::<u64>();
-            row(
-                name,
-                threads,
-                rounds,
-                per_thread,
-                Box::new(|offset, n| {
-                    for i in 0..n {
-                        consume(black_box(&ours).try_acquire(&keys(offset, i), 1));
-                    }
-                }),
-                Box::new(|offset, n| {
-                    for i in 0..n {
-                        consume(black_box(&uncached).try_acquire(&keys(offset, i), 1));
-                    }
-                }),
-            );
+            let (ours, uncached) = (keyed(&ours, &keys), keyed(&uncached, &keys));
+            row(name, threads, rounds, per_thread, ours, uncached);
         }
-        let ours = KeyedLimiter::<u64>::new(open());
-        let bucket = TokenBucket::new(open());
+        let ours = KeyedLimiter::<u64>::new(common::OPEN.tollgate());
+        let bucket = TokenBucket::new(common::OPEN.tollgate());
         row(
             "keyed, one hot key (a TokenBucket)",
             threads,

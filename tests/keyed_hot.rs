@@ -4,7 +4,6 @@
 //! on one hot key take exactly its capacity.
 
 use std::cell::Cell;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -236,97 +235,6 @@ fn changes_and_sweeps_racing_cached_decisions_neither_mint_nor_lose() {
     // new change at every 500th of them.
     assert!(changes.load(Ordering::Relaxed) >= CAPACITY / 1000);
     assert_eq!(limiter.available(&7), 0);
-}
-
-thread_local! {
-    /// Drops of a [`Brittle`] key on this thread before one panics; `None`
-    /// when disarmed.
-    static DROPS: Cell<Option<u32>> = const { Cell::new(None) };
-}
-
-/// A key whose `Drop` panics on the n-th drop once armed.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Brittle(u32);
-
-impl Drop for Brittle {
-    fn drop(&mut self) {
-        DROPS.with(|fuse| match fuse.get() {
-            Some(1) => {
-                fuse.set(Some(0));
-                panic!("a key's drop failed");
-            }
-            Some(n) if n > 1 => fuse.set(Some(n - 1)),
-            _ => {}
-        });
-    }
-}
-
-/// A cached key's copy evicted by another key, its `Drop` panicking: the
-/// eviction comes before the evicting decision, which is not made, the
-/// cache holds the new key, and both keys decide exactly after.
-#[test]
-fn a_cached_key_panicking_as_it_is_evicted_loses_no_decision() {
-    let clock = ManualClock::new();
-    let limiter = KeyedLimiter::builder(per_second(3))
-        .clock(clock.clone())
-        .hot_keys_per_thread(1)
-        .build::<Brittle>();
-    let (a, b) = (Brittle(1), Brittle(2));
-    limiter.try_acquire(&a, 1).unwrap();
-    limiter.try_acquire(&a, 1).unwrap();
-    limiter.try_acquire(&b, 1).unwrap();
-    // `b`'s second miss in a row caches it in `a`'s place: `a`'s copy drops.
-    DROPS.with(|fuse| fuse.set(Some(1)));
-    let evicting = catch_unwind(AssertUnwindSafe(|| limiter.try_acquire(&b, 1)));
-    assert!(evicting.is_err());
-    assert_eq!(DROPS.with(|fuse| fuse.replace(None)), Some(0));
-    assert_eq!((limiter.available(&a), limiter.available(&b)), (1, 2));
-    assert_eq!(limiter.try_acquire(&b, 1), Ok(()));
-    assert_eq!(limiter.try_acquire(&b, 1), Ok(()));
-    assert!(limiter.try_acquire(&b, 1).is_err());
-    assert_eq!(limiter.try_acquire(&a, 1), Ok(()));
-    assert!(limiter.try_acquire(&a, 1).is_err());
-    // `b`, hit since it was cached, keeps its slot against `a`'s two misses.
-    assert_eq!(limiter.table_stats().cached, 2);
-}
-
-thread_local! {
-    /// Whether a [`Fragile`] key's next clone panics.
-    static CLONE_FAILS: Cell<bool> = const { Cell::new(false) };
-}
-
-/// A key whose `Clone` panics once armed.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct Fragile(u32);
-
-impl Clone for Fragile {
-    fn clone(&self) -> Self {
-        if CLONE_FAILS.with(|fails| fails.replace(false)) {
-            panic!("a key's clone failed");
-        }
-        Fragile(self.0)
-    }
-}
-
-/// Caching a key copies it, before its decision: a `Clone` that panics
-/// there leaves the decision unmade (nothing spent, nothing cached), and
-/// the key decides exactly after.
-#[test]
-fn a_key_panicking_as_it_is_cached_spends_nothing() {
-    let clock = ManualClock::new();
-    let limiter = KeyedLimiter::builder(per_second(3))
-        .clock(clock.clone())
-        .build::<Fragile>();
-    let key = Fragile(1);
-    limiter.try_acquire(&key, 1).unwrap();
-    CLONE_FAILS.with(|fails| fails.set(true));
-    let caching = catch_unwind(AssertUnwindSafe(|| limiter.try_acquire(&key, 1)));
-    assert!(caching.is_err());
-    assert_eq!(limiter.available(&key), 2);
-    assert_eq!(limiter.table_stats().cached, 0);
-    assert_eq!(limiter.try_acquire(&key, 1), Ok(()));
-    assert_eq!(limiter.try_acquire(&key, 1), Ok(()));
-    assert!(limiter.try_acquire(&key, 1).is_err());
 }
 
 /// A key the full table refuses is never cached, however often it comes.

@@ -1,5 +1,6 @@
 //! User code that panics in the middle of a keyed limiter's walk, sweep,
-//! change or insertion: a `Clock`, a key's `Hash`, `Eq` or `Drop`. After the
+//! change, insertion or hot-key cache: a `Clock`, a key's `Hash`, `Eq`,
+//! `Clone` or `Drop`. After the
 //! panic is caught the limiter is consistent (its counts are true, every
 //! key is kept under one quota and decided under it) and every later
 //! operation keeps every promise: nothing minted, no place under the key
@@ -222,6 +223,73 @@ fn a_key_panicking_as_a_give_back_forgets_it_leaks_no_place() {
     assert!(undone.is_err() && disarm_drops());
     assert!(limiter.is_empty());
     assert_eq!(limiter.try_acquire(&Brittle(2), 1), Ok(()));
+}
+
+/// A cached key's copy evicted by another key, its `Drop` panicking: the
+/// eviction comes before the evicting decision, which is not made, the
+/// cache holds the new key, and both keys decide exactly after.
+#[test]
+fn a_cached_key_panicking_as_it_is_evicted_loses_no_decision() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder(per_second(3))
+        .clock(clock.clone())
+        .hot_keys_per_thread(1)
+        .build::<Brittle>();
+    let (a, b) = (Brittle(1), Brittle(2));
+    limiter.try_acquire(&a, 1).unwrap();
+    limiter.try_acquire(&a, 1).unwrap();
+    limiter.try_acquire(&b, 1).unwrap();
+    // `b`'s second miss in a row caches it in `a`'s place: `a`'s copy drops.
+    arm_drops(1);
+    let evicting = catch_unwind(AssertUnwindSafe(|| limiter.try_acquire(&b, 1)));
+    assert!(evicting.is_err() && disarm_drops());
+    assert_eq!((limiter.available(&a), limiter.available(&b)), (1, 2));
+    assert_eq!(limiter.try_acquire(&b, 1), Ok(()));
+    assert_eq!(limiter.try_acquire(&b, 1), Ok(()));
+    assert!(limiter.try_acquire(&b, 1).is_err());
+    assert_eq!(limiter.try_acquire(&a, 1), Ok(()));
+    assert!(limiter.try_acquire(&a, 1).is_err());
+    // `b`, hit since it was cached, keeps its slot against `a`'s two misses.
+    assert_eq!(limiter.table_stats().cached, 2);
+}
+
+thread_local! {
+    /// Whether a [`Uncopyable`] key's next clone panics.
+    static CLONE_FAILS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A key whose `Clone` panics once armed.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Uncopyable(u32);
+
+impl Clone for Uncopyable {
+    fn clone(&self) -> Self {
+        if CLONE_FAILS.with(|fails| fails.replace(false)) {
+            panic!("a key's clone failed");
+        }
+        Uncopyable(self.0)
+    }
+}
+
+/// Caching a key copies it, before its decision: a `Clone` that panics
+/// there leaves the decision unmade (nothing spent, nothing cached), and
+/// the key decides exactly after.
+#[test]
+fn a_key_panicking_as_it_is_cached_spends_nothing() {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder(per_second(3))
+        .clock(clock.clone())
+        .build::<Uncopyable>();
+    let key = Uncopyable(1);
+    limiter.try_acquire(&key, 1).unwrap();
+    CLONE_FAILS.with(|fails| fails.set(true));
+    let caching = catch_unwind(AssertUnwindSafe(|| limiter.try_acquire(&key, 1)));
+    assert!(caching.is_err());
+    assert_eq!(limiter.available(&key), 2);
+    assert_eq!(limiter.table_stats().cached, 0);
+    assert_eq!(limiter.try_acquire(&key, 1), Ok(()));
+    assert_eq!(limiter.try_acquire(&key, 1), Ok(()));
+    assert!(limiter.try_acquire(&key, 1).is_err());
 }
 
 /// Keyed windows share the key table: the same two drops, the same count.
