@@ -17,6 +17,10 @@
 //! compare their counters, so the default would read the OS clock there
 //! and count the kernel's clock instead of the limiter.
 //!
+//! Callgrind also counts each row's locked instructions (`Ge`, its global
+//! bus events): one per admission on the bucket and on a cached hot key
+//! (limited too), three on a keyed decision through the table.
+//!
 //! Run with `cargo bench --bench instructions --all-features` (valgrind and
 //! `gungraun-runner` of the same version as the `gungraun` dev-dependency
 //! must be installed; `.ci/run` installs both).
@@ -92,7 +96,7 @@ fn changed_bucket(quota: Quota) -> Bucket {
 }
 
 #[library_benchmark]
-#[bench::admitted(setup = open_bucket, config = limit(83_000))]
+#[bench::admitted(setup = open_bucket, config = limit_locked(83_000, 1_000))]
 fn bucket_admitted(bucket: Bucket) -> Bucket {
     for _ in 0..OPS {
         let _ = black_box(black_box(&bucket).try_acquire(1));
@@ -197,7 +201,7 @@ fn keyed_zipf((limiter, walk): (Keyed, Vec<u64>)) -> (Keyed, Vec<u64>) {
 }
 
 #[library_benchmark]
-#[bench::hot(args = (64), setup = hot_key, config = limit(151_000))]
+#[bench::hot(args = (64), setup = hot_key, config = limit_locked(151_000, 1_100))]
 #[bench::uncached(args = (0), setup = hot_key)]
 fn keyed_hot(limiter: Keyed) -> Keyed {
     for _ in 0..OPS {
@@ -304,8 +308,18 @@ fn limit(instructions: u64) -> LibraryBenchmarkConfig {
     config
 }
 
+/// [`limit`], and a hard limit of `locked` on its locked instructions
+/// (callgrind's global bus events, `Ge`).
+fn limit_locked(instructions: u64, locked: u64) -> LibraryBenchmarkConfig {
+    let mut config = LibraryBenchmarkConfig::default();
+    config.tool(
+        Callgrind::default().hard_limits([(EventKind::Ir, instructions), (EventKind::Ge, locked)]),
+    );
+    config
+}
+
 main!(
     config = LibraryBenchmarkConfig::default()
-        .tool(Callgrind::with_args(["--cache-sim=no"]));
+        .tool(Callgrind::with_args(["--cache-sim=no", "--collect-bus=yes"]));
     library_benchmark_groups = tollgate_rows, governor_rows
 );
