@@ -30,7 +30,7 @@
 //! sizing: a tight loop asks far more than any real node, and a lease sized
 //! to its demand by the default bounds would run dry between round trips.
 //!
-//! Run with `cargo bench --bench allowance --all-features`; see
+//! Run with `cargo bench -p tollgate-benches --bench allowance`; see
 //! `docs/benchmarks.md`.
 
 use std::hint::black_box;
@@ -47,9 +47,8 @@ use tollgate::shared::{
 };
 
 mod common;
-#[path = "../tests/support/redis_server.rs"]
-mod redis_server;
 use redis_server::RedisServer;
+use tollgate_test_support::redis_server;
 
 const KEY: &str = "customer-7";
 

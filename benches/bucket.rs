@@ -52,7 +52,7 @@
 //! tollgate quotas have whole-nanosecond emission intervals (one tick per
 //! nanosecond).
 //!
-//! Run with `cargo bench --bench bucket --all-features`; see
+//! Run with `cargo bench -p tollgate-benches --bench bucket`; see
 //! `docs/benchmarks.md`.
 
 use std::hint::black_box;

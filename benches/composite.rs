@@ -66,7 +66,7 @@
 //! `bucket`; each limiter is charged before measuring and must decide as
 //! expected before and after.
 //!
-//! Run with `cargo bench --bench composite --all-features`; see
+//! Run with `cargo bench -p tollgate-benches --bench composite`; see
 //! `docs/benchmarks.md`.
 
 use std::hint::black_box;

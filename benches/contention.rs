@@ -19,7 +19,7 @@
 //! a contended section costs. Criterion reports time per decision; the
 //! decisions per second are its inverse, for all threads together.
 //!
-//! Run with `cargo bench --bench contention`; see `docs/benchmarks.md`.
+//! Run with `cargo bench -p tollgate-benches --bench contention`; see `docs/benchmarks.md`.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};

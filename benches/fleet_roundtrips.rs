@@ -41,10 +41,10 @@
 //!   back when idle: per-request store calls are the better design for
 //!   them (the keyed shared limiter's cold path).
 //!
-//! `cargo bench --bench fleet_roundtrips --features redis` runs 10 s per
+//! `cargo bench -p tollgate-benches --bench fleet_roundtrips` runs 10 s per
 //! one-key row and 30 s per Zipf row (`-- zipf` or `-- "one key"` runs
 //! only those rows). Without
-//! `--bench` (`cargo test --benches`) or with `--test` (`cargo bench --
+//! `--bench` (`cargo test -p tollgate-benches --benches`) or with `--test` (`cargo bench --
 //! --test`), each scenario runs once at 2 nodes for
 //! 300 ms with 100 Zipf keys and only the bound is checked: nothing that
 //! depends on timing. Without `redis-server` the run is skipped with a
@@ -62,9 +62,8 @@ use tollgate::shared::{
     AllowanceConfig, FailurePolicy, Grant, Lease, LocalAllowance, RedisStore, Store,
 };
 
-#[path = "../tests/support/redis_server.rs"]
-mod redis_server;
 use redis_server::RedisServer;
+use tollgate_test_support::redis_server;
 
 /// The first argument of a child process.
 const NODE: &str = "--fleet-node";

@@ -21,7 +21,7 @@
 //! bus events): one per admission on the bucket and on a cached hot key
 //! (limited too), three on a keyed decision through the table.
 //!
-//! Run with `cargo bench --bench instructions --all-features` (valgrind and
+//! Run with `cargo bench -p tollgate-benches --bench instructions` (valgrind and
 //! `gungraun-runner` of the same version as the `gungraun` dev-dependency
 //! must be installed; `.ci/run` installs both).
 

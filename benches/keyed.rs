@@ -47,7 +47,7 @@
 //! see [`keyed_threads`]): 1, 2, 4 and 8 threads on the default clock,
 //! tollgate beside governor's default keyed limiter and the mutex map.
 //!
-//! Keys are `u64`. Run with `cargo bench --bench keyed --all-features`; see
+//! Keys are `u64`. Run with `cargo bench -p tollgate-benches --bench keyed`; see
 //! `docs/benchmarks.md`.
 
 use std::cell::Cell;

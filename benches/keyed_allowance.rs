@@ -22,7 +22,7 @@
 //! round trip adds the same to both. Every admission is checked inside the
 //! loop (a refusal panics).
 //!
-//! Run with `cargo bench --bench keyed_allowance --features tokio`; see
+//! Run with `cargo bench -p tollgate-benches --bench keyed_allowance`; see
 //! `docs/benchmarks.md`.
 
 use std::hint::black_box;

@@ -19,7 +19,7 @@
 //!   spends on any one key).
 //!
 //! On the default clock (the TSC). Keys are `u64`. Run with
-//! `cargo bench --bench keyed_window --all-features`; see
+//! `cargo bench -p tollgate-benches --bench keyed_window`; see
 //! `docs/benchmarks.md`.
 
 use std::hint::black_box;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The server benchmark's pictures, from the run's own output.
 
-Usage (after `cargo bench --bench server --features tower`):
+Usage (after `cargo bench -p tollgate-benches --bench server`):
 
     python3 benches/plot_server.py [SERVER_JSON] [--out SVG]
 

@@ -17,7 +17,7 @@
 //! a notice on stderr, unless `CI` is set, where the run fails instead.
 //!
 //! Every call's grant is checked inside the loop (a refusal or an error
-//! panics). Run with `cargo bench --bench redis_topology --all-features`;
+//! panics). Run with `cargo bench -p tollgate-benches --bench redis_topology`;
 //! see `docs/benchmarks.md`.
 
 use std::hint::black_box;
@@ -31,10 +31,8 @@ use tollgate::Quota;
 use tollgate::shared::{RedisConfig, RedisStore, Store};
 
 mod common;
-#[path = "../tests/support/redis_cluster.rs"]
-mod redis_cluster;
-#[path = "../tests/support/redis_server.rs"]
-mod redis_server;
+use tollgate_test_support::redis_cluster;
+use tollgate_test_support::redis_server;
 
 use redis_cluster::RedisCluster;
 use redis_server::RedisServer;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Markdown tables of every benchmark's medians, from criterion's output.
 
-Usage (after `cargo bench --all-features`, or some of its benches):
+Usage (after `cargo bench -p tollgate-benches`, or some of its benches):
 
     python3 benches/report.py [CRITERION_DIR ...] [--json FILE]
 

@@ -14,9 +14,9 @@
 //! called directly without a network (its CPU time per call), measure the
 //! limit's cost where the wall clock cannot.
 //!
-//!     cargo bench --bench server --features tower -- --rounds 21    # docs/benchmarks.md's run
-//!     cargo bench --bench server --features tower -- --only tollgate --calls 1000000   # to profile one
-//!     cargo bench --bench server --features tower -- --test        # CI: tiny, asserts no timing
+//!     cargo bench -p tollgate-benches --bench server -- --rounds 21    # docs/benchmarks.md's run
+//!     cargo bench -p tollgate-benches --bench server -- --only tollgate --calls 1000000   # to profile one
+//!     cargo bench -p tollgate-benches --bench server -- --test        # CI: tiny, asserts no timing
 //!     python3 benches/plot_server.py                               # docs/img/server_latency.svg
 //!
 //! The full run writes `target/serverbench/server.json` (every round's

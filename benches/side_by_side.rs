@@ -13,7 +13,7 @@
 //! Each on one thread and on two deciding at once (the time of a decision
 //! is then the wall time of both together, per decision).
 //!
-//! Run with `cargo bench --bench side_by_side --all-features` (about two
+//! Run with `cargo bench -p tollgate-benches --bench side_by_side` (about two
 //! minutes); `docs/benchmarks.md` quotes its table. Under `-- --test` (as
 //! `.ci/run` runs every bench) each row runs one short round.
 

@@ -33,7 +33,7 @@
 //! `x-ratelimit-limit` and `x-ratelimit-remaining`). Each row less
 //! `unlimited` is what its layer adds to a request.
 //!
-//! Run with `cargo bench --bench tower --all-features` (one group:
+//! Run with `cargo bench -p tollgate-benches --bench tower` (one group:
 //! `-- tower_two_rules`).
 
 use std::convert::Infallible;

@@ -20,7 +20,7 @@
 //!   at once, or within the coarse clock's tick) and queued (one start per
 //!   microsecond: every call waits a little longer than the one before).
 //!
-//! Run with `cargo bench --bench window --all-features`; see
+//! Run with `cargo bench -p tollgate-benches --bench window`; see
 //! `docs/benchmarks.md`.
 
 use std::hint::black_box;

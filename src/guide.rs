@@ -6,7 +6,10 @@
 //! A page about one feature's layer is included only with that feature
 //! (`cfg_attr` on its `doc` attribute), so that its examples compile and
 //! its links resolve in every build that shows it; without the feature the
-//! module keeps its one-line summary, and links to it still resolve.
+//! module keeps its one-line summary, and links to it still resolve. The
+//! pages whose recipes need a server stack (`http`, `grpc`, and the crate's
+//! front page) run as doc tests of `tests/stacks`, which has those stacks
+//! as dependencies.
 
 /// The contract: units, quotas, initial credit, denial versus delay,
 /// weighted costs, giving back, clocks.
@@ -43,12 +46,12 @@ pub mod redis {}
 
 /// The HTTP side: 429 and 503 responses, the RateLimit fields, the tower
 /// layer, shared rules (features `http` and `tower`).
-#[cfg_attr(feature = "tower", doc = include_str!("../docs/http.md"))]
+#[cfg_attr(all(feature = "tower", not(doctest)), doc = include_str!("../docs/http.md"))]
 pub mod http {}
 
 /// gRPC: what a gRPC client sees of the tower layer's answers (feature
 /// `tonic`).
-#[cfg_attr(feature = "tonic", doc = include_str!("../docs/grpc.md"))]
+#[cfg_attr(all(feature = "tonic", not(doctest)), doc = include_str!("../docs/grpc.md"))]
 pub mod grpc {}
 
 /// Client identity: addresses, trusted proxies, prefixes (feature

@@ -462,6 +462,7 @@ async fn more_rules_than_a_chain_holds_is_a_500_that_spends_nothing() {
 /// slash, a query) never reaches a route whose rule's predicate it escapes:
 /// axum routes on the same raw path the predicate reads, so each such
 /// spelling is either charged or a 404 that runs no handler.
+#[cfg(feature = "axum")]
 #[tokio::test]
 async fn a_path_spelled_another_way_never_reaches_the_route_uncharged() {
     use axum::routing::post;

@@ -2,8 +2,7 @@
 //! it defends: a client, a peer or a faulty store must never get more than
 //! the quota, and bad input must get a typed answer, never a panic.
 
-#[path = "../common/mod.rs"]
-mod common;
+use tollgate_test_support::common;
 
 mod core;
 #[cfg(feature = "tokio")]

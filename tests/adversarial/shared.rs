@@ -611,8 +611,7 @@ async fn fallback_quotas_of_many_nodes_admit_at_most_nodes_times_the_fallback() 
 }
 
 #[cfg(feature = "redis")]
-#[path = "../support/redis_server.rs"]
-mod redis_server;
+use tollgate_test_support::redis_server;
 
 /// A Redis server restarted (emptied) under a live lease: the node keeps
 /// serving what it holds, leases again from the new server (whose script

@@ -11,7 +11,7 @@
 //! response. An admitted request stays charged unless its response has a
 //! status its rule gives back ([`Rule::give_back_on`]); a client that hangs
 //! up gets nothing back (but its in-flight permits: [`Rule::in_flight`]). [`docs/http.md`](crate::guide::http) has the contract and an axum
-//! example, and `examples/axum_server.rs` a runnable server.
+//! example, and `examples/stacks/axum_server.rs` a runnable server.
 //!
 //! ```
 //! use std::sync::Arc;

@@ -8,8 +8,10 @@ use std::time::Duration;
 use ::redis::{Script, Value};
 
 use super::eval::{ACQUIRE, RELEASE, parse_reply};
-use super::redis_client::admin;
-use super::redis_server::RedisServer;
+use tollgate_test_support::redis_server::RedisServer;
+use tollgate_test_support::start_server;
+
+use super::admin;
 use super::redis_store::RedisStore;
 use super::scale::{EPOCH_UNIX_SECS, EXACT_LIMIT};
 use crate::quota::Quota;

@@ -6,15 +6,6 @@
 //! own clock. The details, and what a timed-out call means, are in
 //! [`docs/redis.md`](crate::guide::redis).
 
-// The tests' support first: its macro is in scope only after it.
-#[cfg(test)]
-#[path = "../../../tests/support/redis_server.rs"]
-mod redis_server;
-#[cfg(test)]
-#[macro_use]
-#[path = "../../../tests/support/redis_client.rs"]
-mod redis_client;
-
 mod config;
 mod connection;
 mod error;
@@ -27,6 +18,19 @@ mod operations;
 mod parity;
 mod redis_store;
 mod scale;
+
+/// A plain connection to a test's private server, for inspecting and
+/// poking it beside the store under test.
+#[cfg(test)]
+async fn admin(
+    server: &tollgate_test_support::redis_server::RedisServer,
+) -> ::redis::aio::MultiplexedConnection {
+    ::redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
 
 pub use self::config::RedisConfig;
 pub use self::connection::RedisConnection;

@@ -1,5 +1,5 @@
 //! The scripts' arithmetic against Rust, on a real `redis-server` (started
-//! privately, as in `tests/support/redis_server.rs`), each call mirrored at
+//! privately, as in `tests/support/src/redis_server.rs`), each call mirrored at
 //! the script's own reading of the server clock:
 //!
 //! - a quota charged per token against the in-process store: one random
@@ -17,8 +17,9 @@ use std::time::Duration;
 use ::redis::aio::MultiplexedConnection;
 
 use super::eval::{ACQUIRE, RELEASE};
-use super::redis_client::admin;
-use super::redis_server::RedisServer;
+use tollgate_test_support::start_server;
+
+use super::admin;
 use super::redis_store::RedisStore;
 use super::scale::Scale;
 use crate::clock::ManualClock;
