@@ -297,3 +297,137 @@ async fn a_shadow_rule_after_the_enforced_one_moves_no_wait() {
         assert_eq!(problem["violated-policies"], serde_json::json!(["minute"]));
     }
 }
+
+/// A clock that moves one microsecond at every reading, and logs each
+/// reading: time passes between any two reads of a limit, as on a real
+/// clock, and the test knows exactly when each read happened.
+#[derive(Clone, Default)]
+struct Stepping {
+    now_ns: Arc<std::sync::atomic::AtomicU64>,
+    step_ns: Arc<std::sync::atomic::AtomicU64>,
+    readings: Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+impl Stepping {
+    fn new() -> Stepping {
+        let clock = Stepping::default();
+        clock
+            .step_ns
+            .store(1_000, std::sync::atomic::Ordering::SeqCst);
+        clock
+    }
+}
+
+impl tollgate::Clock for Stepping {
+    fn now_nanos(&self) -> u64 {
+        use std::sync::atomic::Ordering::SeqCst;
+        let step = self.step_ns.load(SeqCst);
+        let now = self.now_ns.fetch_add(step, SeqCst) + step;
+        self.readings.lock().unwrap().push(now);
+        now
+    }
+}
+
+/// An enforced rule before a shadow rule that refuses everything is
+/// charged its cost once per request, on a clock that moves between reads:
+/// never taken, given back and taken again (an undo after the clock moved
+/// keeps the time it held). The oracle is the bucket's own arithmetic: a
+/// full bucket first charged at `t1` holds `B - cost·n + (t - t1)` tokens
+/// at `t` after `n` charges, while it is not full again.
+#[tokio::test]
+async fn an_enforced_rule_beside_a_refusing_shadow_is_charged_its_cost_once() {
+    const CAPACITY: u64 = 1_000_000;
+    const COST: u64 = 100;
+    const REQUESTS: u64 = 200;
+    for shadow_first in [false, true] {
+        let clock = Stepping::new();
+        // One token a microsecond: the clock's step refills one.
+        let enforced = Arc::new(TokenBucket::with_clock(
+            Quota::new(CAPACITY, CAPACITY, Duration::from_secs(1)).unwrap(),
+            clock.clone(),
+        ));
+        // Empty on a frozen clock: it refuses every request.
+        let never = Arc::new(TokenBucket::with_clock(
+            Quota::new(1, 1, Duration::from_secs(3_600)).unwrap(),
+            ManualClock::new(),
+        ));
+        assert_eq!(never.try_acquire(1), Ok(()));
+        let shadow = Rule::global(PolicyName::new("never").unwrap(), Arc::clone(&never))
+            .cost(|_| COST)
+            .shadow(Shadow::Quiet);
+        // Clones of a rule share its count.
+        let counted = shadow.clone();
+        let rule = Rule::global(PolicyName::new("enforced").unwrap(), Arc::clone(&enforced))
+            .cost(|_| COST);
+        let rules = if shadow_first {
+            [shadow, rule]
+        } else {
+            [rule, shadow]
+        };
+        let layer = rules
+            .into_iter()
+            .fold(RateLimitLayer::builder(), |b, r| b.rule(r))
+            .build();
+        clock.readings.lock().unwrap().clear();
+        for _ in 0..REQUESTS {
+            assert_eq!(send(&layer, as_account(0)).await.status(), StatusCode::OK);
+        }
+        // Frozen from here: the last reading is the instant of the check.
+        clock.step_ns.store(0, std::sync::atomic::Ordering::SeqCst);
+        let first = clock.readings.lock().unwrap()[0];
+        let available = enforced.available();
+        let now = *clock.readings.lock().unwrap().last().unwrap();
+        let refilled = (now - first) / 1_000;
+        assert_eq!(
+            available,
+            CAPACITY - COST * REQUESTS + refilled,
+            "shadow first: {shadow_first}"
+        );
+        assert_eq!(
+            counted.shadow_refusals(),
+            Some(REQUESTS),
+            "shadow first: {shadow_first}"
+        );
+    }
+}
+
+/// A shadow rule on the same bucket as an enforced rule refuses nothing and
+/// takes nothing, in either order: every request gets exactly the answer
+/// the enforced rule alone gives it (frozen clock).
+#[tokio::test]
+async fn a_shadow_rule_on_an_enforced_rules_bucket_changes_no_answer() {
+    // (capacity, tokens spent beforehand, requests)
+    for (capacity, spent, requests) in [(1, 0, 3), (5, 4, 3), (5, 0, 7)] {
+        let answers = |rules: &dyn Fn(Arc<TokenBucket<ManualClock>>) -> Vec<Rule>| {
+            let bucket = Arc::new(TokenBucket::with_clock(
+                Quota::new(capacity, 1, Duration::from_secs(3_600)).unwrap(),
+                ManualClock::new(),
+            ));
+            if spent > 0 {
+                assert_eq!(bucket.try_acquire(spent), Ok(()));
+            }
+            let layer = rules(bucket)
+                .into_iter()
+                .fold(RateLimitLayer::builder(), |b, r| b.rule(r))
+                .build();
+            async move {
+                let mut statuses = Vec::new();
+                for _ in 0..requests {
+                    statuses.push(send(&layer, as_account(0)).await.status());
+                }
+                statuses
+            }
+        };
+        let enforced = |bucket: Arc<TokenBucket<ManualClock>>| {
+            Rule::global(PolicyName::new("enforced").unwrap(), bucket)
+        };
+        let shadow = |bucket: Arc<TokenBucket<ManualClock>>| {
+            Rule::global(PolicyName::new("shadow").unwrap(), bucket).shadow(Shadow::Quiet)
+        };
+        let alone = answers(&|bucket| vec![enforced(bucket)]).await;
+        let before = answers(&|bucket| vec![enforced(Arc::clone(&bucket)), shadow(bucket)]).await;
+        let after = answers(&|bucket| vec![shadow(Arc::clone(&bucket)), enforced(bucket)]).await;
+        assert_eq!(before, alone, "[E, S], B = {capacity}, {spent} spent");
+        assert_eq!(after, alone, "[S, E], B = {capacity}, {spent} spent");
+    }
+}

@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 
 use super::in_flight::InFlightPermit;
 use super::local::RequestLimit;
-use super::shadow::{Role, ShadowCount};
+use super::shadow::Role;
 use super::shared::{SharedKey, SharedOutcome, SharedReceipt};
 use crate::advertised::Shape;
 use crate::error::AcquireError;
@@ -379,78 +379,59 @@ impl<'a> BoundRule<'a> {
 }
 
 /// Charges the in-process limits of `chain`, all or nothing, keeping no
-/// receipt: for a request none of whose charges outlives the call. A
-/// shadow rule that refuses is left out and the chain charged again
-/// without it, so it takes nothing and refuses nothing, every other rule is
-/// decided as it would be without it, and it is counted if the request is
-/// admitted ([`count_shadowed`]). The refusal's `charge` is an index
-/// into [`BoundRule::charges`].
+/// receipt: for a request none of whose charges outlives the call. The
+/// enforced rules are charged first, in one chain that knows nothing of
+/// shadow rules; only once they admit is each shadow rule decided apart
+/// ([`decide_shadow`]), so a shadow rule never takes, undoes or retakes
+/// what an enforced rule holds. The refusal's `charge` is an index into
+/// [`BoundRule::charges`].
 pub(super) fn charge_chain(chain: Option<&BoundRule<'_>>) -> Result<(), ChargeRefusal> {
-    // The first pass is the only one of a request no shadow rule refuses:
-    // it knows nothing of shadows (the admitted path stays as short as a
-    // chain's).
+    let mut shadows = false;
     let steps = BoundRule::collect(chain, |link| {
-        (link.cost > 0).then(|| Step::new(link.limit, link.cost))
+        shadows |= link.role.is_shadow();
+        (link.cost > 0 && !link.role.is_shadow()).then(|| Step::new(link.limit, link.cost))
     });
-    let Err(refused) = try_acquire_all(&steps) else {
-        return Ok(());
-    };
-    let refused = ChargeRefusal::of_chain(refused, |step| {
-        nth_with_cost(BoundRule::collect(chain, |link| Some(link.cost)), step)
-    });
-    match refusing_shadow(chain, &refused) {
-        Some(shadow) => charge_chain_without(chain, SmallVec::from_elem(shadow, 1)),
-        None => Err(refused),
+    if let Err(refused) = try_acquire_all(&steps) {
+        return Err(ChargeRefusal::of_chain(refused, |step| {
+            nth_with_cost(
+                BoundRule::collect(chain, |link| Some(enforced_cost(link))),
+                step,
+            )
+        }));
     }
-}
-
-/// The rule and count of the shadow rule whose refusal `refused` is, if it
-/// is one, among the links of `chain`.
-fn refusing_shadow<'a>(
-    chain: Option<&'a BoundRule<'a>>,
-    refused: &ChargeRefusal,
-) -> Option<(usize, &'a ShadowCount)> {
-    let links = BoundRule::collect(chain, Some);
-    let link = refused.charge.and_then(|index| links.get(index).copied())?;
-    match link.role {
-        Role::Shadow(count) => Some((link.rule, count)),
-        Role::Enforced => None,
-    }
-}
-
-/// [`charge_chain`] again, the shadow rules that refused (`skipped`) left
-/// out, until the chain admits (each skipped rule then counted) or an
-/// enforced rule refuses.
-fn charge_chain_without<'a>(
-    chain: Option<&'a BoundRule<'a>>,
-    mut skipped: SmallVec<[(usize, &'a ShadowCount); 2]>,
-) -> Result<(), ChargeRefusal> {
-    loop {
-        let cost = |link: &BoundRule<'_>| {
-            if skipped.iter().any(|(rule, _)| *rule == link.rule) {
-                0
-            } else {
-                link.cost
+    if shadows {
+        let links = BoundRule::collect(chain, Some);
+        let enforced = || links.iter().filter(|link| !link.role.is_shadow());
+        for link in links.iter().filter(|link| link.cost > 0) {
+            if let Role::Shadow(count) = link.role {
+                let identity = link.limit.identity();
+                let shares = enforced().any(|other| other.limit.identity() == identity);
+                if decide_shadow(link.limit, link.cost, shares).is_err() {
+                    count.refused();
+                }
             }
-        };
-        let steps = BoundRule::collect(chain, |link| {
-            (cost(link) > 0).then(|| Step::new(link.limit, link.cost))
-        });
-        let Err(refused) = try_acquire_all(&steps) else {
-            // Admitted: what each shadow rule would have refused.
-            for (_, count) in skipped {
-                count.refused();
-            }
-            return Ok(());
-        };
-        let refused = ChargeRefusal::of_chain(refused, |step| {
-            nth_with_cost(BoundRule::collect(chain, |link| Some(cost(link))), step)
-        });
-        match refusing_shadow(chain, &refused) {
-            Some(shadow) => skipped.push(shadow),
-            None => return Err(refused),
         }
     }
+    Ok(())
+}
+
+/// What a link charges in the enforced chain: a shadow rule nothing.
+fn enforced_cost(link: &BoundRule<'_>) -> u64 {
+    if link.role.is_shadow() { 0 } else { link.cost }
+}
+
+/// Decides a shadow rule apart from the enforced ones, once they admitted
+/// the request: its own limit takes `cost` as enforcing it would (the
+/// receipt, to keep or to give back with the request's other charges), or
+/// refuses, which only counts. On a limit an enforced rule of the request
+/// also charges (`shares`), it takes nothing and refuses nothing: the
+/// enforced rule's decision is the limit's, and a second charge of it
+/// would refuse what the enforced rule alone admits.
+fn decide_shadow(limit: &dyn Limit, cost: u64, shares: bool) -> Result<Option<Taken>, ()> {
+    if shares {
+        return Ok(None);
+    }
+    limit.take(cost).map(Some).map_err(drop)
 }
 
 /// A refusal as the client sees it when shadow rules were charged beside
@@ -540,29 +521,42 @@ fn nth_with_cost(costs: impl IntoIterator<Item = u64>, step: usize) -> usize {
 /// its cost, and the slot its receipt goes into.
 type Slot<'a> = (usize, &'a dyn Limit, u64, &'a Cell<Option<Taken>>);
 
-/// Charges every in-process step with a cost, all or nothing, and leaves
-/// each receipt in its charge. The refusal's `charge` is an index into
-/// `charges`.
+/// Charges every enforced in-process step with a cost, all or nothing, and
+/// leaves each receipt in its charge; once they admit, decides each shadow
+/// rule apart ([`decide_shadow`]): one that would refuse is marked
+/// [`Charge::shadowed`] and its cost set to 0 (it takes nothing and is
+/// advertised as not violated), as is one on an enforced rule's limit.
+/// The refusal's `charge` is an index into `charges`.
 pub(super) fn charge_local(charges: &mut [Charge<'_>]) -> Result<(), ChargeRefusal> {
-    // A shadow rule that refuses is marked and left out (its cost set to
-    // 0: it takes nothing, and is advertised as not violated), and the
-    // rest charged again, as in `charge_chain`.
-    loop {
-        let Err(refused) = take_local(charges) else {
-            return Ok(());
+    take_local(charges)?;
+    for index in 0..charges.len() {
+        let charge = &charges[index];
+        let Target::Local { bound, .. } = &charge.limit else {
+            continue;
         };
-        let refusing = refused.charge.and_then(|index| charges.get_mut(index));
-        match refusing {
-            Some(charge) if charge.role.is_shadow() => {
+        if !charge.role.is_shadow() || charge.cost == 0 {
+            continue;
+        }
+        let identity = bound.get().identity();
+        let shares = charges.iter().any(|other| {
+            !other.role.is_shadow()
+                && matches!(&other.limit, Target::Local { bound, .. } if bound.get().identity() == identity)
+        });
+        let decided = decide_shadow(bound.get(), charge.cost, shares);
+        let charge = &mut charges[index];
+        match (decided, &mut charge.limit) {
+            (Ok(Some(receipt)), Target::Local { taken, .. }) => *taken = Some(receipt),
+            (Ok(_), _) => charge.cost = 0,
+            (Err(()), _) => {
                 charge.shadowed = true;
                 charge.cost = 0;
             }
-            _ => return Err(refused),
         }
     }
+    Ok(())
 }
 
-/// One all-or-nothing pass of [`charge_local`].
+/// The enforced in-process charges of [`charge_local`], all or nothing.
 fn take_local(charges: &mut [Charge<'_>]) -> Result<(), ChargeRefusal> {
     // Zero-cost steps charge nothing (an empty body under a per-byte
     // limit), so they are left out rather than refused as `ZeroCost`.
@@ -575,7 +569,7 @@ fn take_local(charges: &mut [Charge<'_>]) -> Result<(), ChargeRefusal> {
     let limits: SmallVec<[Slot<'_>; 4]> = charges
         .iter_mut()
         .enumerate()
-        .filter(|(_, charge)| charge.cost > 0)
+        .filter(|(_, charge)| charge.cost > 0 && !charge.role.is_shadow())
         .filter_map(|(i, charge)| match &mut charge.limit {
             Target::Local { bound, taken } => {
                 let limit: &dyn Limit = bound.get();
