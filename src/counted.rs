@@ -360,8 +360,8 @@ impl<L: Limit> sealed::Sealed for Counting<'_, L> {
         self.tally.writer().add(|s| &s.abandoned, 1);
     }
 
-    fn debit(&self, taken: &Taken, tokens: u64) {
-        self.limit.debit(taken, tokens);
+    fn debit(&self, tokens: u64) {
+        self.limit.debit(tokens);
     }
 
     /// Not an abandonment: the admission stands, at its actual cost.
@@ -427,8 +427,8 @@ impl<L: Limit> sealed::Sealed for Counted<L> {
         self.counting(&self.limiter).undo(taken);
     }
 
-    fn debit(&self, taken: &Taken, tokens: u64) {
-        self.counting(&self.limiter).debit(taken, tokens);
+    fn debit(&self, tokens: u64) {
+        self.counting(&self.limiter).debit(tokens);
     }
 
     fn settle(&self, taken: &Taken, actual: u64) {

@@ -293,11 +293,6 @@ pub(crate) mod sealed {
     pub(crate) enum Record {
         Bucket(crate::state::Admission),
         Window(u64),
-        /// No admission: an estimate of zero, which took nothing and so
-        /// has nothing to give back, settled to an actual cost (all of it
-        /// excess).
-        #[cfg(feature = "tower")]
-        Nothing,
     }
 
     impl Taken {
@@ -307,16 +302,6 @@ pub(crate) mod sealed {
             Taken {
                 record: Record::Bucket(admission),
                 tokens,
-                overflow: false,
-            }
-        }
-
-        /// An estimate of zero, which took nothing (see [`Record::Nothing`]).
-        #[cfg(feature = "tower")]
-        pub(crate) fn nothing() -> Taken {
-            Taken {
-                record: Record::Nothing,
-                tokens: 0,
                 overflow: false,
             }
         }
@@ -414,17 +399,19 @@ pub(crate) mod sealed {
         ) -> Result<(Taken, Duration), AcquireError>;
         /// Gives back what `taken` took, by the rule of `Tat::undo`.
         fn undo(&self, taken: &Taken);
-        /// Charges `tokens` more for the admission `taken` records, whether
-        /// or not they fit: a settled cost's excess over its estimate, into
-        /// debt that later admissions wait out (`Tat::debit`).
-        fn debit(&self, taken: &Taken, tokens: u64);
+        /// Charges `tokens` more, whether or not they fit: a settled cost's
+        /// excess over its estimate, into debt that later admissions wait
+        /// out (`Tat::debit`). No receipt: the excess is charged to the
+        /// limit as it is now, whatever admission it settles (one of an
+        /// estimate of zero took nothing).
+        fn debit(&self, tokens: u64);
         /// Settles the admission `taken` records to its actual cost: the
         /// excess debited, or the rest given back by the rule of
         /// `Tat::undo`.
         fn settle(&self, taken: &Taken, actual: u64) {
             match actual.cmp(&taken.tokens) {
                 std::cmp::Ordering::Less => self.undo(&taken.part(taken.tokens - actual)),
-                std::cmp::Ordering::Greater => self.debit(taken, actual - taken.tokens),
+                std::cmp::Ordering::Greater => self.debit(actual - taken.tokens),
                 std::cmp::Ordering::Equal => {}
             }
         }
@@ -457,8 +444,8 @@ macro_rules! forward_limit {
             fn undo(&self, taken: &Taken) {
                 (**self).undo(taken);
             }
-            fn debit(&self, taken: &Taken, tokens: u64) {
-                (**self).debit(taken, tokens);
+            fn debit(&self, tokens: u64) {
+                (**self).debit(tokens);
             }
             fn settle(&self, taken: &Taken, actual: u64) {
                 (**self).settle(taken, actual);

@@ -412,7 +412,7 @@ impl<C: Clock> sealed::Sealed for TokenBucket<C> {
 
     /// Under the quota in force, whichever the admission was decided
     /// under: a debt is a charge, and a charge never mints.
-    fn debit(&self, _: &Taken, tokens: u64) {
+    fn debit(&self, tokens: u64) {
         self.states.on_state(
             |state| {
                 let gcra = state.gcra();

@@ -4,7 +4,7 @@
 //! `t` and come back in the same second. A few whole seconds of spread, added
 //! (never subtracted, so nobody is told to come back early) and bounded,
 //! breaks that up. The draws come from the crate's one jitter generator,
-//! `retry::JitterGenerator`, shared with the client-side retry planner.
+//! `jitter::JitterGenerator`, shared with the client-side retry planner.
 
 use std::fmt;
 
@@ -24,7 +24,7 @@ use crate::sync::unmodelled::Arc;
 ///
 /// ```
 /// use tollgate::http::Jitter;
-/// use tollgate::retry::JitterGenerator;
+/// use tollgate::jitter::JitterGenerator;
 ///
 /// assert_eq!(Jitter::none().apply(30), 30);
 /// let fixed = Jitter::with_source(4, || 0.5);
@@ -81,7 +81,7 @@ impl Jitter {
     ///
     /// ```
     /// use tollgate::http::Jitter;
-    /// use tollgate::retry::JitterGenerator;
+    /// use tollgate::jitter::JitterGenerator;
     ///
     /// let a = Jitter::with_generator(9, JitterGenerator::new(7));
     /// let b = Jitter::with_generator(9, JitterGenerator::new(7));

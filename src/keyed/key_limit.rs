@@ -59,7 +59,7 @@ where
         self.limiter.undo(self.key, taken, taken.tokens);
     }
 
-    fn debit(&self, _: &Taken, tokens: u64) {
+    fn debit(&self, tokens: u64) {
         // A key the full table refuses again (`AtCapacity::Deny`) loses
         // its debt: `debit_key` says so, and a limit's debit has no answer.
         let _recorded = self.limiter.debit_key(self.key, tokens);

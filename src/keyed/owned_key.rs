@@ -121,8 +121,8 @@ where
     fn undo(&self, taken: &Taken) {
         self.limiter.key(&self.key).undo(taken);
     }
-    fn debit(&self, taken: &Taken, tokens: u64) {
-        self.limiter.key(&self.key).debit(taken, tokens);
+    fn debit(&self, tokens: u64) {
+        self.limiter.key(&self.key).debit(tokens);
     }
     fn settle(&self, taken: &Taken, actual: u64) {
         self.limiter.key(&self.key).settle(taken, actual);

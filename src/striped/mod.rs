@@ -461,8 +461,8 @@ impl<C: Clock> sealed::Sealed for StripedBucket<C> {
         self.bucket.undo(taken);
     }
 
-    fn debit(&self, taken: &Taken, tokens: u64) {
-        self.bucket.debit(taken, tokens);
+    fn debit(&self, tokens: u64) {
+        self.bucket.debit(tokens);
     }
 
     fn capacity(&self) -> u64 {

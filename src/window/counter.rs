@@ -206,7 +206,7 @@ impl<K: WindowKind, C: Clock> sealed::Sealed for WindowCounter<K, C> {
     }
 
     /// Counted in the window of now, by the rule of `WindowState::debit`.
-    fn debit(&self, _: &Taken, tokens: u64) {
+    fn debit(&self, tokens: u64) {
         self.state.debit(&self.frame, tokens, self.now());
     }
 

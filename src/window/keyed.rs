@@ -518,7 +518,7 @@ where
         }
     }
 
-    fn debit(&self, _: &Taken, tokens: u64) {
+    fn debit(&self, tokens: u64) {
         self.limiter.debit(self.key, tokens);
     }
 

@@ -181,9 +181,9 @@ impl<'a> Charge<'a> {
                     bound.get().undo(&taken);
                 }
             }
-            Target::Shared { receipt, .. } => {
+            Target::Shared { bound, receipt, .. } => {
                 if let Some(receipt) = receipt.take() {
-                    receipt.undo();
+                    receipt.undo(bound.runtime());
                 }
             }
             // Released when the charge is dropped, response or not.
@@ -202,14 +202,11 @@ impl<'a> Charge<'a> {
                 Some(taken) => bound.get().settle(&taken, actual),
                 // A cost of 0 took nothing: an actual cost is all excess,
                 // charged as any excess is.
-                None if actual > 0 && self.cost == 0 => {
-                    let nothing = crate::limit::Taken::nothing();
-                    bound.get().debit(&nothing, actual);
-                }
+                None if actual > 0 && self.cost == 0 => bound.get().debit(actual),
                 None => {}
             },
             Target::Shared { bound, receipt, .. } => match receipt.take() {
-                Some(receipt) => receipt.settle(actual),
+                Some(receipt) => receipt.settle(actual, bound.runtime()),
                 None if actual > 0 && self.cost == 0 => bound.debit_in_background(actual),
                 None => {}
             },

@@ -131,8 +131,8 @@ where
     fn undo(&self, taken: &Taken) {
         PerKey::key(&**self.limiter, self.key).undo(taken);
     }
-    fn debit(&self, taken: &Taken, tokens: u64) {
-        PerKey::key(&**self.limiter, self.key).debit(taken, tokens);
+    fn debit(&self, tokens: u64) {
+        PerKey::key(&**self.limiter, self.key).debit(tokens);
     }
     fn settle(&self, taken: &Taken, actual: u64) {
         PerKey::key(&**self.limiter, self.key).settle(taken, actual);

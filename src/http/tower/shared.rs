@@ -5,9 +5,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use http::request::Parts;
+use tokio::runtime::Handle;
 
 use super::key::{IntoKey, KeyFn, NoKey};
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
@@ -24,21 +26,47 @@ type StoreDecision = Pin<Box<dyn Future<Output = Result<SharedReceipt, BudgetErr
 
 /// A [`KeyedReceipt`] as the layer uses it, its store type erased.
 pub(super) trait GiveBack: Send {
-    /// Gives the tokens back by the receipt's rule, without waiting (a
-    /// return to the store runs in the background).
-    fn undo(self: Box<Self>);
+    /// Gives the tokens back by the receipt's rule, without waiting: what
+    /// goes back into the key's pool goes at once, a return to the store
+    /// runs on `runtime`.
+    fn undo(self: Box<Self>, runtime: &Handle);
     /// Settles the admission to `actual` by the receipt's rule, without
-    /// waiting (a store call runs in the background).
-    fn settle(self: Box<Self>, actual: u64);
+    /// waiting (a store call runs on `runtime`).
+    fn settle(self: Box<Self>, actual: u64, runtime: &Handle);
 }
 
 impl<S: Store> GiveBack for KeyedReceipt<S> {
-    fn undo(self: Box<Self>) {
-        (*self).undo_in_background();
+    fn undo(self: Box<Self>, runtime: &Handle) {
+        finish_in_background(runtime, async move {
+            (*self).undo().await;
+        });
     }
 
-    fn settle(self: Box<Self>, actual: u64) {
-        (*self).settle_in_background(actual);
+    fn settle(self: Box<Self>, actual: u64, runtime: &Handle) {
+        finish_in_background(runtime, async move {
+            // A failed store call leaves the grant as it was charged: the
+            // response is gone, and nobody is left to tell.
+            let _ = (*self).settle(actual).await;
+        });
+    }
+}
+
+/// Runs `work` here as far as it goes without waiting (a receipt's tokens
+/// go back into the key's pool before the response is done), and the rest
+/// (a store call) on `runtime`: the layer's give-backs and settlements
+/// happen where nothing can await, such as a response body's last frame or
+/// its drop.
+fn finish_in_background(runtime: &Handle, work: impl Future<Output = ()> + Send + 'static) {
+    let mut work = Box::pin(work);
+    // Inside the runtime, so that a store call may start its timers here.
+    let _inside = runtime.enter();
+    if work
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_pending()
+    {
+        // Polled again at once by the runtime, which registers its waker.
+        runtime.spawn(work);
     }
 }
 
@@ -57,6 +85,8 @@ trait ErasedAllowance: Send + Sync + 'static {
     fn quota(&self) -> Quota;
     /// Charges `tokens` to `key` in the background, into debt.
     fn debit_in_background(&self, key: &str, tokens: u64);
+    /// The runtime the allowance's store calls run on.
+    fn runtime(&self) -> &Handle;
 }
 
 impl<S: Store> ErasedAllowance for KeyedAllowance<S> {
@@ -84,7 +114,15 @@ impl<S: Store> ErasedAllowance for KeyedAllowance<S> {
     }
 
     fn debit_in_background(&self, key: &str, tokens: u64) {
-        KeyedAllowance::debit_in_background(self, key, tokens);
+        let (allowance, key) = (self.clone(), key.to_owned());
+        finish_in_background(KeyedAllowance::runtime(self), async move {
+            // As for a settlement: nobody is left to tell of a failure.
+            let _ = allowance.debit(&key, tokens).await;
+        });
+    }
+
+    fn runtime(&self) -> &Handle {
+        KeyedAllowance::runtime(self)
     }
 }
 
@@ -173,6 +211,12 @@ impl SharedKey {
     /// The quota the store gives every key now.
     pub(super) fn quota(&self) -> Quota {
         self.limit.quota()
+    }
+
+    /// The runtime the key's store calls run on: where what a receipt
+    /// leaves to the store finishes.
+    pub(super) fn runtime(&self) -> &Handle {
+        self.limit.runtime()
     }
 
     /// Charges `tokens` to the key in the background, into debt: a settled

@@ -214,18 +214,6 @@ impl<S: Store> KeyedAllowance<S> {
         receipt::debit(&self.inner, name, tokens).charge().await
     }
 
-    /// [`debit`](Self::debit) on the allowance's runtime, without waiting.
-    #[cfg(feature = "tower")]
-    pub(crate) fn debit_in_background(&self, key: &str, tokens: u64) {
-        if tokens == 0 {
-            return;
-        }
-        let debit = receipt::debit(&self.inner, store_key(key).into_owned(), tokens);
-        self.inner.runtime.spawn(async move {
-            let _ = debit.charge().await;
-        });
-    }
-
     /// [`acquire`](Self::acquire), with a receipt to give the tokens back
     /// by ([`KeyedReceipt::undo`]): into the key's pool, or to the store by
     /// the one rule for a cold decision.

@@ -168,6 +168,31 @@ impl<S: Store> KeyedAllowance<S> {
         Ok(KeyedAllowance { inner })
     }
 
+    /// The tokio runtime the allowance was built on, where its cold calls,
+    /// refills and demand sampler run: where code that cannot await (a
+    /// response's completion, a `Drop`) spawns a receipt's `undo` or
+    /// `settle`, or a `debit`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::Quota;
+    /// use tollgate::shared::*;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+    /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
+    /// let node = KeyedAllowance::new(store, KeyedAllowanceConfig::new(FailurePolicy::Closed))?;
+    /// let answer = node.try_take("acme", 1)?;
+    /// if let HotAnswer::Admitted(receipt) = answer {
+    ///     node.runtime().spawn(receipt.undo());
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn runtime(&self) -> &Handle {
+        &self.inner.runtime
+    }
+
     /// Returns every hot key's unused tokens to the store and makes the
     /// keys cold; the result is how many the store took back. Keys become hot
     /// again as their demand is measured: this does not close the

@@ -180,17 +180,6 @@ impl<S: Store> KeyedReceipt<S> {
         }
     }
 
-    /// [`undo`](Self::undo) without waiting: tokens of the key's pool go
-    /// back at once, a cold grant's return runs on the allowance's runtime
-    /// (for callers that cannot await, such as a response's completion).
-    #[cfg(feature = "tower")]
-    pub(crate) fn undo_in_background(self) {
-        let runtime = self.inner.runtime.clone();
-        if let Err(to_store) = self.undo_locally() {
-            runtime.spawn(to_store.send());
-        }
-    }
-
     /// Undoes what needs no store call, returning the tokens given back;
     /// or the return to the store still to make.
     fn undo_locally(self) -> Result<u64, StoreReturn<S>> {
@@ -267,26 +256,6 @@ impl<S: Store> KeyedReceipt<S> {
                 Ok(())
             }
             Settling::Debit(debit) => debit.charge().await,
-        }
-    }
-
-    /// [`settle`](Self::settle) without waiting: what goes back to the
-    /// key's pool goes at once, a store call runs on the allowance's
-    /// runtime.
-    #[cfg(feature = "tower")]
-    pub(crate) fn settle_in_background(self, actual: u64) {
-        let runtime = self.inner.runtime.clone();
-        match self.settling(actual) {
-            Settling::Done => {}
-            Settling::GiveBack(part) => part.undo_in_background(),
-            Settling::Return(to_store) => {
-                runtime.spawn(to_store.send());
-            }
-            Settling::Debit(debit) => {
-                runtime.spawn(async move {
-                    let _ = debit.charge().await;
-                });
-            }
         }
     }
 

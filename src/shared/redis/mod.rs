@@ -1,9 +1,10 @@
 //! [`RedisStore`]: the authoritative buckets of a shared budget, in Redis.
 //!
 //! Each key's bucket is one Redis string holding the GCRA state (the
-//! instant the bucket is full again), changed only by two short Lua scripts
-//! that run atomically on the server and take the time from the server's
-//! own clock. The details, and what a timed-out call means, are in
+//! instant the bucket is full again), changed only by three short Lua
+//! scripts (acquire, release, debit) that run atomically on the server and
+//! take the time from the server's own clock. The details, and what a
+//! timed-out call means, are in
 //! [`docs/redis.md`](crate::guide::redis).
 
 mod config;
