@@ -1,7 +1,7 @@
-//! The guide: the contract, the design and the measurements, as the pages
-//! of `docs/` rendered here so docs.rs readers can open them. Each module
-//! is one page; the source of truth is the Markdown file it includes, and
-//! its Rust examples run as doc tests.
+//! The guide: the contract, the architecture, the proofs and the
+//! measurements, as the pages of `docs/` rendered here so docs.rs readers
+//! can open them. Each module is one page; the source of truth is the
+//! Markdown file it includes, and its Rust examples run as doc tests.
 //!
 //! A page about one feature's layer is included only with that feature
 //! (`cfg_attr` on its `doc` attribute), so that its examples compile and
@@ -16,10 +16,16 @@
 #[doc = include_str!("../docs/semantics.md")]
 pub mod semantics {}
 
-/// The design: the layers, the state word, the linearization point of each
-/// operation.
-#[doc = include_str!("../docs/design.md")]
-pub mod design {}
+/// The architecture: the workspace, the layers, the tower layer, a map of
+/// the files, the features, and what a new limiter or adapter touches.
+#[doc = include_str!("../docs/architecture.md")]
+pub mod architecture {}
+
+/// The proofs: exact arithmetic, the linearization point of each lock-free
+/// operation, why nothing mints credit, the loom models, the property
+/// tests' exact models, and where each promise is tested.
+#[doc = include_str!("../docs/proofs.md")]
+pub mod proofs {}
 
 /// Clocks: what each costs, what a backward step does, which to choose.
 #[doc = include_str!("../docs/clocks.md")]

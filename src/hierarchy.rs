@@ -155,8 +155,8 @@ impl HierarchyError {
 /// after the clock moved the undo cannot prove none came. Concurrent
 /// hierarchies therefore never admit more than any one limit's envelope;
 /// the price is that a denied request's undo may return a little less than
-/// it took, a few nanoseconds of refill ([`docs/design.md`](crate::guide::design) has the
-/// argument).
+/// it took, a few nanoseconds of refill ([`docs/proofs.md`](crate::guide::proofs),
+/// "Hierarchies: undo without minting", has the argument).
 ///
 /// ```
 /// # #[cfg(feature = "keyed")] {

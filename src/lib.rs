@@ -130,8 +130,10 @@
 //! - [`semantics`](guide::semantics): the contract (units, initial credit,
 //!   denial versus delay, giving back, quota changes, keys, windows) and the
 //!   proof of the bound.
-//! - [`design`](guide::design): the layers, the state word, exactness and
-//!   the linearization point of each operation.
+//! - [`architecture`](guide::architecture): the workspace, the layers, the
+//!   tower layer, a map of the files, the features.
+//! - [`proofs`](guide::proofs): exactness, the linearization point of each
+//!   operation, the loom models, and where each promise is tested.
 //! - [`clocks`](guide::clocks): what each clock costs and trades.
 //! - [`keyed`](guide::keyed): the accessors every keyed limiter shares.
 //! - [`concurrency`](guide::concurrency): in-flight limits.
@@ -168,8 +170,8 @@
 //! [`Receipt`], [`Counted`], the clocks, [`jitter`], [`concurrency`]
 //! without keys) on crossbeam-utils, thiserror, arc-swap and quanta (and,
 //! for the default clock's check, core_affinity on Linux and raw-cpuid on
-//! x86-64); the guide's [`design`](guide::design), "Features", says what
-//! each feature brings and costs to build.
+//! x86-64); the guide's [`architecture`](guide::architecture), "Features",
+//! says what each feature brings and costs to build.
 
 #![forbid(unsafe_code)]
 // On docs.rs (nightly, `--cfg docsrs`): each item gated by a feature says

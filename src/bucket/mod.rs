@@ -21,7 +21,7 @@ use states::{State, States};
 /// ([`set_quota`](Self::set_quota)), carrying the state over by the rule of
 /// [`docs/semantics.md`](crate::guide::semantics), "Changing a quota".
 ///
-/// Linearization points (see [`docs/design.md`](crate::guide::design)):
+/// Linearization points (see [`docs/proofs.md`](crate::guide::proofs)):
 /// - an admission ([`try_acquire`](Limit::try_acquire), [`reserve`](Limit::reserve))
 ///   takes effect at its successful compare-and-swap;
 /// - a denial and [`available`](Limit::available) at the load (or failed
@@ -167,7 +167,7 @@ impl<C: Clock> TokenBucket<C> {
     /// up to `max_wait`: validates the cost and runs the decision in the
     /// state's compare-and-swap loop, then gives `done` the admission and
     /// how to tell its wait. Every admission of the bucket comes through
-    /// here ([`docs/design.md`](crate::guide::design), "The decision path").
+    /// here ([`docs/architecture.md`](crate::guide::architecture), "The decision path").
     /// The clock is read once per decision, before the first state is
     /// tried: a decision that meets a seal and runs again on the successor
     /// reads it no second time.

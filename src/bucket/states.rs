@@ -9,7 +9,7 @@
 //! loaded unsealed linearizes before the change (no ABA, no generation on
 //! the hot path), and an operation that meets the seal wrote nothing and is
 //! run again on the successor. The protocol, its orderings and its
-//! linearization points are in [`docs/design.md`](crate::guide::design),
+//! linearization points are in [`docs/proofs.md`](crate::guide::proofs),
 //! "Changing a bucket's quota".
 
 use crossbeam_utils::CachePadded;

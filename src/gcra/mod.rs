@@ -11,7 +11,7 @@
 //! denominator of the emission interval in nanoseconds, so that `T` is a whole
 //! number of ticks and every decision is exact. Rates too fast and irregular
 //! for that are charged per request instead, rounded up; see
-//! [`docs/design.md`](crate::guide::design), "Exact time" and "Rounding per
+//! [`docs/proofs.md`](crate::guide::proofs), "Exact time" and "Rounding per
 //! request".
 
 use std::time::Duration;
@@ -47,7 +47,7 @@ const MAX_TOLERANCE: u64 = u64::MAX / 2;
 /// is at most the exact `T`, and a cost of `k` is charged
 /// `L - floor((B - k) * interval / 2^shift)`: the capacity's ticks less
 /// what the tokens left behind are worth, rounded down. See
-/// [`docs/design.md`](crate::guide::design), "Rounding per request".
+/// [`docs/proofs.md`](crate::guide::proofs), "Rounding per request".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Gcra {
     /// `d`: ticks per nanosecond.
@@ -342,7 +342,7 @@ pub(crate) const LAST: u64 = u64::MAX - 1;
 /// An emission interval of `period / tokens` time units as a whole number
 /// of ticks of `1 / ticks_per_unit` unit, `ticks_per_unit <= 8`. One
 /// construction for every clock unit: nanoseconds in-process, microseconds
-/// in the Redis store ([`docs/design.md`](crate::guide::design), "Exact time").
+/// in the Redis store ([`docs/proofs.md`](crate::guide::proofs), "Exact time").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Interval {
     /// `d`: ticks per time unit.

@@ -14,7 +14,7 @@
 //! rewritten while an entry of its generation exists. Beside each
 //! generation's quota is its drop watermark: the state of a bucket full at
 //! the latest drop, carried into the next generation by the same rule.
-//! [`docs/design.md`](crate::guide::design), "Changing a keyed limiter's
+//! [`docs/proofs.md`](crate::guide::proofs), "Changing a keyed limiter's
 //! quota", has the argument.
 //!
 //! Written on the `crate::sync` shim so that the loom model in `loom-tests/`

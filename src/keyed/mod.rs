@@ -93,7 +93,7 @@ pub(crate) use stats::TableCounters;
 /// sweep drops a bucket while holding its shard for writing, so no decision
 /// through the table is in flight, and seals a shared one first (a cached
 /// decision that meets the seal is made again in the table;
-/// [`docs/design.md`](crate::guide::design), "Hot keys").
+/// [`docs/proofs.md`](crate::guide::proofs), "Hot keys").
 ///
 /// ```
 /// use tollgate::{KeyedLimiter, ManualClock, Quota};

@@ -1,6 +1,6 @@
 //! Changing a keyed limiter's quota at run time: the overflow bucket and
 //! the watermarks converted under its lock, then a walk over both tables
-//! (`docs/design.md`, "Changing a keyed limiter's quota").
+//! (`docs/proofs.md`, "Changing a keyed limiter's quota").
 
 use std::hash::{BuildHasher, Hash};
 

@@ -8,7 +8,7 @@
 //! A seal is permanent, so a cached decision whose compare-and-swap
 //! succeeds on an unsealed word linearized while the entry was the key's
 //! bucket in the table, and one that meets the seal wrote nothing and goes
-//! to the table. The argument is in [`docs/design.md`](crate::guide::design),
+//! to the table. The argument is in [`docs/proofs.md`](crate::guide::proofs),
 //! "Hot keys".
 
 use std::ops::Deref;

@@ -30,7 +30,7 @@ use slots::{Drained, Slots, Take};
 /// which the bucket refills once the clock passes it; so a pool keeps slots,
 /// not a count, and a pooled token expires when the clock passes its slot.
 /// At any reading no pool's last lease is ahead of, the bucket's credit
-/// plus the tokens still usable in all pools is at most `B`. [`docs/design.md`](crate::guide::design) ("Striped buckets") has the proof.
+/// plus the tokens still usable in all pools is at most `B`. [`docs/proofs.md`](crate::guide::proofs) ("Striped buckets") has the proof.
 ///
 /// Linearization points:
 /// - an admission from a pool: its compare-and-swap on the pool's next

@@ -12,7 +12,7 @@
 //! arithmetic as the bucket's, and no division on the way.
 //!
 //! The proof that this keeps the bucket's envelope, and why each ordering
-//! below is needed, is in [`docs/design.md`](crate::guide::design), "Striped buckets".
+//! below is needed, is in [`docs/proofs.md`](crate::guide::proofs), "Striped buckets".
 
 use crate::sync::{AtomicU64, Ordering};
 

@@ -191,7 +191,7 @@ enum Step {
     Back(u64),
     /// A flush, unless the clock has gone back: a flush gives back by the
     /// undo rule, which assumes a clock that does not go backwards
-    /// (`docs/design.md`, "Hierarchies: undo without minting"), while takes
+    /// (`docs/proofs.md`, "Hierarchies: undo without minting"), while takes
     /// and leases assume nothing of it.
     Flush,
 }

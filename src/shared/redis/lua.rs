@@ -90,7 +90,7 @@ end
 -- capacity q.B, q.BT the ticks of a full bucket. The ticks charged for
 -- k <= B tokens: k * T when D = 1 (charged per token); otherwise, charged
 -- per request, BT - floor((B - k) * T / D), what a full bucket holds less
--- what the tokens left behind are worth, rounded down (docs/design.md,
+-- what the tokens left behind are worth, rounded down (docs/proofs.md,
 -- "Rounding per request"): at least k tokens' exact refill, and BT for B.
 local function charge(q, k)
   if q.D == 1 then return k * q.T end

@@ -1,6 +1,6 @@
 //! A quota in the Redis store's integer time: ticks of `1/d` microsecond.
 //!
-//! The same construction as `crate::gcra::Gcra::new` (see [`docs/design.md`](crate::guide::design),
+//! The same construction as `crate::gcra::Gcra::new` (see [`docs/proofs.md`](crate::guide::proofs),
 //! "Exact time: ticks of 1/d nanosecond" and "Rounding per request"), with
 //! two differences that come from where the arithmetic runs:
 //!
@@ -149,7 +149,7 @@ impl Scale {
     /// The ticks charged for `tokens <= B`: `k * T` per token, or, per
     /// request, `c(k) = L - floor((B - k) * T / D)`: what a full bucket
     /// holds less what the tokens left behind are worth, rounded down, as
-    /// in-process ([`docs/design.md`](crate::guide::design), "Rounding per
+    /// in-process ([`docs/proofs.md`](crate::guide::proofs), "Rounding per
     /// request"). `c(k)` is at least `k` tokens' exact refill plus
     /// `L - B * P`, so the rounding only ever admits less, and `c(B) = L`.
     pub(super) fn charge(&self, tokens: u64) -> u64 {
