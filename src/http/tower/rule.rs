@@ -467,17 +467,20 @@ impl Rule {
         self
     }
 
-    /// Puts the rule in shadow mode: it is bound, priced and charged like
-    /// any rule (so its limit sees exactly what it would see enforced), but
-    /// a request it would refuse goes on without it, uncharged by it. A
+    /// Puts the rule in shadow mode: it is bound and priced like any rule,
+    /// and charged apart from the enforced rules, once they admit the
+    /// request (so its limit sees what it would see enforced, and it never
+    /// touches what an enforced rule holds); a request it would refuse goes
+    /// on without it, uncharged by it. On a limit an enforced rule of the
+    /// same request charges, it takes nothing and refuses nothing. A
     /// request every enforced rule admits and this one would have refused
     /// is counted ([`shadow_refusals`](Self::shadow_refusals); with feature
     /// `metrics`, counter `tollgate_shadow_refusals_total` labelled
     /// `policy`), whatever the rules' order. For a rule alone the count is
     /// exactly what enforcing it refuses; beside other rules it is an
     /// estimate, since the requests it would refuse still charge the
-    /// others. A request another rule refuses gives back what the shadow
-    /// rule took, as it would enforced. A shadow shared rule may make a
+    /// others. A request another rule refuses takes nothing of it (a
+    /// shared rule's refusal, decided later, gives back what it took). A shadow shared rule may make a
     /// request wait for its store, within the layer's
     /// [`store_wait`](super::RateLimitLayerBuilder::store_wait). `shown` says whether clients see
     /// the rule in the RateLimit fields ([`Shadow::Advertised`]) or not
