@@ -12,7 +12,7 @@ use crate::advertised::{Advertised, Shape};
 use crate::clock::{Clock, DefaultClock};
 use crate::error::{AcquireError, QuotaError};
 use crate::keyed::{
-    AtCapacity, Find, Found, KeyRef, KeyTable, KeyTableStats, KeyedBuilder, PerKey, in_table,
+    AtCapacity, Find, Found, KeyRef, KeyTableStats, KeyedBuilder, PerKey, Table, in_table,
 };
 use crate::limit::{Identity, Limit, Taken, sealed};
 
@@ -56,7 +56,7 @@ use crate::limit::{Identity, Limit, Taken, sealed};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct KeyedWindow<K, Kind: WindowKind, C = DefaultClock, S = ahash::RandomState> {
-    table: KeyTable<K, WindowState, S>,
+    table: Table<K, WindowState, S>,
     /// The frame of every key's word and the sweep watermark.
     keys: WindowKeys<Kind>,
     quota: WindowQuota,
@@ -170,7 +170,7 @@ impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S, WindowQuota> {
         }
         Ok(KeyedWindow {
             keys: WindowKeys::new(Frame::new(&self.quota, self.clock.now_nanos())?),
-            table: KeyTable::new(self.hasher, self.bound),
+            table: Table::new(self.hasher, self.bound),
             quota: self.quota,
             clock: self.clock,
         })
