@@ -4,6 +4,7 @@
 mod admission;
 mod cap;
 mod config;
+mod contract;
 mod decisions;
 mod eviction;
 mod fingerprint;
@@ -24,6 +25,7 @@ use std::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
 
 pub use config::{AtCapacity, KeyedBuilder};
+pub use contract::KeyTable;
 pub use key_limit::KeyLimit;
 pub use key_ref::KeyRef;
 pub use owned_key::OwnedKey;

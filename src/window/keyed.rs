@@ -12,7 +12,7 @@ use crate::advertised::{Advertised, Shape};
 use crate::clock::{Clock, DefaultClock};
 use crate::error::{AcquireError, QuotaError};
 use crate::keyed::{
-    AtCapacity, Find, Found, KeyRef, KeyTableStats, KeyedBuilder, PerKey, Table, in_table,
+    AtCapacity, Find, Found, KeyRef, KeyTable, KeyTableStats, KeyedBuilder, PerKey, Table, in_table,
 };
 use crate::limit::{Identity, Limit, Taken, sealed};
 
@@ -592,5 +592,29 @@ where
 
     fn shape(&self) -> Shape {
         Shape::from(&self.quota)
+    }
+}
+
+impl<K, Kind, C, S> KeyTable for KeyedWindow<K, Kind, C, S>
+where
+    K: Hash + Eq + Send + Sync,
+    Kind: WindowKind,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync,
+{
+    fn len(&self) -> usize {
+        KeyedWindow::len(self)
+    }
+
+    fn max_keys(&self) -> usize {
+        KeyedWindow::max_keys(self)
+    }
+
+    fn sweep(&self) -> usize {
+        KeyedWindow::sweep(self)
+    }
+
+    fn table_stats(&self) -> KeyTableStats {
+        KeyedWindow::table_stats(self)
     }
 }
