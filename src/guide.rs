@@ -31,8 +31,8 @@ pub mod proofs {}
 #[doc = include_str!("../docs/clocks.md")]
 pub mod clocks {}
 
-/// Keyed limiters: the accessors every keyed limiter shares (features
-/// `keyed` and `tokio`).
+/// Keyed limiters: `KeyTable`, which every keyed limiter implements, and
+/// what a trait cannot say about them (features `keyed` and `tokio`).
 #[cfg_attr(feature = "tokio", doc = include_str!("../docs/keyed.md"))]
 pub mod keyed {}
 

@@ -53,7 +53,10 @@
 //! - [`Tiered`]: a quota per key, each key's tier picked by a resolver.
 //! - [`KeyedFixedWindow`] and [`KeyedSlidingWindow`]: a window word per key
 //!   in the same bounded table.
-//! - [`KeyTableStats`]: what a key table holds and has dropped.
+//! - [`KeyTable`]: the trait every keyed limiter implements for its table
+//!   of keys (`len`, `max_keys`, `sweep`, `table_stats`), so that one
+//!   timer can sweep them all; [`KeyTableStats`]: what a key table holds
+//!   and has dropped.
 //! - [`PerKey`]: the trait over every limiter with a limit per key, which
 //!   [`Counted`] and the tower layer's keyed rules are written against.
 //!
@@ -135,7 +138,8 @@
 //! - [`proofs`](guide::proofs): exactness, the linearization point of each
 //!   operation, the loom models, and where each promise is tested.
 //! - [`clocks`](guide::clocks): what each clock costs and trades.
-//! - [`keyed`](guide::keyed): the accessors every keyed limiter shares.
+//! - [`keyed`](guide::keyed): [`KeyTable`], which every keyed limiter
+//!   implements, and what differs between them.
 //! - [`concurrency`](guide::concurrency): in-flight limits.
 //! - [`distributed`](guide::distributed) and [`redis`](guide::redis):
 //!   shared budgets, the bound across nodes, the Redis store.
@@ -227,8 +231,8 @@ pub use error::{AcquireError, QuotaError};
 pub use hierarchy::{HierarchyError, MAX_STEPS, Step, try_acquire_all};
 #[cfg(feature = "keyed")]
 pub use keyed::{
-    AtCapacity, KeyLimit, KeyRef, KeyTableStats, KeyedBuilder, KeyedLimiter, OwnedKey, PerKey,
-    Tiered,
+    AtCapacity, KeyLimit, KeyRef, KeyTable, KeyTableStats, KeyedBuilder, KeyedLimiter, OwnedKey,
+    PerKey, Tiered,
 };
 /// The keyed limiter's quota generations, for the loom models only.
 #[cfg(all(tollgate_loom, feature = "keyed"))]

@@ -32,7 +32,7 @@ use std::hash::{BuildHasher, Hash};
 use dashmap::mapref::entry::Entry;
 
 use super::{InFlightError, counter};
-use crate::keyed::{AtCapacity, Find, KeyBound, KeyRef, KeyState, KeyTable, in_table};
+use crate::keyed::{AtCapacity, Find, KeyBound, KeyRef, KeyState, Table, in_table};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
 
 /// What the limiter and its permits share.
@@ -50,7 +50,7 @@ pub(super) struct Shared<K, S> {
     /// refused while the count is at the cap, so keys with work in flight
     /// never exceed it. (An entry whose count has dropped to zero still
     /// counts until its removal a moment later.)
-    pub(super) table: KeyTable<K, Arc<AtomicU64>, S>,
+    pub(super) table: Table<K, Arc<AtomicU64>, S>,
     pub(super) max: u64,
     /// Whether a removal was cut short by a panic, leaving an empty entry
     /// behind: [`Shared::purge`] then drops the empty entries.
@@ -73,8 +73,8 @@ impl KeyState<()> for Arc<AtomicU64> {
 pub(super) fn new_table<K: Hash + Eq, S: BuildHasher + Clone>(
     hasher: S,
     max_keys: usize,
-) -> KeyTable<K, Arc<AtomicU64>, S> {
-    KeyTable::new(
+) -> Table<K, Arc<AtomicU64>, S> {
+    Table::new(
         hasher,
         KeyBound {
             max_keys,

@@ -10,7 +10,7 @@ use std::num::NonZeroUsize;
 use super::in_flight::{Shared, new_table};
 use super::keyed_permit::KeyedPermit;
 use super::{InFlightError, LimitError, counter};
-use crate::keyed::{Find, KeyRef, KeyTableStats, in_table};
+use crate::keyed::{Find, KeyRef, KeyTable, KeyTableStats, in_table};
 use crate::sync::{Arc, AtomicBool, Ordering};
 
 /// At most `max` units of work in flight per key, and optionally at most
@@ -306,6 +306,28 @@ impl<K, S> KeyedConcurrencyLimiter<K, S> {
     /// ```
     pub fn max_keys(&self) -> usize {
         self.shared.table.cap.max_keys()
+    }
+}
+
+impl<K, S> KeyTable for KeyedConcurrencyLimiter<K, S>
+where
+    K: Hash + Eq + Clone + Send + Sync,
+    S: BuildHasher + Clone + Send + Sync,
+{
+    fn len(&self) -> usize {
+        KeyedConcurrencyLimiter::len(self)
+    }
+
+    fn max_keys(&self) -> usize {
+        KeyedConcurrencyLimiter::max_keys(self)
+    }
+
+    fn sweep(&self) -> usize {
+        KeyedConcurrencyLimiter::sweep(self)
+    }
+
+    fn table_stats(&self) -> KeyTableStats {
+        KeyedConcurrencyLimiter::table_stats(self)
     }
 }
 

@@ -43,7 +43,7 @@ pub(crate) enum Located<'q, Q: ?Sized> {
     Fingerprint(Fingerprint),
 }
 
-/// Evaluates `$body` with `$table` bound to the map of the [`KeyTable`]
+/// Evaluates `$body` with `$table` bound to the map of the [`Table`]
 /// `$tables` that keeps `$key`, and `$key` rebound to its form there
 /// (itself, or its fingerprint). The body is written once and compiled for
 /// each map.
@@ -74,7 +74,7 @@ pub(crate) enum Found<'t, M, V> {
 }
 
 /// The maps, the key cap and the counters of one keyed limit.
-pub(crate) struct KeyTable<K, V, S> {
+pub(crate) struct Table<K, V, S> {
     /// Keys whose `Hash` writes at most `bound.max_exact_key_bytes` bytes,
     /// kept as they are.
     pub(crate) exact: DashMap<K, V, S>,
@@ -91,7 +91,7 @@ pub(crate) struct KeyTable<K, V, S> {
     pub(crate) counters: CachePadded<TableCounters>,
 }
 
-impl<K, V, S> KeyTable<K, V, S> {
+impl<K, V, S> Table<K, V, S> {
     /// Keys currently tracked.
     pub(crate) fn len(&self) -> usize {
         self.cap.counted()
@@ -104,10 +104,10 @@ impl<K, V, S> KeyTable<K, V, S> {
     }
 }
 
-impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyTable<K, V, S> {
+impl<K: Hash + Eq, V, S: BuildHasher + Clone> Table<K, V, S> {
     /// An empty table under `bound`, hashing exact keys with `hasher`.
     pub(crate) fn new(hasher: S, bound: KeyBound) -> Self {
-        KeyTable {
+        Table {
             exact: DashMap::with_hasher(hasher),
             fingerprints: DashMap::with_hasher(PassThrough),
             fingerprinter: Fingerprinter::new(),

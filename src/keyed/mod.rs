@@ -4,6 +4,7 @@
 mod admission;
 mod cap;
 mod config;
+mod contract;
 mod decisions;
 mod eviction;
 mod fingerprint;
@@ -24,6 +25,7 @@ use std::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
 
 pub use config::{AtCapacity, KeyedBuilder};
+pub use contract::KeyTable;
 pub use key_limit::KeyLimit;
 pub use key_ref::KeyRef;
 pub use owned_key::OwnedKey;
@@ -52,7 +54,7 @@ use generations::Generations;
 use generations::Marked;
 use hot_keys::HotKeys;
 pub(crate) use key_ref::Find;
-pub(crate) use key_table::{Found, KeyState, KeyTable, Located, in_table};
+pub(crate) use key_table::{Found, KeyState, Located, Table, in_table};
 use shared_entry::Stored;
 #[cfg(feature = "tokio")]
 pub(crate) use stats::TableCounters;
@@ -111,7 +113,7 @@ pub(crate) use stats::TableCounters;
 /// ```
 pub struct KeyedLimiter<K: Send, C = DefaultClock, S = ahash::RandomState> {
     /// The buckets, the key cap and the counters.
-    table: KeyTable<K, Stored, S>,
+    table: Table<K, Stored, S>,
     /// Each thread's cache of the keys it decides on most (`hot_keys.rs`).
     hot: HotKeys<K>,
     /// The quota every key gets, by generation (see `generations.rs`).
@@ -184,7 +186,7 @@ impl<K: Hash + Eq + Send> KeyedLimiter<K> {
 impl<K: Hash + Eq + Send, C: Clock, S: BuildHasher + Clone> KeyedLimiter<K, C, S> {
     pub(crate) fn from_parts(quota: Quota, clock: C, hasher: S, bound: KeyBound) -> Self {
         KeyedLimiter {
-            table: KeyTable::new(hasher, bound),
+            table: Table::new(hasher, bound),
             hot: HotKeys::new(bound.hot_keys),
             timeline: Timeline::new(clock),
             overflow: CachePadded::new(RwLock::new(Overflow {

@@ -4,13 +4,10 @@
 use crate::sync::{AtomicU64, Ordering};
 
 /// A snapshot of what a keyed limiter's key table holds and has dropped,
-/// from `table_stats()` on every keyed thing:
-/// [`KeyedLimiter`](crate::KeyedLimiter::table_stats),
-/// [`Tiered`](crate::Tiered::table_stats) (summed over its tiers), the keyed
-/// windows ([`KeyedWindow`](crate::window::KeyedWindow::table_stats)),
-/// [`KeyedConcurrencyLimiter`](crate::concurrency::KeyedConcurrencyLimiter::table_stats)
-/// and (feature `tokio`) `KeyedAllowance`. A key's state is its bucket, its
-/// window word, its count in flight or its demand record.
+/// from [`KeyTable::table_stats`](crate::KeyTable::table_stats), which
+/// every keyed limiter implements (a `Tiered`'s summed over its tiers). A
+/// key's state is its bucket, its window word, its count in flight or its
+/// demand record.
 ///
 /// ```
 /// use tollgate::{KeyedLimiter, Quota};

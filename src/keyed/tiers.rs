@@ -4,7 +4,7 @@ use std::hash::{BuildHasher, Hash};
 
 use crate::clock::{Clock, DefaultClock};
 use crate::error::AcquireError;
-use crate::keyed::{KeyLimit, KeyRef, KeyTableStats, KeyedLimiter};
+use crate::keyed::{KeyLimit, KeyRef, KeyTable, KeyTableStats, KeyedLimiter};
 
 /// Keyed limiters with different quotas, and a resolver that decides which
 /// one a key belongs to (a plan, a tier, an operation class).
@@ -279,5 +279,29 @@ where
             .iter()
             .map(KeyedLimiter::table_stats)
             .fold(KeyTableStats::default(), KeyTableStats::plus)
+    }
+}
+
+impl<K, F, const N: usize, C, S> KeyTable for Tiered<K, F, N, C, S>
+where
+    K: Hash + Eq + Send + Sync,
+    F: Send + Sync,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync,
+{
+    fn len(&self) -> usize {
+        Tiered::len(self)
+    }
+
+    fn max_keys(&self) -> usize {
+        Tiered::max_keys(self)
+    }
+
+    fn sweep(&self) -> usize {
+        Tiered::sweep(self)
+    }
+
+    fn table_stats(&self) -> KeyTableStats {
+        Tiered::table_stats(self)
     }
 }

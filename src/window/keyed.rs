@@ -12,7 +12,7 @@ use crate::advertised::{Advertised, Shape};
 use crate::clock::{Clock, DefaultClock};
 use crate::error::{AcquireError, QuotaError};
 use crate::keyed::{
-    AtCapacity, Find, Found, KeyRef, KeyTable, KeyTableStats, KeyedBuilder, PerKey, in_table,
+    AtCapacity, Find, Found, KeyRef, KeyTable, KeyTableStats, KeyedBuilder, PerKey, Table, in_table,
 };
 use crate::limit::{Identity, Limit, Taken, sealed};
 
@@ -56,7 +56,7 @@ use crate::limit::{Identity, Limit, Taken, sealed};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct KeyedWindow<K, Kind: WindowKind, C = DefaultClock, S = ahash::RandomState> {
-    table: KeyTable<K, WindowState, S>,
+    table: Table<K, WindowState, S>,
     /// The frame of every key's word and the sweep watermark.
     keys: WindowKeys<Kind>,
     quota: WindowQuota,
@@ -170,7 +170,7 @@ impl<C: Clock, S: BuildHasher + Clone> KeyedBuilder<C, S, WindowQuota> {
         }
         Ok(KeyedWindow {
             keys: WindowKeys::new(Frame::new(&self.quota, self.clock.now_nanos())?),
-            table: KeyTable::new(self.hasher, self.bound),
+            table: Table::new(self.hasher, self.bound),
             quota: self.quota,
             clock: self.clock,
         })
@@ -592,5 +592,29 @@ where
 
     fn shape(&self) -> Shape {
         Shape::from(&self.quota)
+    }
+}
+
+impl<K, Kind, C, S> KeyTable for KeyedWindow<K, Kind, C, S>
+where
+    K: Hash + Eq + Send + Sync,
+    Kind: WindowKind,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync,
+{
+    fn len(&self) -> usize {
+        KeyedWindow::len(self)
+    }
+
+    fn max_keys(&self) -> usize {
+        KeyedWindow::max_keys(self)
+    }
+
+    fn sweep(&self) -> usize {
+        KeyedWindow::sweep(self)
+    }
+
+    fn table_stats(&self) -> KeyTableStats {
+        KeyedWindow::table_stats(self)
     }
 }

@@ -19,8 +19,7 @@ use std::num::NonZeroUsize;
 
 use tokio::runtime::Handle;
 
-use crate::keyed::KeyTableStats;
-use crate::keyed::KeyedLimiter;
+use crate::keyed::{KeyTable, KeyTableStats, KeyedLimiter};
 use crate::quota::Quota;
 use crate::shared::{AllowanceError, FailurePolicy, Store};
 use crate::sync::unmodelled::Arc;
@@ -100,6 +99,24 @@ impl<S: Store> Clone for KeyedAllowance<S> {
         KeyedAllowance {
             inner: Arc::clone(&self.inner),
         }
+    }
+}
+
+impl<S: Store> KeyTable for KeyedAllowance<S> {
+    fn len(&self) -> usize {
+        KeyedAllowance::len(self)
+    }
+
+    fn max_keys(&self) -> usize {
+        KeyedAllowance::max_keys(self)
+    }
+
+    fn sweep(&self) -> usize {
+        KeyedAllowance::sweep(self)
+    }
+
+    fn table_stats(&self) -> KeyTableStats {
+        KeyedAllowance::table_stats(self)
     }
 }
 
