@@ -53,7 +53,6 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::num::NonZeroUsize;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -78,7 +77,10 @@ const ZIPF_DRAWS: usize = 1_000_000;
 
 /// The most keys `keyed_churn`'s limiters hold: tollgate's key cap, and the
 /// number of new keys between two prunes of the others.
-const CHURN_CAP: NonZeroUsize = NonZeroUsize::new(100_000).unwrap();
+const CHURN_CAP: tollgate::MaxKeys = match tollgate::MaxKeys::new(100_000) {
+    Ok(cap) => cap,
+    Err(_) => panic!("not zero"),
+};
 
 /// `keyed_churn`'s quota: one token, refilled in a microsecond. A bucket is
 /// full again a microsecond after its single decision, so a sweep drops

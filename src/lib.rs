@@ -231,8 +231,8 @@ pub use error::{AcquireError, QuotaError};
 pub use hierarchy::{HierarchyError, MAX_STEPS, Step, try_acquire_all};
 #[cfg(feature = "keyed")]
 pub use keyed::{
-    AtCapacity, KeyLimit, KeyRef, KeyTable, KeyTableStats, KeyedBuilder, KeyedLimiter, OwnedKey,
-    PerKey, Tiered,
+    AtCapacity, KeyLimit, KeyRef, KeyTable, KeyTableStats, KeyedBuilder, KeyedLimiter, MaxKeys,
+    MaxKeysError, OwnedKey, PerKey, Tiered,
 };
 /// The keyed limiter's quota generations, for the loom models only.
 #[cfg(all(tollgate_loom, feature = "keyed"))]

@@ -5,12 +5,11 @@
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::num::NonZeroUsize;
 
 use super::in_flight::{Shared, new_table};
 use super::keyed_permit::KeyedPermit;
 use super::{InFlightError, LimitError, counter};
-use crate::keyed::{Find, KeyRef, KeyTable, KeyTableStats, in_table};
+use crate::keyed::{Find, KeyRef, KeyTable, KeyTableStats, MaxKeys, in_table};
 use crate::sync::{Arc, AtomicBool, Ordering};
 
 /// At most `max` units of work in flight per key, and optionally at most
@@ -67,10 +66,10 @@ impl<K: Hash + Eq + Clone> KeyedConcurrencyLimiter<K> {
     /// `max_keys` keys with work in flight.
     ///
     /// ```
-    /// use std::num::NonZeroUsize;
+    /// use tollgate::MaxKeys;
     /// use tollgate::concurrency::{InFlightError, KeyedConcurrencyLimiter};
     ///
-    /// let limiter = KeyedConcurrencyLimiter::with_max_keys(1, NonZeroUsize::new(2).unwrap())?;
+    /// let limiter = KeyedConcurrencyLimiter::with_max_keys(1, MaxKeys::new(2)?)?;
     /// let _a = limiter.try_acquire(&'a', 1)?;
     /// let _b = limiter.try_acquire(&'b', 1)?;
     /// assert_eq!(
@@ -79,7 +78,7 @@ impl<K: Hash + Eq + Clone> KeyedConcurrencyLimiter<K> {
     /// );
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn with_max_keys(max: u64, max_keys: NonZeroUsize) -> Result<Self, LimitError> {
+    pub fn with_max_keys(max: u64, max_keys: MaxKeys) -> Result<Self, LimitError> {
         Self::with_hasher(max, Some(max_keys), ahash::RandomState::new())
     }
 }
@@ -98,15 +97,11 @@ impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> KeyedConcurrencyLimiter<K, S>
     /// assert_eq!(limiter.in_flight(permit.key()), 3);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn with_hasher(
-        max: u64,
-        max_keys: Option<NonZeroUsize>,
-        hasher: S,
-    ) -> Result<Self, LimitError> {
+    pub fn with_hasher(max: u64, max_keys: Option<MaxKeys>, hasher: S) -> Result<Self, LimitError> {
         if max == 0 {
             return Err(LimitError::ZeroLimit);
         }
-        let max_keys = max_keys.map_or(usize::MAX, NonZeroUsize::get);
+        let max_keys = max_keys.map_or(usize::MAX, MaxKeys::get);
         Ok(KeyedConcurrencyLimiter {
             shared: Arc::new(Shared {
                 table: new_table(hasher, max_keys),
@@ -296,13 +291,13 @@ impl<K, S> KeyedConcurrencyLimiter<K, S> {
     /// with, `usize::MAX` if none.
     ///
     /// ```
-    /// use std::num::NonZeroUsize;
+    /// use tollgate::MaxKeys;
     /// use tollgate::concurrency::KeyedConcurrencyLimiter;
     ///
-    /// let cap = NonZeroUsize::new(100).unwrap();
+    /// let cap = MaxKeys::new(100)?;
     /// assert_eq!(KeyedConcurrencyLimiter::<u64>::with_max_keys(7, cap)?.max_keys(), 100);
     /// assert_eq!(KeyedConcurrencyLimiter::<u64>::new(7)?.max_keys(), usize::MAX);
-    /// # Ok::<(), tollgate::concurrency::LimitError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn max_keys(&self) -> usize {
         self.shared.table.cap.max_keys()
@@ -372,7 +367,7 @@ mod tests {
 
     #[test]
     fn the_key_cap_frees_a_slot_when_a_key_empties() {
-        let limiter = KeyedConcurrencyLimiter::with_max_keys(2, NonZeroUsize::MIN).unwrap();
+        let limiter = KeyedConcurrencyLimiter::with_max_keys(2, MaxKeys::new(1).unwrap()).unwrap();
         let a = limiter.try_acquire(&'a', 1).unwrap();
         // A key already in flight is not a new key.
         let a2 = limiter.try_acquire(&'a', 1).unwrap();

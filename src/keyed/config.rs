@@ -1,11 +1,10 @@
 //! How a keyed limiter bounds its memory, and its builder.
 
 use std::hash::{BuildHasher, Hash};
-use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use crate::clock::{Clock, DefaultClock};
-use crate::keyed::KeyedLimiter;
+use crate::keyed::{KeyedLimiter, MaxKeys};
 use crate::quota::Quota;
 
 /// What a keyed limiter does with a new key once it tracks
@@ -16,12 +15,12 @@ use crate::quota::Quota;
 /// neither policy does that. Keys already tracked are never affected.
 ///
 /// ```
-/// use std::num::NonZeroUsize;
+/// use tollgate::MaxKeys;
 /// use tollgate::{AcquireError, AtCapacity, KeyedLimiter, ManualClock, Quota};
 ///
 /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?)
 ///     .clock(ManualClock::new())
-///     .max_keys(NonZeroUsize::MIN)
+///     .max_keys(MaxKeys::new(1)?)
 ///     .at_capacity(AtCapacity::Deny)
 ///     .build();
 /// limiter.try_acquire("first", 1)?;
@@ -83,17 +82,17 @@ const DEFAULT_HOT_KEYS: usize = 64;
 /// Configures a [`KeyedLimiter`]: clock, hasher and memory bound.
 ///
 /// ```
-/// use std::num::NonZeroUsize;
+/// use tollgate::MaxKeys;
 /// use std::time::Duration;
 /// use tollgate::{AtCapacity, KeyedLimiter, Quota};
 ///
 /// let per_address = KeyedLimiter::builder(Quota::per_second(50)?)
-///     .max_keys(NonZeroUsize::new(100_000).unwrap())
+///     .max_keys(MaxKeys::new(100_000)?)
 ///     .at_capacity(AtCapacity::SharedOverflow)
 ///     .sweep_interval(Some(Duration::from_secs(5)))
 ///     .build::<std::net::IpAddr>();
 /// assert_eq!(per_address.max_keys(), 100_000);
-/// # Ok::<(), tollgate::QuotaError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
 #[must_use]
@@ -166,16 +165,15 @@ impl<C: Clock, S: BuildHasher + Clone, Q> KeyedBuilder<C, S, Q> {
     /// The most keys tracked at once (default 2^20).
     ///
     /// ```
-    /// use std::num::NonZeroUsize;
-    /// use tollgate::{KeyedLimiter, Quota};
+    /// use tollgate::{KeyedLimiter, MaxKeys, Quota};
     ///
     /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?)
-    ///     .max_keys(NonZeroUsize::new(10).unwrap())
+    ///     .max_keys(MaxKeys::new(10)?)
     ///     .build::<u32>();
     /// assert_eq!(limiter.max_keys(), 10);
-    /// # Ok::<(), tollgate::QuotaError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn max_keys(mut self, max_keys: NonZeroUsize) -> Self {
+    pub fn max_keys(mut self, max_keys: MaxKeys) -> Self {
         self.bound.max_keys = max_keys.get();
         self
     }

@@ -117,14 +117,14 @@ pub trait KeyTable: Send + Sync {
     /// zero (it then tracks no key).
     ///
     /// ```
-    /// use std::num::NonZeroUsize;
+    /// use tollgate::MaxKeys;
     /// use tollgate::{KeyTable, KeyedLimiter, Quota};
     ///
     /// fn headroom(table: &dyn KeyTable) -> usize {
     ///     table.max_keys() - table.len()
     /// }
     /// let limiter = KeyedLimiter::builder(Quota::per_second(1)?)
-    ///     .max_keys(NonZeroUsize::new(10).unwrap())
+    ///     .max_keys(MaxKeys::new(10)?)
     ///     .build::<u32>();
     /// limiter.try_acquire(&1, 1)?;
     /// assert_eq!(headroom(&limiter), 9);

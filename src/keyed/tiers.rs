@@ -234,10 +234,9 @@ where
     /// their caps, since each tier bounds its own table.
     ///
     /// ```
-    /// use std::num::NonZeroUsize;
-    /// use tollgate::{KeyedLimiter, Quota, Tiered};
+    /// use tollgate::{KeyedLimiter, MaxKeys, Quota, Tiered};
     ///
-    /// let cap = NonZeroUsize::new(10).unwrap();
+    /// let cap = MaxKeys::new(10)?;
     /// let tiers = Tiered::new(
     ///     [
     ///         KeyedLimiter::builder(Quota::per_second(5)?).max_keys(cap).build::<u32>(),
@@ -246,7 +245,7 @@ where
     ///     |id: &u32| usize::from(*id >= 100),
     /// );
     /// assert_eq!(tiers.max_keys(), 20);
-    /// # Ok::<(), tollgate::QuotaError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn max_keys(&self) -> usize {
         self.tiers

@@ -113,14 +113,14 @@ impl<Kind: WindowKind> KeyedWindow<(), Kind> {
     /// [`build_sliding`](KeyedBuilder::build_sliding) makes it.
     ///
     /// ```
-    /// use std::num::NonZeroUsize;
+    /// use tollgate::MaxKeys;
     /// use tollgate::{KeyedSlidingWindow, WindowQuota};
     ///
     /// let limiter = KeyedSlidingWindow::builder(WindowQuota::per_minute(600)?)
-    ///     .max_keys(NonZeroUsize::new(1000).unwrap())
+    ///     .max_keys(MaxKeys::new(1000)?)
     ///     .build_sliding::<String>()?;
     /// assert_eq!(limiter.max_keys(), 1000);
-    /// # Ok::<(), tollgate::QuotaError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn builder(
         quota: WindowQuota,

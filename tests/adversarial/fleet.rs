@@ -247,7 +247,7 @@ async fn the_fallback_of_cold_keys_is_bounded_under_a_key_flood() {
     let (store, _clock) = Rogue::hundred_a_second(Conduct::Fails);
     let fallback = Quota::new(1, 1, Duration::from_secs(60)).unwrap();
     let config = KeyedAllowanceConfig {
-        max_keys: 2,
+        max_keys: tollgate::MaxKeys::new(2).unwrap(),
         ..KeyedAllowanceConfig::new(FailurePolicy::Fallback(fallback))
     };
     let node = KeyedAllowance::new(Arc::clone(&store), config).unwrap();

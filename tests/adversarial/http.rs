@@ -33,7 +33,7 @@ fn per_account(capacity: u64) -> Arc<KeyedLimiter<u32, ManualClock>> {
     Arc::new(
         KeyedLimiter::builder(Quota::new(capacity, 1, Duration::from_secs(3600)).unwrap())
             .clock(ManualClock::new())
-            .max_keys(NonZeroUsize::new(16).unwrap())
+            .max_keys(NonZeroUsize::new(16).unwrap().into())
             .build(),
     )
 }

@@ -7,7 +7,6 @@
 use std::cell::Cell;
 use std::fmt::Write as _;
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
-use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
@@ -20,8 +19,8 @@ use crate::common::{self, Envelope};
 
 const SECOND: Duration = Duration::from_secs(1);
 
-fn cap(n: usize) -> NonZeroUsize {
-    NonZeroUsize::new(n).unwrap()
+fn cap(n: usize) -> tollgate::MaxKeys {
+    tollgate::MaxKeys::new(n).unwrap()
 }
 
 /// How many of `cost`-token admissions `key` gets right now, trying until

@@ -189,7 +189,7 @@ fn a_thread_that_panics_returns_its_owned_permit() {
 #[cfg(feature = "keyed")]
 #[test]
 fn a_panicking_keyed_holder_releases_and_removes_its_key() {
-    let limiter = KeyedConcurrencyLimiter::with_max_keys(2, NonZeroUsize::MIN).unwrap();
+    let limiter = KeyedConcurrencyLimiter::with_max_keys(2, NonZeroUsize::MIN.into()).unwrap();
     let unwound = panic::catch_unwind(AssertUnwindSafe(|| {
         let _permit = limiter.try_acquire(&"tenant", 2).unwrap();
         assert_eq!(limiter.in_flight(&"tenant"), 2);
@@ -308,7 +308,7 @@ fn keyed_churn_removes_every_entry_and_respects_the_key_cap() {
     const MAX_KEYS: usize = 4;
     const KEYS: u32 = 16;
     for threads in THREAD_COUNTS {
-        let cap = NonZeroUsize::new(MAX_KEYS).unwrap();
+        let cap = tollgate::MaxKeys::new(MAX_KEYS).unwrap();
         let limiter = KeyedConcurrencyLimiter::with_max_keys(1, cap).unwrap();
         let tally = KeyTally::default();
         race(threads, |t| {
@@ -339,7 +339,7 @@ fn one_hot_key_hammered_by_every_thread() {
     // the same key is never refused as a new key, since its slot is
     // returned under the same lock that removes it.
     for threads in THREAD_COUNTS {
-        let limiter = KeyedConcurrencyLimiter::with_max_keys(2, NonZeroUsize::MIN).unwrap();
+        let limiter = KeyedConcurrencyLimiter::with_max_keys(2, NonZeroUsize::MIN.into()).unwrap();
         let tally = KeyTally::default();
         race(threads, |_| {
             for i in 0..ATTEMPTS_PER_THREAD {

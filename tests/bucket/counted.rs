@@ -210,7 +210,7 @@ fn the_key_table_counts_sweeps_evictions_and_overflow() {
     let clock = ManualClock::new();
     let limiter = KeyedLimiter::builder(Quota::per_second(1).unwrap())
         .clock(clock.clone())
-        .max_keys(NonZeroUsize::new(2).unwrap())
+        .max_keys(NonZeroUsize::new(2).unwrap().into())
         .at_capacity(AtCapacity::SharedOverflow)
         .build::<u32>();
     limiter.try_acquire(&1, 1).unwrap();

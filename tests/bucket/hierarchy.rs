@@ -271,7 +271,7 @@ fn a_step_that_can_never_admit_wins_over_a_key_cap() {
     let clock = ManualClock::new();
     let per_key = KeyedLimiter::builder(Quota::per_second(5).unwrap())
         .clock(clock.clone())
-        .max_keys(std::num::NonZeroUsize::MIN)
+        .max_keys(std::num::NonZeroUsize::MIN.into())
         .sweep_interval(None)
         .build::<u32>();
     per_key.try_acquire(&1, 1).unwrap();
@@ -319,7 +319,7 @@ fn refused_requests_leave_no_keys_behind() {
     let clock = ManualClock::new();
     let per_account = KeyedLimiter::builder(Quota::per_second(5).unwrap())
         .clock(clock.clone())
-        .max_keys(std::num::NonZeroUsize::new(3).unwrap())
+        .max_keys(std::num::NonZeroUsize::new(3).unwrap().into())
         .sweep_interval(None)
         .build::<u32>();
     let global = bucket(1, 1, &clock);

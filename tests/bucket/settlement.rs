@@ -351,7 +351,7 @@ fn a_key_settled_in_the_overflow_bucket_keeps_its_debt_in_its_own() {
     let clock = ManualClock::new();
     let limiter = KeyedLimiter::builder(Quota::per_second(10).unwrap())
         .clock(clock.clone())
-        .max_keys(NonZeroUsize::new(1).unwrap())
+        .max_keys(NonZeroUsize::new(1).unwrap().into())
         .at_capacity(AtCapacity::SharedOverflow)
         .sweep_interval(None)
         .build::<u32>();

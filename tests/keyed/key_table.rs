@@ -7,7 +7,6 @@
 //! demand every second, and with `forget_after` zero a key is idle once a
 //! sample has passed and it has asked for nothing since.
 
-use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +16,10 @@ use tollgate::{
     WindowQuota,
 };
 
-const CAP: NonZeroUsize = NonZeroUsize::new(8).unwrap();
+const CAP: tollgate::MaxKeys = match tollgate::MaxKeys::new(8) {
+    Ok(cap) => cap,
+    Err(_) => panic!("not zero"),
+};
 
 /// One limiter behind the trait, and what the timer must see of it.
 struct Row {
@@ -56,7 +58,7 @@ async fn allowance() -> Option<Row> {
 
     let store = Arc::new(LocalStore::new(Quota::per_second(10).unwrap()));
     let config = KeyedAllowanceConfig {
-        max_keys: CAP.get(),
+        max_keys: CAP,
         sample_every: Duration::from_secs(1),
         forget_after: Duration::ZERO,
         ..KeyedAllowanceConfig::new(FailurePolicy::Closed)

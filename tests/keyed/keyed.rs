@@ -2,7 +2,6 @@
 //! keys, and memory bounds that never mint credit.
 
 use std::collections::HashMap;
-use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -25,8 +24,8 @@ fn exact_key_bytes(fingerprinted: bool) -> usize {
     if fingerprinted { 0 } else { usize::MAX }
 }
 
-fn cap(n: usize) -> NonZeroUsize {
-    NonZeroUsize::new(n).unwrap()
+fn cap(n: usize) -> tollgate::MaxKeys {
+    tollgate::MaxKeys::new(n).unwrap()
 }
 
 // Per-key semantics.

@@ -34,7 +34,7 @@ fn churn(threads: u64) -> Seen {
     let clock = ManualClock::new();
     let limiter = KeyedLimiter::builder(Quota::new(1, 1, REFILL).expect("a valid quota"))
         .clock(clock.clone())
-        .max_keys(NonZeroUsize::new(MAX_KEYS).expect("nonzero"))
+        .max_keys(NonZeroUsize::new(MAX_KEYS).expect("nonzero").into())
         .at_capacity(AtCapacity::Deny)
         .sweep_interval(Some(REFILL))
         .build::<u64>();
@@ -95,7 +95,7 @@ fn a_cap_full_of_spent_keys_refuses_new_keys_from_every_thread() {
     let clock = ManualClock::new();
     let limiter = KeyedLimiter::builder(Quota::new(1, 1, REFILL).expect("a valid quota"))
         .clock(clock.clone())
-        .max_keys(NonZeroUsize::new(MAX_KEYS).expect("nonzero"))
+        .max_keys(NonZeroUsize::new(MAX_KEYS).expect("nonzero").into())
         .sweep_interval(Some(REFILL))
         .build::<u64>();
     for key in 0..MAX_KEYS as u64 {

@@ -243,7 +243,7 @@ fn a_key_refused_at_the_cap_is_not_cached() {
     let clock = ManualClock::new();
     let limiter = KeyedLimiter::builder(per_second(3))
         .clock(clock.clone())
-        .max_keys(std::num::NonZeroUsize::MIN)
+        .max_keys(std::num::NonZeroUsize::MIN.into())
         .sweep_interval(None)
         .build::<u64>();
     assert_eq!(admitted(&limiter, 1, 2), 2);

@@ -11,7 +11,6 @@
 
 use std::cell::Cell;
 use std::hash::{Hash, Hasher};
-use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,8 +28,8 @@ fn per_second(n: u64) -> Quota {
     Quota::per_second(n).unwrap()
 }
 
-fn cap(n: usize) -> NonZeroUsize {
-    NonZeroUsize::new(n).unwrap()
+fn cap(n: usize) -> tollgate::MaxKeys {
+    tollgate::MaxKeys::new(n).unwrap()
 }
 
 /// A manual clock whose `n`-th reading from arming panics, as a clock with

@@ -358,7 +358,7 @@ fn a_receipt_from_before_a_change_gives_nothing_back() {
 fn the_overflow_bucket_is_carried_and_its_floors_follow() {
     let limiter = KeyedLimiter::builder(Quota::per_second(10).unwrap())
         .clock(ManualClock::new())
-        .max_keys(std::num::NonZeroUsize::MIN)
+        .max_keys(std::num::NonZeroUsize::MIN.into())
         .at_capacity(tollgate::AtCapacity::SharedOverflow)
         .sweep_interval(None)
         .build::<u8>();
@@ -516,7 +516,7 @@ fn sweeps_between_changes_regain_no_credit() {
 fn drops_at_the_cap_and_on_give_backs_between_changes_regain_no_credit() {
     let limiter = KeyedLimiter::builder(per_second(1000))
         .clock(ManualClock::new())
-        .max_keys(std::num::NonZeroUsize::new(2).unwrap())
+        .max_keys(std::num::NonZeroUsize::new(2).unwrap().into())
         .sweep_interval(Some(Duration::ZERO))
         .build::<u8>();
     limiter.try_acquire(&1, 990).unwrap();
@@ -613,7 +613,7 @@ fn without_a_drop_a_raise_restricts_no_new_key() {
 fn an_overflow_floor_full_at_a_change_is_carried_not_cleared() {
     let limiter = KeyedLimiter::builder(per_second(1000))
         .clock(ManualClock::new())
-        .max_keys(std::num::NonZeroUsize::MIN)
+        .max_keys(std::num::NonZeroUsize::MIN.into())
         .at_capacity(tollgate::AtCapacity::SharedOverflow)
         .sweep_interval(None)
         .build::<u8>();

@@ -168,7 +168,7 @@ fn at_the_cap_new_keys_are_refused_until_a_sweep_frees_places()
     let clock = ManualClock::new();
     let limiter = KeyedFixedWindow::builder(WindowQuota::per_second(2)?)
         .clock(clock.clone())
-        .max_keys(NonZeroUsize::new(2).unwrap())
+        .max_keys(NonZeroUsize::new(2).unwrap().into())
         .sweep_interval(Some(Duration::from_millis(500)))
         .build_fixed::<u32>()?;
     limiter.key(&1).try_acquire(1)?;

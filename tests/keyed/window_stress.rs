@@ -392,7 +392,7 @@ fn a_full_keyed_window_table_never_overshoots_its_cap_nor_a_keys_limit() {
     let max_keys = KEYS as usize / 4;
     let limiter = KeyedFixedWindow::builder(keyed_quota())
         .clock(ManualClock::new())
-        .max_keys(std::num::NonZeroUsize::new(max_keys).unwrap())
+        .max_keys(std::num::NonZeroUsize::new(max_keys).unwrap().into())
         .sweep_interval(Some(Duration::ZERO))
         .build_fixed::<u32>()
         .unwrap();

@@ -48,7 +48,7 @@ fn per_account(quota: Quota, clock: &ManualClock) -> Arc<KeyedLimiter<Account, M
     Arc::new(
         KeyedLimiter::builder(quota)
             .clock(clock.clone())
-            .max_keys(NonZeroUsize::new(2).unwrap())
+            .max_keys(NonZeroUsize::new(2).unwrap().into())
             .sweep_interval(None)
             .build(),
     )
@@ -943,7 +943,7 @@ async fn a_request_a_token_rule_refuses_holds_no_permit() {
 #[tokio::test]
 async fn an_in_flight_rule_answers_a_heavy_request_413_a_full_key_table_503_and_no_key_400() {
     let limiter = Arc::new(
-        KeyedConcurrencyLimiter::<Account>::with_max_keys(2, NonZeroUsize::new(1).unwrap())
+        KeyedConcurrencyLimiter::<Account>::with_max_keys(2, NonZeroUsize::new(1).unwrap().into())
             .unwrap(),
     );
     let layer = RateLimitLayer::builder()

@@ -523,14 +523,14 @@ async fn a_flood_of_fresh_api_keys_keeps_the_node_bounded_and_each_key_within_it
     let store = Arc::new(LocalStore::from_limiter(
         KeyedLimiter::builder(hourly(1))
             .clock(clock.clone())
-            .max_keys(NonZeroUsize::new(64).unwrap())
+            .max_keys(NonZeroUsize::new(64).unwrap().into())
             .sweep_interval(None)
             .build(),
     ));
     let allowance = KeyedAllowance::new(
         Arc::clone(&store),
         KeyedAllowanceConfig {
-            max_keys: 16,
+            max_keys: tollgate::MaxKeys::new(16).unwrap(),
             ..KeyedAllowanceConfig::new(FailurePolicy::Closed)
         },
     )

@@ -950,7 +950,7 @@ async fn a_pool_whose_key_the_store_refuses_is_refused_not_failed_open() {
         KeyedLimiter::builder(Quota::new(3, 1, Duration::from_secs(3600)).unwrap())
             .clock(ManualClock::new())
             .sweep_interval(None)
-            .max_keys(std::num::NonZeroUsize::new(1).unwrap())
+            .max_keys(std::num::NonZeroUsize::new(1).unwrap().into())
             .build(),
     ));
     assert_eq!(store.acquire("tracked", 1).await.unwrap().tokens, 1);

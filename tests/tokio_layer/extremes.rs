@@ -457,7 +457,8 @@ async fn keyed_allowances_of_extreme_configurations_are_built_or_refused() {
                     cold_below,
                     sample_every: wait,
                     forget_after: wait,
-                    max_keys: bound,
+                    // A key bound of zero is no bound: `MaxKeysError`.
+                    max_keys: tollgate::MaxKeys::new(bound.max(1)).unwrap(),
                     max_bytes: bound,
                     max_hot_keys: bound,
                     ..base

@@ -152,7 +152,7 @@ fn config(policy: FailurePolicy) -> KeyedAllowanceConfig {
         hot_at: 30,
         cold_below: 10,
         sample_every: Duration::from_millis(50),
-        max_keys: 64,
+        max_keys: tollgate::MaxKeys::new(64).unwrap(),
         max_hot_keys: 8,
         forget_after: Duration::from_millis(500),
         ..KeyedAllowanceConfig::new(policy)
@@ -516,7 +516,7 @@ async fn nodes_and_keys_in_random_interleavings_stay_within_each_keys_envelope()
 async fn keys_past_the_cap_are_served_cold_and_untracked() {
     let store = Ledger::new(Quota::per_second(5).unwrap());
     let config = KeyedAllowanceConfig {
-        max_keys: 10,
+        max_keys: tollgate::MaxKeys::new(10).unwrap(),
         ..config(FailurePolicy::Closed)
     };
     let node = KeyedAllowance::new(Arc::clone(&store), config).unwrap();
@@ -540,7 +540,7 @@ async fn keys_past_the_cap_are_served_cold_and_untracked() {
 async fn a_flood_of_a_million_keys_keeps_local_state_bounded() {
     let store = Ledger::new(Quota::per_second(1).unwrap());
     let config = KeyedAllowanceConfig {
-        max_keys: 100_000,
+        max_keys: tollgate::MaxKeys::new(100_000).unwrap(),
         max_bytes: 64 << 10,
         ..config(FailurePolicy::Closed)
     };
@@ -788,7 +788,7 @@ async fn ten_thousand_keys_of_zipf_demand() {
         .clock(store.clock)
         .build::<usize>();
     let config = KeyedAllowanceConfig {
-        max_keys: KEYS,
+        max_keys: tollgate::MaxKeys::new(KEYS).unwrap(),
         max_hot_keys: 100,
         ..config(FailurePolicy::Closed)
     };
@@ -1565,7 +1565,7 @@ async fn another_keys_store_error_does_not_open_an_exhausted_key() {
         KeyedLimiter::builder(hourly(3))
             .clock(ManualClock::new())
             .sweep_interval(None)
-            .max_keys(std::num::NonZeroUsize::new(2).unwrap())
+            .max_keys(std::num::NonZeroUsize::new(2).unwrap().into())
             .build(),
     ));
     let node = KeyedAllowance::new(

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::keyed::MaxKeys;
 use crate::shared::{AllowanceConfig, AllowanceError, FailurePolicy};
 
 /// How a [`KeyedAllowance`](super::KeyedAllowance) serves its keys.
@@ -16,14 +17,16 @@ use crate::shared::{AllowanceConfig, AllowanceError, FailurePolicy};
 ///
 /// ```
 /// use std::time::Duration;
+/// use tollgate::MaxKeys;
 /// use tollgate::shared::{FailurePolicy, KeyedAllowanceConfig};
 ///
 /// let config = KeyedAllowanceConfig {
-///     max_keys: 50_000,
+///     max_keys: MaxKeys::new(50_000)?,
 ///     ..KeyedAllowanceConfig::new(FailurePolicy::Closed)
 /// };
 /// assert_eq!((config.hot_at, config.cold_below), (50, 10));
 /// assert_eq!(config.sample_every, Duration::from_millis(100));
+/// # Ok::<(), tollgate::MaxKeysError>(())
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct KeyedAllowanceConfig {
@@ -47,8 +50,9 @@ pub struct KeyedAllowanceConfig {
     /// The most keys tracked at once. A key beyond it is served cold and
     /// untracked (its demand unmeasured) until forgetting idle keys makes
     /// room: never refused for want of local room, since the store decides
-    /// it. Zero tracks nothing.
-    pub max_keys: usize,
+    /// it. It also bounds the keys of the fallback limiter
+    /// ([`FailurePolicy::Fallback`]).
+    pub max_keys: MaxKeys,
     /// The most bytes tracked keys may take (their names and entries,
     /// estimated); beyond it as beyond `max_keys`. A key's name is at most
     /// 72 bytes whatever its length (see [`store_key`](super::store_key)).
@@ -79,7 +83,7 @@ impl KeyedAllowanceConfig {
             hot_at: 50,
             cold_below: 10,
             sample_every: Duration::from_millis(100),
-            max_keys: 10_000,
+            max_keys: MaxKeys::new(10_000).expect("not zero"),
             max_bytes: 4 << 20,
             max_hot_keys: 1000,
             forget_after: Duration::from_secs(10),

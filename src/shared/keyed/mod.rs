@@ -15,8 +15,6 @@ mod stats;
 mod store_key;
 mod tracked_keys;
 
-use std::num::NonZeroUsize;
-
 use tokio::runtime::Handle;
 
 use crate::keyed::{KeyTable, KeyTableStats, KeyedLimiter};
@@ -159,7 +157,7 @@ impl<S: Store> KeyedAllowance<S> {
         let fallback = match config.allowance.on_failure {
             FailurePolicy::Fallback(quota) => Some(
                 KeyedLimiter::builder(quota)
-                    .max_keys(NonZeroUsize::new(config.max_keys).unwrap_or(NonZeroUsize::MIN))
+                    .max_keys(config.max_keys)
                     .build(),
             ),
             FailurePolicy::Closed | FailurePolicy::Open => None,
@@ -401,12 +399,12 @@ impl<S: Store> KeyedAllowance<S> {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use tollgate::Quota;
+    /// use tollgate::{MaxKeys, Quota};
     /// use tollgate::shared::*;
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
     /// let store = Arc::new(LocalStore::new(Quota::per_second(10)?));
-    /// let config = KeyedAllowanceConfig { max_keys: 500, ..KeyedAllowanceConfig::new(FailurePolicy::Closed) };
+    /// let config = KeyedAllowanceConfig { max_keys: MaxKeys::new(500)?, ..KeyedAllowanceConfig::new(FailurePolicy::Closed) };
     /// assert_eq!(KeyedAllowance::new(store, config)?.max_keys(), 500);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;

@@ -119,7 +119,7 @@ impl<S: Store> TrackedKeys<S> {
     pub(crate) fn new(config: &KeyedAllowanceConfig, counters: Arc<Counters>) -> Self {
         TrackedKeys {
             keys: DashMap::with_hasher(ahash::RandomState::new()),
-            cap: KeyCap::new(config.max_keys, None),
+            cap: KeyCap::new(config.max_keys.get(), None),
             bytes: AtomicUsize::new(0),
             hot: AtomicUsize::new(0),
             max_bytes: config.max_bytes,

@@ -161,7 +161,7 @@ async fn the_layers_other_answers_have_the_codes_that_fit() {
     let one_key = Arc::new(
         KeyedLimiter::builder(two_a_minute())
             .clock(ManualClock::new())
-            .max_keys(NonZeroUsize::new(1).unwrap())
+            .max_keys(NonZeroUsize::new(1).unwrap().into())
             .sweep_interval(None)
             .build::<String>(),
     );
