@@ -1,8 +1,8 @@
-//! The example servers of `examples/stacks/` (tonic, actix-web, plain
-//! hyper), each served from its own file on a loopback port: after its
-//! quota, a client gets the refusal the example's header documents. Each
-//! example limits a client for an hour here, so no refill happens during
-//! a test.
+//! The example servers of `examples/stacks/` (axum, tonic, actix-web,
+//! plain hyper), each served from its own file on a loopback port: after
+//! its quota, a client gets the refusal the example's header documents.
+//! Each example limits a client for an hour here, so no refill happens
+//! during a test.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -22,6 +22,9 @@ use tonic_types::StatusExt;
 #[allow(dead_code, clippy::duplicate_mod)]
 #[path = "../../../../examples/stacks/actix_server.rs"]
 mod actix_server;
+#[allow(dead_code)]
+#[path = "../../../../examples/stacks/axum_server.rs"]
+mod axum_server;
 #[allow(dead_code, clippy::duplicate_mod)]
 #[path = "../../../../examples/stacks/hyper_server.rs"]
 mod hyper_server;
@@ -49,13 +52,14 @@ async fn past_the_quota(url: &str) -> reqwest::Response {
 }
 
 /// What the HTTP examples document for a client over its quota: 429 with
-/// Retry-After (a wait, and no more than the hour one token takes), the
-/// RateLimit fields, and a problem+json naming policy "per-client".
-async fn check_refusal(refused: reqwest::Response) {
+/// Retry-After (a wait, and no more than the hour one token takes, plus
+/// the example's `jitter`), the RateLimit fields, and a problem+json
+/// naming policy "per-client".
+async fn check_refusal(refused: reqwest::Response, jitter: u64) {
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     let header = |name: &str| refused.headers()[name].to_str().unwrap().to_owned();
     let retry_after: u64 = header("retry-after").parse().unwrap();
-    assert!((1..=3600).contains(&retry_after), "{retry_after}");
+    assert!((1..=3600 + jitter).contains(&retry_after), "{retry_after}");
     assert!(header("ratelimit-policy").starts_with(r#""per-client";q=3;"#));
     assert!(header("ratelimit").starts_with(r#""per-client";r=0;"#));
     assert_eq!(header("content-type"), "application/problem+json");
@@ -68,6 +72,27 @@ async fn check_refusal(refused: reqwest::Response) {
     );
 }
 
+/// The axum example keys a client by its address, or, from its trusted
+/// proxy (127.0.0.1), by the X-Forwarded-For the proxy writes: the fourth
+/// request is refused, and a client behind the proxy has its own budget.
+#[tokio::test]
+async fn the_axum_example_refuses_a_client_over_its_quota() {
+    let app = axum_server::app(hourly()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    // Its Retry-After is raised by up to a second of jitter.
+    check_refusal(past_the_quota(&url).await, 1).await;
+    let behind_the_proxy = reqwest::Client::new()
+        .get(&url)
+        .header("x-forwarded-for", "203.0.113.9")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(behind_the_proxy.status(), StatusCode::OK);
+}
+
 /// The hyper example's accept loop puts the peer in each request where the
 /// layer reads it: its per-client rule counts the client (a peer inserted
 /// too late would make every answer a 500) and refuses the fourth request.
@@ -76,7 +101,7 @@ async fn the_hyper_example_refuses_a_client_over_its_quota() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/", listener.local_addr().unwrap());
     tokio::spawn(hyper_server::serve(listener, hourly()));
-    check_refusal(past_the_quota(&url).await).await;
+    check_refusal(past_the_quota(&url).await, 0).await;
 }
 
 /// The actix example, through the layer's actix middleware: the same
@@ -86,7 +111,7 @@ async fn the_actix_example_refuses_a_client_over_its_quota() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/", listener.local_addr().unwrap());
     actix_web::rt::spawn(actix_server::server(listener, hourly()).unwrap());
-    check_refusal(past_the_quota(&url).await).await;
+    check_refusal(past_the_quota(&url).await, 0).await;
 }
 
 /// The tonic example refuses a caller's fourth call with
