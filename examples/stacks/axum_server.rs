@@ -17,13 +17,9 @@ use tollgate::http::{Jitter, PolicyName, QuotaUnit};
 use tollgate::identity::{ForwardedResolver, HeaderSource, TrustedProxies};
 use tollgate::{KeyedLimiter, Quota, TokenBucket};
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let port: u16 = match std::env::args().nth(1) {
-        Some(arg) => arg.parse()?,
-        None => 3000,
-    };
-
+/// The server's routes behind its rules, `per_client` each client's
+/// quota. Serve it with its peer addresses, as `main` does.
+pub fn app(per_client: Quota) -> Result<Router, Box<dyn std::error::Error>> {
     // Only the local reverse proxy may say who the client is; anyone else is
     // keyed on its own address. For this demo that "proxy" is curl on this
     // machine, so any local client can choose its key: in production, trust
@@ -37,12 +33,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // without it every request is answered 500, reported once in the log.
     let client = extract::forwarded(resolver, extract::peer_ip);
 
-    // Bursts of 5 per client, refilled at 1 per second; 50 per second in all.
     let per_client = Arc::new(
-        KeyedLimiter::builder(Quota::new(5, 1, Duration::from_secs(1))?)
+        KeyedLimiter::builder(per_client)
             .max_keys(100_000.try_into()?)
             .build(),
     );
+    // 50 per second in all.
     let global = Arc::new(TokenBucket::new(Quota::per_second(50)?));
     // Uploads: 1 MiB at once, 64 KiB a second, charged by the length the
     // request declares before its body is read.
@@ -73,14 +69,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .advertise_on_success(true)
         .build();
 
-    let app = Router::new()
+    Ok(Router::new()
         .route("/", get(|| async { "hello\n" }))
         .route(
             "/upload",
             post(|body: String| async move { format!("{} bytes\n", body.len()) }),
         )
-        .layer(layer);
+        .layer(layer))
+}
 
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let port: u16 = match std::env::args().nth(1) {
+        Some(arg) => arg.parse()?,
+        None => 3000,
+    };
+    // Bursts of 5 per client, refilled at 1 per second.
+    let app = app(Quota::new(5, 1, Duration::from_secs(1))?)?;
     let addr = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), port);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let url = format!("http://{}", listener.local_addr()?);
