@@ -380,13 +380,17 @@ impl<'a> BoundRule<'a> {
 /// enforced rules are charged first, in one chain that knows nothing of
 /// shadow rules; only once they admit is each shadow rule decided apart
 /// ([`decide_shadow`]), so a shadow rule never takes, undoes or retakes
-/// what an enforced rule holds. The refusal's `charge` is an index into
+/// what an enforced rule holds. `shadows` is whether the layer has a
+/// shadow rule at all: without one the chain is charged as it is, asking no
+/// link its role. The refusal's `charge` is an index into
 /// [`BoundRule::charges`].
-pub(super) fn charge_chain(chain: Option<&BoundRule<'_>>) -> Result<(), ChargeRefusal> {
-    let mut shadows = false;
+pub(super) fn charge_chain(
+    chain: Option<&BoundRule<'_>>,
+    shadows: bool,
+) -> Result<(), ChargeRefusal> {
     let steps = BoundRule::collect(chain, |link| {
-        shadows |= link.role.is_shadow();
-        (link.cost > 0 && !link.role.is_shadow()).then(|| Step::new(link.limit, link.cost))
+        let enforced = !shadows || !link.role.is_shadow();
+        (link.cost > 0 && enforced).then(|| Step::new(link.limit, link.cost))
     });
     if let Err(refused) = try_acquire_all(&steps) {
         return Err(ChargeRefusal::of_chain(refused, |step| {

@@ -26,6 +26,9 @@ pub(super) struct Config {
     /// Whether a charge may be kept past `call`: to give it back on some
     /// status, or to advertise it.
     pub(super) keeps: bool,
+    /// Whether a rule is in shadow mode: without one, the enforced chain
+    /// is every rule's, and charging it asks no rule its role.
+    pub(super) shadows: bool,
     pub(super) keys: PartitionKeys,
     pub(super) jitter: Jitter,
     pub(super) on_success: bool,

@@ -84,7 +84,7 @@ impl Config {
             // The common case: every rule in process, and no charge kept
             // past the call. Charged as bound, with no charge recorded
             // unless the chain refuses.
-            return match charge_chain(bound) {
+            return match charge_chain(bound, self.shadows) {
                 Ok(()) => CallDecision::Admitted(Vec::new()),
                 Err(refused) => {
                     let mut charges = BoundRule::charges(bound);

@@ -269,6 +269,7 @@ impl RateLimitLayerBuilder {
             config: Arc::new(Config {
                 reads_costs: self.rules.iter().any(Rule::has_cost),
                 keeps: self.on_success || self.rules.iter().any(Rule::answers_to_response),
+                shadows: self.rules.iter().any(|rule| rule.role().is_shadow()),
                 texts: self
                     .rules
                     .iter()
