@@ -1,7 +1,7 @@
 //! An actix-web server with the rule of the tonic and hyper examples
 //! (`per_client.rs`: bursts of 5 per client address, refilled at 1 a
-//! second), through the layer's actix middleware (`layer.actix()`, feature
-//! `actix`). Over the limit it answers 429 with Retry-After, the RateLimit
+//! second), through actix middleware (`tollgate::http::actix::RateLimit`,
+//! feature `actix`). Over the limit it answers 429 with Retry-After, the RateLimit
 //! fields and a problem+json body naming policy "per-client".
 //!
 //!     cargo run -p tollgate-examples --example actix_server [-- PORT]
@@ -16,6 +16,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener};
 use actix_web::dev::Server;
 use actix_web::{App, HttpServer, web};
 use tollgate::Quota;
+use tollgate::http::actix::RateLimit;
 
 #[path = "per_client.rs"]
 mod per_client;
@@ -24,11 +25,12 @@ mod per_client;
 /// awaited (or spawned) on actix's runtime.
 pub fn server(listener: TcpListener, quota: Quota) -> std::io::Result<Server> {
     // Built once, outside the factory that actix calls for each worker
-    // thread: one layer is one budget per client, whichever worker serves it.
-    let layer = per_client::layer(quota);
+    // thread: one middleware is one budget per client, whichever worker
+    // serves it.
+    let limit = RateLimit::from(per_client::rules(quota));
     let server = HttpServer::new(move || {
         App::new()
-            .wrap(layer.actix())
+            .wrap(limit.clone())
             .route("/", web::get().to(|| async { "hello\n" }))
     })
     .listen(listener)?

@@ -25,6 +25,7 @@ use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tollgate::Quota;
+use tollgate::http::tower::RateLimitLayer;
 use tower::ServiceBuilder;
 
 #[path = "per_client.rs"]
@@ -32,7 +33,7 @@ mod per_client;
 
 /// Serves `listener` until accepting fails, `quota` per client address.
 pub async fn serve(listener: TcpListener, quota: Quota) -> std::io::Result<()> {
-    let layer = per_client::layer(quota);
+    let layer = RateLimitLayer::from(per_client::rules(quota));
     loop {
         let (stream, peer) = listener.accept().await?;
         // The first layer is the outermost: the peer is in the request

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::http::PolicyName;
-use tollgate::http::tower::{RateLimitLayer, Rule, extract};
+use tollgate::http::rules::{Rule, Rules, extract};
 use tollgate::{KeyedLimiter, Quota};
 
 /// Each client's budget when the example runs: bursts of 5, refilled at 1
@@ -18,10 +18,11 @@ pub fn demo_quota() -> Quota {
 /// `quota` per client address, as policy "per-client". Over it a request
 /// is refused with the wait: 429 with Retry-After, the RateLimit fields and
 /// problem+json, or, to a gRPC call, RESOURCE_EXHAUSTED with RetryInfo.
-pub fn layer(quota: Quota) -> RateLimitLayer {
+/// Each server makes its stack's middleware of these rules.
+pub fn rules(quota: Quota) -> Rules {
     let per_client = Arc::new(KeyedLimiter::new(quota));
     let name = PolicyName::new("per-client").expect("a valid policy name");
-    RateLimitLayer::builder()
+    Rules::builder()
         .rule(Rule::keyed(name, per_client, extract::peer_addr))
         .build()
 }

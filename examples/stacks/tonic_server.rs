@@ -23,6 +23,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use tokio::net::TcpListener;
 use tollgate::Quota;
+use tollgate::http::tower::RateLimitLayer;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
@@ -38,7 +39,7 @@ pub async fn serve(listener: TcpListener, quota: Quota) -> Result<(), tonic::tra
     // nothing here changes it, so the reporter is not kept.
     let (_, health) = tonic_health::server::health_reporter();
     Server::builder()
-        .layer(per_client::layer(quota))
+        .layer(RateLimitLayer::from(per_client::rules(quota)))
         .add_service(health)
         .serve_with_incoming(TcpIncoming::from(listener))
         .await

@@ -17,7 +17,7 @@ use smallvec::SmallVec;
 
 use super::seconds::SF_INTEGER_MAX;
 use super::{PartitionKey, PolicyName, QuotaUnit, RateLimitPolicy};
-#[cfg(feature = "tower")]
+#[cfg(feature = "rules")]
 use crate::advertised::Shape;
 
 /// The field name of the policies: `ratelimit-policy`.
@@ -204,7 +204,7 @@ pub fn rate_limit_value(limits: &[ServiceLimit]) -> Option<HeaderValue> {
 /// when the layer is built): its `RateLimit-Policy` member but for `pk`,
 /// which differs per request, and its name as the `RateLimit` member's
 /// item. Only the tower layer holds policies long enough to keep them.
-#[cfg(feature = "tower")]
+#[cfg(feature = "rules")]
 #[derive(Clone, Debug)]
 pub(crate) struct PolicyText {
     member: Box<[u8]>,
@@ -217,7 +217,7 @@ pub(crate) struct PolicyText {
     pub(crate) shape: Option<Shape>,
 }
 
-#[cfg(feature = "tower")]
+#[cfg(feature = "rules")]
 impl PolicyText {
     /// `policy`, serialised; `shape` the limit's shape it follows, if any.
     pub(crate) fn new(policy: &RateLimitPolicy, shape: Option<Shape>) -> PolicyText {
@@ -283,7 +283,7 @@ impl ListWriter {
     /// limit is shaped now: the text built with the layer while the limit
     /// keeps the shape it had then, else the policy written anew with the
     /// limit's quota and window (a keyed limiter's quota changed since).
-    #[cfg(feature = "tower")]
+    #[cfg(feature = "rules")]
     pub(crate) fn policy_now(
         &mut self,
         text: &PolicyText,
@@ -301,7 +301,7 @@ impl ListWriter {
         }
     }
 
-    #[cfg(feature = "tower")]
+    #[cfg(feature = "rules")]
     fn policy_text_of(&mut self, member: &[u8], pk: Option<PartitionKey>) {
         self.member();
         self.bytes.extend_from_slice(member);
@@ -310,7 +310,7 @@ impl ListWriter {
 
     /// A member of the `RateLimit` field: a policy's name, what is left of
     /// its quota and its effective window.
-    #[cfg(feature = "tower")]
+    #[cfg(feature = "rules")]
     pub(crate) fn limit_text(
         &mut self,
         text: &PolicyText,
@@ -533,7 +533,7 @@ mod tests {
         /// the same fields as the policies and limits built per request,
         /// its limit shaped as when the text was built or shaped anew (a
         /// quota changed since).
-        #[cfg(feature = "tower")]
+        #[cfg(feature = "rules")]
         #[test]
         fn the_serialised_text_makes_the_same_fields(
             members in proptest::collection::vec(
@@ -577,7 +577,7 @@ mod tests {
     }
 
     /// A policy's field alone, built once, is the field of that policy.
-    #[cfg(feature = "tower")]
+    #[cfg(feature = "rules")]
     #[test]
     fn a_policy_alone_is_its_field() {
         let policy = RateLimitPolicy::new(PolicyName::new(r#"say "hi" \ bye"#).unwrap(), 10)

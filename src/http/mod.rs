@@ -19,8 +19,11 @@
 //! - With feature `tonic`, [`Refusal::to_grpc_status`] and
 //!   [`Refusal::into_grpc_response`] answer a gRPC call: `RESOURCE_EXHAUSTED`
 //!   with the exact wait in a `google.rpc.RetryInfo`.
-//! - With feature `tower`, [`tower::RateLimitLayer`] does all of this as
-//!   middleware (and answers gRPC calls in gRPC with feature `tonic`).
+//! - With feature `rules`, [`rules::Rules`] decide all of this for a
+//!   request head, in an engine that knows no framework; with feature
+//!   `tower`, [`tower::RateLimitLayer`] is that engine as tower middleware
+//!   (answering gRPC calls in gRPC with feature `tonic`), and with feature
+//!   `actix`, [`actix::RateLimit`] as actix-web middleware.
 //!
 //! [`docs/http.md`](crate::guide::http) has the response contract and the reasoning.
 //!
@@ -46,6 +49,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "actix")]
+pub mod actix;
 mod error;
 mod fields;
 #[cfg(feature = "tonic")]
@@ -56,6 +61,14 @@ mod partition;
 mod policy;
 mod problem;
 mod refusal;
+// Without an adapter (tower, actix) nothing calls the engine: only the
+// rules' vocabulary is reachable.
+#[cfg(feature = "rules")]
+#[cfg_attr(
+    not(any(feature = "tower", feature = "actix")),
+    allow(dead_code, unused_imports)
+)]
+pub mod rules;
 mod seconds;
 #[cfg(feature = "tower")]
 pub mod tower;

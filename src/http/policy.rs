@@ -223,7 +223,7 @@ impl RateLimitPolicy {
 
     /// The quota and window, if the policy has a window: what the tower
     /// layer compares with its limit's shape.
-    #[cfg(feature = "tower")]
+    #[cfg(feature = "rules")]
     pub(crate) fn shape(&self) -> Option<Shape> {
         self.window_seconds().map(|window_seconds| Shape {
             quota: self.quota,

@@ -97,7 +97,7 @@ pub(crate) fn response(status: StatusCode, content: Bytes) -> Response<Bytes> {
 /// An answer of the layer's own for a request it cannot charge (a 4xx for
 /// no key or no readable cost, the 500 for no peer address):
 /// `about:blank`, titled with the status's reason phrase.
-#[cfg(feature = "tower")]
+#[cfg(feature = "rules")]
 pub(crate) fn problem_response(status: StatusCode, detail: &str) -> Response<Bytes> {
     let title = status.canonical_reason().unwrap_or("Error");
     let content = body(ProblemType::Blank, title, status.as_u16(), detail, &[]);

@@ -42,7 +42,7 @@ pub(crate) enum Cause {
 
 impl Cause {
     /// The wait after which the request would fit, if one exists.
-    #[cfg(feature = "tower")]
+    #[cfg(feature = "rules")]
     pub(crate) fn retry_after(&self) -> Option<Duration> {
         match self {
             Cause::Limit(error) => error.retry_after(),
@@ -250,7 +250,7 @@ impl Refusal {
         }
     }
 
-    fn of(cause: Cause, policy: &PolicyName) -> Refusal {
+    pub(crate) fn of(cause: Cause, policy: &PolicyName) -> Refusal {
         let mut refusal = Refusal::of_unnamed(cause);
         if refusal.kind != ProblemType::Blank {
             refusal.violated.push(policy.clone());

@@ -437,11 +437,14 @@ async fn the_slowest_refill_advertises_bounded_waits() {
     assert_eq!(doc["violated-policies"], serde_json::json!(["glacial"]));
 }
 
-/// More applicable rules than one chain holds is the server's
-/// misconfiguration: a 500 for every request, spending nothing, never a
-/// panic and never a request let through uncharged.
+/// More applicable rules than a hierarchy's chain holds
+/// ([`tollgate::MAX_STEPS`]) are charged like any others, all or nothing:
+/// the layer's decision is a loop over its rules, with no depth to run out
+/// of. Thirty-three rules on one bucket of 100 admit three requests (99
+/// tokens), and the fourth, which would need 33 of the 1 left, spends
+/// nothing.
 #[tokio::test]
-async fn more_rules_than_a_chain_holds_is_a_500_that_spends_nothing() {
+async fn more_rules_than_a_chain_holds_are_charged_all_or_nothing() {
     let bucket = Arc::new(TokenBucket::with_clock(
         Quota::per_second(100).unwrap(),
         ManualClock::new(),
@@ -453,9 +456,16 @@ async fn more_rules_than_a_chain_holds_is_a_500_that_spends_nothing() {
             Arc::clone(&bucket),
         ));
     }
-    let response = send(&builder.build(), request(200)).await;
-    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(bucket.available(), 100);
+    let layer = builder.build();
+    let rules = tollgate::MAX_STEPS as u64 + 1;
+    for admitted in 1..=3 {
+        let response = send(&layer, request(200)).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(bucket.available(), 100 - admitted * rules);
+    }
+    let response = send(&layer, request(200)).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(bucket.available(), 100 - 3 * rules);
 }
 
 /// A path spelled another way (trailing slash, percent-encoding, doubled

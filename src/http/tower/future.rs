@@ -13,25 +13,8 @@ use http::{Response, StatusCode};
 use pin_project_lite::pin_project;
 
 use super::body::{BodyKind, EitherBody};
-use super::charge::Charge;
-use super::config::Config;
-use super::metered::{Meter, Metering};
-use super::settle::Settlement;
-use crate::http::fields::{RATELIMIT_NAME, RATELIMIT_POLICY_NAME};
-use crate::sync::unmodelled::Arc;
-
-/// What the response future needs once the inner service answers: the
-/// charges kept past `call` (those a status may give back, or every one
-/// when the fields are advertised, and every in-flight permit). It has no
-/// `Drop` of its own: a request whose response never arrives (a client
-/// gone, an outer timeout, an inner error or panic) keeps every token
-/// charge, because its handler may have done the work and no response said
-/// otherwise; its permits are released with it, the work being no longer
-/// in flight.
-pub(super) struct KeptCharges {
-    pub(super) config: Arc<Config>,
-    pub(super) charges: Vec<Charge<'static>>,
-}
+use super::metered::Metering;
+use crate::http::rules::KeptCharges;
 
 pin_project! {
     /// The future of [`RateLimitService::call`]: the refusal, ready at
@@ -165,10 +148,11 @@ where
                     let admitted = admitted.take();
                     state.set(State::Done);
                     return Poll::Ready(answer.map(|mut response| {
-                        let metering = match admitted {
-                            Some(admitted) => admitted.finish(&mut response),
-                            None => Metering::none(),
-                        };
+                        let metering = Metering(
+                            admitted
+                                .and_then(|admitted| admitted.finish(&mut response))
+                                .map(Box::new),
+                        );
                         response.map(|body| K::inner(body, metering))
                     }));
                 }
@@ -181,58 +165,4 @@ fn spent() -> Response<Bytes> {
     let mut response = Response::new(Bytes::new());
     *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
     response
-}
-
-impl KeptCharges {
-    /// Gives back the charges of the rules configured to give back this
-    /// status, each through its receipt (the one rule that never mints
-    /// credit), settles those of the rules that settle to the actual cost
-    /// the response reports, then adds the fields if configured (never to
-    /// 401 or 403). The charges of rules settled by the body's bytes are
-    /// handed back, to be settled when the body ends.
-    pub(super) fn finish<B>(mut self, response: &mut Response<B>) -> Metering {
-        let status = response.status();
-        let mut by_bytes = false;
-        for charge in &mut self.charges {
-            let rule = &self.config.rules[charge.rule];
-            if rule.gives_back(status) {
-                charge.give_back();
-            } else if charge.shadowed {
-                // A shadow rule that would have refused the request took
-                // nothing for it: enforced, it would have cost nothing.
-            } else if let Some(how) = rule.settlement() {
-                if *how == Settlement::BodyBytes {
-                    by_bytes = true;
-                } else if let Some(actual) = how.actual(response) {
-                    charge.settle(actual);
-                }
-            }
-        }
-        let private = status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN;
-        if self.config.on_success && !private && !self.charges.is_empty() {
-            let (policies, limits) = self.config.fields(&self.charges);
-            let headers = response.headers_mut();
-            if let Some(value) = policies {
-                headers.insert(RATELIMIT_POLICY_NAME, value);
-            }
-            if let Some(value) = limits {
-                headers.insert(RATELIMIT_NAME, value);
-            }
-        }
-        if !by_bytes {
-            return Metering::none();
-        }
-        let config = &self.config;
-        let metered = self
-            .charges
-            .into_iter()
-            .filter(|charge| {
-                let rule = &config.rules[charge.rule];
-                !charge.shadowed
-                    && !rule.gives_back(status)
-                    && rule.settlement() == Some(&Settlement::BodyBytes)
-            })
-            .collect();
-        Metering(Some(Box::new(Meter::new(metered))))
-    }
 }

@@ -7,30 +7,7 @@ use std::task::{Context, Poll, ready};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::charge::Charge;
-
-/// What a response body settles when it ends: the charges of the rules
-/// settled by its bytes, and the bytes counted so far.
-pub(super) struct Meter {
-    pub(super) charges: Vec<Charge<'static>>,
-    counted: u64,
-}
-
-impl Meter {
-    pub(super) fn new(charges: Vec<Charge<'static>>) -> Meter {
-        Meter {
-            charges,
-            counted: 0,
-        }
-    }
-
-    /// Settles every charge to the bytes counted.
-    fn settle(mut self) {
-        for charge in &mut self.charges {
-            charge.settle(self.counted);
-        }
-    }
-}
+use crate::http::rules::Meter;
 
 /// What the layer counts of a response body, if a rule settles by its
 /// bytes: handed to [`BodyKind::inner`](super::BodyKind::inner), opaque.
@@ -128,7 +105,7 @@ impl<B: Body> Body for MeteredBody<B> {
                 Some(Ok(frame)) => {
                     if let Some(data) = frame.data_ref() {
                         use bytes::Buf;
-                        meter.counted = meter.counted.saturating_add(data.remaining() as u64);
+                        meter.count(data.remaining() as u64);
                     }
                 }
                 // The end, or a failure that ends it: what was sent is what

@@ -1,5 +1,7 @@
 //! Rate limiting as tower middleware (feature `tower`), for axum, hyper
-//! and any other tower-based server.
+//! and any other tower-based server: an adapter over the rule engine of
+//! [`http::rules`](crate::http::rules), whose vocabulary ([`Rule`],
+//! [`extract`], ...) it re-exports.
 //!
 //! A [`RateLimitLayer`] holds a list of [`Rule`]s: a global bucket, a
 //! keyed limiter, or a budget per key shared by a fleet of servers
@@ -32,40 +34,22 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-#[cfg(feature = "actix")]
-pub mod actix;
-mod advertise;
 mod body;
-mod charge;
-mod config;
-mod cost;
-mod decide;
-mod decision;
-pub mod extract;
 mod future;
-mod in_flight;
-mod key;
 mod layer;
-mod length;
-mod local;
 mod metered;
-mod protocol;
-mod rule;
 mod service;
-mod settle;
-mod shadow;
-mod shared;
 mod throttle;
-mod unchargeable;
 
 pub use body::{BodyKind, EitherBody, InnerBody, RateLimitBody};
-pub use cost::CostError;
 pub use future::ResponseFuture;
-pub use key::{IntoKey, NoKey, NoPeer};
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use metered::{MeteredBody, Metering};
-pub use rule::{MissingKey, Rule};
 pub use service::RateLimitService;
-pub use settle::{ActualCost, NotSettleable, Settlement};
-pub use shadow::Shadow;
 pub use throttle::{ThrottleError, ThrottledBody};
+
+// The rules' vocabulary, where tower users have always found it.
+pub use crate::http::rules::{
+    ActualCost, CostError, IntoKey, MissingKey, NoKey, NoPeer, NotSettleable, Rule, Settlement,
+    Shadow, extract,
+};

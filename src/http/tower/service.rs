@@ -10,12 +10,8 @@ use http_body::Body;
 use tower::Service;
 
 use super::body::{BodyKind, EitherBody};
-use super::charge::{charge_shared_waiting, count_shadowed};
-use super::config::Config;
-use super::decision::CallDecision;
-use super::future::{KeptCharges, ResponseFuture};
-use super::length::Framing;
-use super::protocol::Protocol;
+use super::future::ResponseFuture;
+use crate::http::rules::{Decision, Engine, Framing, KeptCharges, Protocol};
 use crate::sync::unmodelled::Arc;
 
 /// The service a [`RateLimitLayer`](super::RateLimitLayer) wraps around `S`.
@@ -48,15 +44,15 @@ use crate::sync::unmodelled::Arc;
 #[derive(Clone, Debug)]
 pub struct RateLimitService<S, K = EitherBody> {
     inner: S,
-    config: Arc<Config>,
+    engine: Arc<Engine>,
     kind: PhantomData<fn() -> K>,
 }
 
 impl<S, K> RateLimitService<S, K> {
-    pub(super) fn new(inner: S, config: Arc<Config>) -> Self {
+    pub(super) fn new(inner: S, engine: Arc<Engine>) -> Self {
         RateLimitService {
             inner,
-            config,
+            engine,
             kind: PhantomData,
         }
     }
@@ -84,27 +80,28 @@ where
         // they run: the inner service gets the request as it came. Without
         // cost functions the extension map is left alone (an insert and a
         // remove cost some 300 instructions a request, measured).
-        let decision = if self.config.reads_costs {
-            parts.extensions.insert(Framing::of(&body));
-            let decision = self.config.decide(&parts);
+        let decision = if self.engine.reads_costs {
+            let framing = Framing::new(body.is_end_stream(), body.size_hint().exact());
+            parts.extensions.insert(framing);
+            let decision = self.engine.decide(&parts);
             parts.extensions.remove::<Framing>();
             decision
         } else {
-            self.config.decide(&parts)
+            self.engine.decide(&parts)
         };
         let (mut charges, from) = match decision {
-            CallDecision::Admitted(charges) => {
+            Decision::Admitted(charges) => {
                 let future = self.inner.call(Request::from_parts(parts, body));
                 // Nothing to do once the inner service answers: no Arc
                 // to count, nothing to drop.
                 let admitted = (!charges.is_empty()).then(|| KeptCharges {
-                    config: Arc::clone(&self.config),
+                    engine: Arc::clone(&self.engine),
                     charges,
                 });
                 return ResponseFuture::admitted(future, admitted);
             }
-            CallDecision::Refused(response) => return ResponseFuture::refused(response),
-            CallDecision::Waits { charges, from } => (charges, from),
+            Decision::Refused(response) => return ResponseFuture::refused(response),
+            Decision::Waits { charges, from } => (charges, from),
         };
         // The store decides after `call` returns, so the inner service is
         // called later, from the future: it takes the service that
@@ -112,16 +109,15 @@ where
         // usual way).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let config = Arc::clone(&self.config);
+        let engine = Arc::clone(&self.engine);
         let request = Request::from_parts(parts, body);
         ResponseFuture::deciding(Box::pin(async move {
-            if let Err(refused) = charge_shared_waiting(&mut charges, from, config.store_wait).await
-            {
+            if let Err(refused) = engine.charge_waiting(&mut charges, from).await {
                 let protocol = Protocol::of(request.headers());
-                return Err(config.refusal(&charges, refused, protocol));
+                return Err(engine.refusal(&charges, refused, protocol));
             }
-            count_shadowed(&charges);
-            Ok((inner.call(request), KeptCharges { config, charges }))
+            engine.count_shadowed(&charges);
+            Ok((inner.call(request), KeptCharges { engine, charges }))
         }))
     }
 }

@@ -1,4 +1,4 @@
-//! The layer's rules as actix-web middleware (`RateLimitLayer::actix`), on
+//! Rate-limit rules as actix-web middleware (`http::actix::RateLimit`), on
 //! actix's test service: the same answers as the tower layer (429 with
 //! Retry-After, the RateLimit fields and problem+json; the server's 500 for
 //! a request with no peer address), the same identity handling (the peer,
@@ -12,7 +12,8 @@ use std::time::Duration;
 use actix_web::http::StatusCode;
 use actix_web::{App, HttpMessage, HttpResponse, test, web};
 use tollgate::http::PolicyName;
-use tollgate::http::tower::{ActualCost, RateLimitLayer, Rule, Settlement, extract};
+use tollgate::http::actix::RateLimit;
+use tollgate::http::rules::{ActualCost, Rule, Settlement, extract};
 use tollgate::identity::{AddrKey, ForwardedResolver, HeaderSource, TrustedProxies};
 use tollgate::shared::{FailurePolicy, KeyedAllowance, KeyedAllowanceConfig, LocalStore};
 use tollgate::{KeyedLimiter, Limit, ManualClock, Quota, TokenBucket};
@@ -36,7 +37,7 @@ async fn per_peer_limits_answer_as_the_tower_layer_does() {
             .clock(ManualClock::new())
             .build::<AddrKey>(),
     );
-    let layer = RateLimitLayer::builder()
+    let limit = RateLimit::builder()
         .rule(Rule::keyed(
             PolicyName::new("per-peer").unwrap(),
             Arc::clone(&per_peer),
@@ -45,7 +46,7 @@ async fn per_peer_limits_answer_as_the_tower_layer_does() {
         .build();
     let app = test::init_service(
         App::new()
-            .wrap(layer.actix())
+            .wrap(limit.clone())
             .route("/", web::get().to(|| async { "ok" })),
     )
     .await;
@@ -112,7 +113,7 @@ async fn trusted_proxies_are_believed_and_others_are_not() {
         HeaderSource::XForwardedFor,
         TrustedProxies::parse(["10.0.0.0/8"]).unwrap(),
     );
-    let layer = RateLimitLayer::builder()
+    let limit = RateLimit::builder()
         .rule(Rule::keyed(
             PolicyName::new("per-client").unwrap(),
             Arc::clone(&per_client),
@@ -121,7 +122,7 @@ async fn trusted_proxies_are_believed_and_others_are_not() {
         .build();
     let app = test::init_service(
         App::new()
-            .wrap(layer.actix())
+            .wrap(limit.clone())
             .route("/", web::get().to(|| async { "ok" })),
     )
     .await;
@@ -174,7 +175,7 @@ async fn responses_give_back_and_settle() {
     let clock = ManualClock::new();
     let logins = Arc::new(TokenBucket::with_clock(hourly(2), clock.clone()));
     let tokens = Arc::new(TokenBucket::with_clock(hourly(100), clock));
-    let layer = RateLimitLayer::builder()
+    let limit = RateLimit::builder()
         .rule(
             Rule::global(PolicyName::new("logins").unwrap(), Arc::clone(&logins))
                 .give_back_on([http::StatusCode::UNAUTHORIZED])
@@ -190,7 +191,7 @@ async fn responses_give_back_and_settle() {
         .build();
     let app = test::init_service(
         App::new()
-            .wrap(layer.actix())
+            .wrap(limit.clone())
             .route(
                 "/login",
                 web::post().to(|| async { HttpResponse::Unauthorized().finish() }),
@@ -247,10 +248,9 @@ async fn shared_rules_wait_for_their_store_and_extensions_are_copied() {
         allowance,
         |parts: &http::request::Parts| parts.extensions.get::<Account>().map(|account| account.0),
     );
-    let middleware = RateLimitLayer::builder()
+    let middleware = RateLimit::builder()
         .rule(per_account)
         .build()
-        .actix()
         .with_extensions(|request, extensions| {
             if let Some(account) = request.extensions().get::<Account>() {
                 extensions.insert(account.clone());

@@ -8,13 +8,13 @@ use http::StatusCode;
 use http::request::Parts;
 
 use super::cost::CostError;
-use super::decision::CallDecision;
-use super::in_flight::InFlightLimiter;
+use super::in_flight::InFlight;
 use super::key::{IntoKey, NoPeerReport};
-use super::local::{LocalLimiter, WithKey};
+use super::kind::{RuleKind, Stage};
 use super::settle::{NotSettleable, Settlement};
 use super::shadow::{Role, Shadow, ShadowCount};
 use super::shared::SharedLimiter;
+use super::token::{Global, Keyed, WithKey};
 use crate::advertised::{Advertised, Shape};
 use crate::concurrency::KeyedConcurrencyLimiter;
 use crate::http::{PolicyName, RateLimitPolicy};
@@ -51,7 +51,7 @@ pub enum MissingKey {
 type CostFn = dyn Fn(&Parts) -> Result<u64, CostError> + Send + Sync;
 type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 
-/// One limit of a [`RateLimitLayer`](super::RateLimitLayer): a global
+/// One limit of a [`RateLimitLayer`](crate::http::tower::RateLimitLayer): a global
 /// [`Limit`](crate::Limit) (a [`TokenBucket`](crate::TokenBucket), a window counter …)
 /// or a [`KeyedLimiter`](crate::KeyedLimiter) with a key extractor, advertised
 /// as a [`RateLimitPolicy`], with a cost per request (1 unless set), an
@@ -85,7 +85,8 @@ pub struct Rule {
     /// The shape the limiter had when the rule was made, which its policy
     /// was built from (none for an in-flight rule, which has no window).
     built: Option<Shape>,
-    limit: RuleLimit,
+    /// What kind of limit it charges, and how it binds to a request.
+    kind: Arc<dyn RuleKind>,
     cost: Option<Arc<CostFn>>,
     when: Option<Arc<Predicate>>,
     missing: MissingKey,
@@ -131,7 +132,7 @@ impl Rule {
     pub fn global<L: Advertised + Send + 'static>(name: PolicyName, limit: Arc<L>) -> Rule {
         let shape = limit.shape();
         let policy = RateLimitPolicy::from_shape(name, shape);
-        Rule::new(policy, Some(shape), RuleLimit::Local(Arc::new(limit)))
+        Rule::new(policy, Some(shape), Arc::new(Global(limit)))
     }
 
     /// A limit per key, the key taken from each request by `key`
@@ -174,7 +175,7 @@ impl Rule {
         Rule::new(
             policy,
             Some(shape),
-            RuleLimit::Local(Arc::new(WithKey::new(limiter, key))),
+            Arc::new(Keyed(WithKey::new(limiter, key))),
         )
     }
 
@@ -194,7 +195,7 @@ impl Rule {
     /// that ran short, is decided by the response future, which waits for
     /// the store's word (a store decision, or a refill moved earlier so
     /// that it answers in time) within the layer's
-    /// [`store_wait`](super::RateLimitLayerBuilder::store_wait): a node's
+    /// [`store_wait`](super::RulesBuilder::store_wait): a node's
     /// empty lease is never taken for the store's empty budget, and a 429
     /// comes only on the store's word, with its wait as Retry-After
     /// ([`docs/http.md`](crate::guide::http), "What a shared rule's refusal
@@ -242,7 +243,7 @@ impl Rule {
         let limiter = SharedLimiter::new(&name, allowance, key);
         let shape = Shape::from(&limiter.quota());
         let policy = RateLimitPolicy::from_shape(name, shape);
-        Rule::new(policy, Some(shape), RuleLimit::Shared(limiter))
+        Rule::new(policy, Some(shape), Arc::new(limiter))
     }
 
     /// At most as many units of work in flight per key as `limiter`
@@ -297,18 +298,14 @@ impl Rule {
         F: Fn(&Parts) -> R + Send + Sync + 'static,
     {
         let policy = RateLimitPolicy::new(name, limiter.max());
-        Rule::new(
-            policy,
-            None,
-            RuleLimit::InFlight(Arc::new(WithKey::new(limiter, key))),
-        )
+        Rule::new(policy, None, Arc::new(InFlight(WithKey::new(limiter, key))))
     }
 
-    fn new(policy: RateLimitPolicy, built: Option<Shape>, limit: RuleLimit) -> Rule {
+    fn new(policy: RateLimitPolicy, built: Option<Shape>, kind: Arc<dyn RuleKind>) -> Rule {
         Rule {
             policy,
             built,
-            limit,
+            kind,
             cost: None,
             when: None,
             missing: MissingKey::default(),
@@ -482,7 +479,7 @@ impl Rule {
     /// others. A request another rule refuses takes nothing of it (a
     /// shared rule's refusal, decided later, gives back what it took). A shadow shared rule may make a
     /// request wait for its store, within the layer's
-    /// [`store_wait`](super::RateLimitLayerBuilder::store_wait). `shown` says whether clients see
+    /// [`store_wait`](super::RulesBuilder::store_wait). `shown` says whether clients see
     /// the rule in the RateLimit fields ([`Shadow::Advertised`]) or not
     /// ([`Shadow::Quiet`]); a shadow rule is never named violated and never
     /// moves Retry-After. How a new limit is rolled out: shadow it, watch
@@ -573,7 +570,7 @@ impl Rule {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn settled_by(mut self, how: Settlement) -> Result<Rule, NotSettleable> {
-        if matches!(self.limit, RuleLimit::InFlight(_)) {
+        if !self.kind.settles() {
             return Err(NotSettleable {
                 policy: self.policy.name().clone(),
             });
@@ -645,18 +642,13 @@ impl Rule {
         self.cost.as_ref().map_or(Ok(1), |cost| cost(parts))
     }
 
-    pub(super) fn limiter(&self) -> &RuleLimit {
-        &self.limit
+    pub(super) fn kind(&self) -> &dyn RuleKind {
+        &*self.kind
     }
 
-    /// Where the layer charges this rule: in-process rules first (0), then
-    /// in-flight (1), then shared (2).
-    pub(super) fn rank(&self) -> u8 {
-        match self.limit {
-            RuleLimit::Local(_) => 0,
-            RuleLimit::InFlight(_) => 1,
-            RuleLimit::Shared(_) => 2,
-        }
+    /// Where the engine charges this rule among a request's rules.
+    pub(super) fn stage(&self) -> Stage {
+        self.kind.stage()
     }
 
     pub(super) fn gives_back(&self, status: StatusCode) -> bool {
@@ -679,15 +671,4 @@ impl fmt::Debug for Rule {
             .field("give_back_on", &self.give_back_on)
             .finish_non_exhaustive()
     }
-}
-
-/// A rule's limiter: in this process (bound to each request's key by
-/// [`LocalLimiter::bind`]), a limit on work in flight, or shared by a
-/// fleet.
-#[derive(Clone)]
-pub(super) enum RuleLimit {
-    Local(Arc<dyn LocalLimiter<CallDecision>>),
-    Shared(SharedLimiter),
-    /// Work in flight, held by a permit until the inner service answers.
-    InFlight(Arc<dyn InFlightLimiter>),
 }

@@ -5,7 +5,7 @@
 use http::StatusCode;
 
 use super::cost::CostError;
-use super::decision::CallDecision;
+use super::engine::Decision;
 use super::protocol::Protocol;
 use crate::http::RateLimitPolicy;
 use crate::http::problem::problem_response;
@@ -26,7 +26,7 @@ impl Unchargeable<'_> {
     /// The answer: 400 for a missing key, 500 for a missing peer, the cost
     /// error's own status; in gRPC, `UNAUTHENTICATED` (the identity the
     /// rule keys on is missing), `INTERNAL` and `INVALID_ARGUMENT`.
-    pub(super) fn decision(self, protocol: Protocol) -> CallDecision {
+    pub(super) fn decision(self, protocol: Protocol) -> Decision {
         let (status, detail) = match self {
             Unchargeable::NoKey(policy) => (
                 StatusCode::BAD_REQUEST,
@@ -46,7 +46,7 @@ impl Unchargeable<'_> {
             Unchargeable::Cost(policy, error) => (error.status(), error.detail(policy)),
         };
         let response = problem_response(status, &detail);
-        CallDecision::Refused(match protocol {
+        Decision::Refused(match protocol {
             Protocol::Http => response,
             #[cfg(feature = "tonic")]
             Protocol::Grpc => grpc(&self, detail, response),

@@ -12,7 +12,7 @@ use crate::http::Refusal;
 
 /// How the layer answers a request it does not pass on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Protocol {
+pub(crate) enum Protocol {
     Http,
     /// A gRPC call: trailers-only gRPC statuses.
     #[cfg(feature = "tonic")]
@@ -21,7 +21,7 @@ pub(super) enum Protocol {
 
 impl Protocol {
     /// The protocol of a request with these headers.
-    pub(super) fn of(headers: &HeaderMap) -> Protocol {
+    pub(crate) fn of(headers: &HeaderMap) -> Protocol {
         #[cfg(feature = "tonic")]
         if is_grpc(headers) {
             return Protocol::Grpc;
@@ -31,7 +31,7 @@ impl Protocol {
     }
 
     /// A refusal's own response in this protocol.
-    pub(super) fn refusal(self, refusal: Refusal) -> Response<Bytes> {
+    pub(crate) fn refusal(self, refusal: Refusal) -> Response<Bytes> {
         match self {
             Protocol::Http => refusal.into_response(),
             #[cfg(feature = "tonic")]

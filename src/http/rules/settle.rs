@@ -42,9 +42,9 @@ pub enum Settlement {
     /// The bytes of the response body's data as it streams (a download's
     /// size, unknown until its end): settled when the body ends, or to the
     /// bytes sent so far when it is dropped before. Counted by the default
-    /// body ([`RateLimitBody`](super::RateLimitBody)); behind a layer that
+    /// body ([`RateLimitBody`](crate::http::tower::RateLimitBody)); behind a layer that
     /// keeps the inner body type
-    /// ([`with_inner_body`](super::RateLimitLayer::with_inner_body)), and
+    /// ([`with_inner_body`](crate::http::tower::RateLimitLayer::with_inner_body)), and
     /// on actix, nothing is counted and the estimate stands.
     BodyBytes,
 }

@@ -1,6 +1,8 @@
-//! The layer's rules as actix-web middleware (feature `actix`): the same
-//! [`Rule`](super::Rule)s, decisions and answers as the tower layer, with
-//! actix's request head read into an `http` one for the rules' extractors.
+//! Rate-limit rules as actix-web middleware (feature `actix`): an adapter
+//! over the rule engine of [`http::rules`](crate::http::rules), with the
+//! same [`Rule`](crate::http::rules::Rule)s, decisions and answers as the
+//! tower layer, actix's request head read into an `http` one for the
+//! rules' extractors.
 
 use std::future::{Future, Ready, ready};
 use std::net::SocketAddr;
@@ -15,29 +17,25 @@ use actix_web::{Error, HttpResponse};
 use bytes::Bytes;
 use http::request::Parts;
 
-use super::RateLimitLayer;
-use super::charge::{charge_shared_waiting, count_shadowed};
-use super::config::Config;
-use super::decision::CallDecision;
-use super::future::KeptCharges;
-use super::protocol::Protocol;
-use super::settle::ActualCost;
 use crate::http::fields::{RATELIMIT_NAME, RATELIMIT_POLICY_NAME};
 use crate::http::problem::problem_response;
+use crate::http::rules::{
+    ActualCost, Decision, Engine, KeptCharges, Protocol, Rules, RulesBuilder,
+};
 use crate::sync::unmodelled::Arc;
 
 /// What copies request extensions of actix's into the rules' request head
 /// ([`RateLimit::with_extensions`]).
 type CopyExtensions = dyn Fn(&ServiceRequest, &mut http::Extensions) + Send + Sync;
 
-/// A [`RateLimitLayer`]'s rules as actix-web middleware: `App::wrap(layer.actix())`.
+/// Rate-limit rules as actix-web middleware: `App::wrap(RateLimit::builder()...build())`.
 /// Every rule is decided and answered as the tower layer decides and
 /// answers it ([`docs/http.md`](crate::guide::http)): 429 with Retry-After,
 /// the RateLimit fields and problem+json, 503 for the server's shortage,
 /// the 4xx of a request no rule can charge, shared rules waiting for their
 /// store, status give-backs and settlement after the response. The peer
 /// address is the connection's ([`ServiceRequest::peer_addr`], read by
-/// [`extract::peer_ip`](super::extract::peer_ip) and so by `peer_addr` and
+/// [`extract::peer_ip`](crate::http::rules::extract::peer_ip) and so by `peer_addr` and
 /// `forwarded`); a request with none (a Unix socket, a test request
 /// without one) is the server's 500, as on every stack. The request's own
 /// extensions are actix's, not `http`'s: [`with_extensions`](Self::with_extensions)
@@ -47,33 +45,50 @@ type CopyExtensions = dyn Fn(&ServiceRequest, &mut http::Extensions) + Send + Sy
 /// use std::sync::Arc;
 /// use actix_web::{App, web};
 /// use tollgate::http::PolicyName;
-/// use tollgate::http::tower::{RateLimitLayer, Rule, extract};
+/// use tollgate::http::actix::RateLimit;
+/// use tollgate::http::rules::{Rule, extract};
 /// use tollgate::{KeyedLimiter, Quota};
 ///
 /// let per_ip = Arc::new(KeyedLimiter::new(Quota::per_second(10)?));
-/// let layer = RateLimitLayer::builder()
+/// let limit = RateLimit::builder()
 ///     .rule(Rule::keyed(PolicyName::new("per-ip")?, per_ip, extract::peer_addr))
 ///     .build();
-/// let _app = App::new().wrap(layer.actix()).route("/", web::get().to(|| async { "hello" }));
+/// let _app = App::new().wrap(limit).route("/", web::get().to(|| async { "hello" }));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone)]
 pub struct RateLimit {
-    config: Arc<Config>,
+    engine: Arc<Engine>,
     extensions: Option<Arc<CopyExtensions>>,
 }
 
-impl<K> RateLimitLayer<K> {
-    /// This layer's rules as actix-web middleware ([`RateLimit`]).
+impl RateLimit {
+    /// Starts the middleware's rules: none, no jitter, random partition
+    /// keys and the RateLimit fields on refusals only.
     ///
     /// ```
-    /// use tollgate::http::tower::RateLimitLayer;
+    /// use tollgate::http::actix::RateLimit;
     ///
-    /// let _middleware = RateLimitLayer::builder().build().actix();
+    /// let _middleware = RateLimit::builder().build();
     /// ```
-    pub fn actix(&self) -> RateLimit {
+    pub fn builder() -> RulesBuilder<RateLimit> {
+        RulesBuilder::new()
+    }
+}
+
+/// The middleware of a set of rules (the same rules can make a tower layer
+/// too: their limiters are shared).
+///
+/// ```
+/// use tollgate::http::actix::RateLimit;
+/// use tollgate::http::rules::Rules;
+///
+/// let _middleware = RateLimit::from(Rules::builder().build());
+/// ```
+impl From<Rules> for RateLimit {
+    fn from(rules: Rules) -> RateLimit {
         RateLimit {
-            config: Arc::clone(&self.config),
+            engine: rules.engine,
             extensions: None,
         }
     }
@@ -83,16 +98,16 @@ impl RateLimit {
     /// Copies what `copy` takes from actix's request (its extensions, say)
     /// into the request head the rules read, before they are decided: how
     /// a rule keys on a principal that authentication middleware placed in
-    /// actix's extensions ([`extract::extension`](super::extract::extension)).
+    /// actix's extensions ([`extract::extension`](crate::http::rules::extract::extension)).
     ///
     /// ```
     /// use actix_web::HttpMessage;
-    /// use tollgate::http::tower::RateLimitLayer;
+    /// use tollgate::http::actix::RateLimit;
     ///
     /// #[derive(Clone)]
     /// struct Account(u64);
     ///
-    /// let _middleware = RateLimitLayer::builder().build().actix().with_extensions(|request, extensions| {
+    /// let _middleware = RateLimit::builder().build().with_extensions(|request, extensions| {
     ///     if let Some(account) = request.extensions().get::<Account>() {
     ///         extensions.insert(account.clone());
     ///     }
@@ -110,7 +125,7 @@ impl RateLimit {
 impl std::fmt::Debug for RateLimit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimit")
-            .field("config", &self.config)
+            .field("rules", &self.engine)
             .field("extensions", &self.extensions.is_some())
             .finish()
     }
@@ -163,43 +178,42 @@ where
     forward_ready!(service);
 
     fn call(&self, request: ServiceRequest) -> Answer<B> {
-        let config = Arc::clone(&self.limit.config);
+        let engine = Arc::clone(&self.limit.engine);
         let decision = match self.head(&request) {
-            Some(parts) => config.decide(&parts),
+            Some(parts) => engine.decide(&parts),
             // actix parsed the head, so it converts: were it not to, the
             // request could not be charged.
-            None => CallDecision::Refused(problem_response(
+            None => Decision::Refused(problem_response(
                 http::StatusCode::BAD_REQUEST,
                 "The request head cannot be read for rate limiting.",
             )),
         };
         let (charges, from) = match decision {
-            CallDecision::Refused(response) => {
+            Decision::Refused(response) => {
                 return Box::pin(ready(Ok(answer(request, response))));
             }
-            CallDecision::Admitted(charges) => {
+            Decision::Admitted(charges) => {
                 let called = self.service.call(request);
                 return Box::pin(async move {
                     let mut response = called.await?;
                     if !charges.is_empty() {
-                        finish(KeptCharges { config, charges }, &mut response);
+                        finish(KeptCharges { engine, charges }, &mut response);
                     }
                     Ok(response.map_into_left_body())
                 });
             }
-            CallDecision::Waits { charges, from } => (charges, from),
+            Decision::Waits { charges, from } => (charges, from),
         };
         let service = Rc::clone(&self.service);
         Box::pin(async move {
             let mut charges = charges;
-            if let Err(refused) = charge_shared_waiting(&mut charges, from, config.store_wait).await
-            {
-                let response = config.refusal(&charges, refused, Protocol::Http);
+            if let Err(refused) = engine.charge_waiting(&mut charges, from).await {
+                let response = engine.refusal(&charges, refused, Protocol::Http);
                 return Ok(answer(request, response));
             }
-            count_shadowed(&charges);
+            engine.count_shadowed(&charges);
             let mut response = service.call(request).await?;
-            finish(KeptCharges { config, charges }, &mut response);
+            finish(KeptCharges { engine, charges }, &mut response);
             Ok(response.map_into_left_body())
         })
     }
@@ -262,7 +276,7 @@ fn answer<B>(
 }
 
 /// What the response means for the kept charges (give-backs, settlement)
-/// and the fields it gets, through the tower layer's own rules: the
+/// and the fields it gets, through the engine's own rules: the
 /// response's status, headers and [`ActualCost`] read into an `http`
 /// response head, the fields it gains copied back.
 fn finish<B>(kept: KeptCharges, response: &mut ServiceResponse<B>) {

@@ -12,20 +12,25 @@ use http::request::Parts;
 use tokio::runtime::Handle;
 
 use super::key::{IntoKey, KeyFn, NoKey};
+use super::kind::{Held, Now, RuleKind, Stage, Waiting};
+use super::stash::Stash;
+use crate::advertised::Shape;
+use crate::error::AcquireError;
+use crate::http::refusal::Cause;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
+use crate::limit::Identity;
 use crate::quota::Quota;
 use crate::shared::{BudgetError, HotAnswer};
 use crate::shared::{KeyedAllowance, KeyedReceipt, Store};
-use crate::sync::unmodelled::Arc;
 
 /// A shared admission's receipt, its store type erased.
-pub(super) type SharedReceipt = Box<dyn GiveBack>;
+type SharedReceipt = Box<dyn GiveBack>;
 
 /// The future of a store decision.
 type StoreDecision = Pin<Box<dyn Future<Output = Result<SharedReceipt, BudgetError>> + Send>>;
 
 /// A [`KeyedReceipt`] as the layer uses it, its store type erased.
-pub(super) trait GiveBack: Send {
+trait GiveBack: Send {
     /// Gives the tokens back by the receipt's rule, without waiting: what
     /// goes back into the key's pool goes at once, a return to the store
     /// runs on `runtime`.
@@ -126,13 +131,13 @@ impl<S: Store> ErasedAllowance for KeyedAllowance<S> {
     }
 }
 
-/// A shared limit with its key extractor.
-#[derive(Clone)]
+/// A shared limit with its key extractor: a rule kind charged after every
+/// in-process one.
 pub(super) struct SharedLimiter {
-    limit: Arc<dyn ErasedAllowance>,
-    key: Arc<KeyFn<String>>,
-    /// Put before each key to name it in the store ([`store_key`]).
-    scope: Arc<str>,
+    limit: Box<dyn ErasedAllowance>,
+    key: Box<KeyFn<String>>,
+    /// Put before each key to name it in the store ([`rule_scope`]).
+    scope: Box<str>,
 }
 
 impl SharedLimiter {
@@ -148,8 +153,8 @@ impl SharedLimiter {
         F: Fn(&Parts) -> R + Send + Sync + 'static,
     {
         SharedLimiter {
-            limit: Arc::new(allowance),
-            key: Arc::new(move |parts: &Parts| key(parts).into_key().map(|key| key.to_string())),
+            limit: Box::new(allowance),
+            key: Box::new(move |parts: &Parts| key(parts).into_key().map(|key| key.to_string())),
             scope: rule_scope(name).into(),
         }
     }
@@ -158,15 +163,129 @@ impl SharedLimiter {
     pub(super) fn quota(&self) -> Quota {
         self.limit.quota()
     }
+}
 
-    /// This limit bound to the request's key, or why it has none.
-    pub(super) fn bind(&self, parts: &Parts) -> Result<SharedKey, NoKey> {
+impl SharedLimiter {
+    /// The key a binding holds, and what charging it came to.
+    fn state(held: &Held) -> Option<&SharedKey> {
+        held.more.get::<SharedKey>()
+    }
+}
+
+impl RuleKind for SharedLimiter {
+    fn stage(&self) -> Stage {
+        Stage::Shared
+    }
+
+    fn bind(&self, parts: &Parts) -> Result<Held, NoKey> {
         let key = (self.key)(parts)?;
-        Ok(SharedKey {
-            limit: Arc::clone(&self.limit),
-            stored: format!("{}{key}", self.scope),
-            key,
+        Ok(Held {
+            more: Stash::put(SharedKey {
+                stored: format!("{}{key}", self.scope),
+                key,
+                outcome: SharedOutcome::Untried,
+                receipt: None,
+            }),
+            ..Held::default()
         })
+    }
+
+    fn take(&self, held: &mut Held, cost: u64, max_wait: Duration) -> Now {
+        let Some(state) = held.more.get_mut::<SharedKey>() else {
+            return Now::Refused(Cause::Misconfigured);
+        };
+        match decided_now(self.limit.try_take(&state.stored, cost), max_wait) {
+            None => Now::Waits,
+            Some(answer) => match state.record(answer) {
+                Ok(()) => Now::Taken,
+                Err(cause) => Now::Refused(cause),
+            },
+        }
+    }
+
+    fn take_waiting<'s>(
+        &'s self,
+        held: &'s mut Held,
+        cost: u64,
+        max_wait: Duration,
+        asked: bool,
+    ) -> Waiting<'s> {
+        Box::pin(async move {
+            let Some(state) = held.more.get_mut::<SharedKey>() else {
+                return Err(Cause::Misconfigured);
+            };
+            // Asked just now, the lease would count its demand twice.
+            let now = if asked {
+                None
+            } else {
+                decided_now(self.limit.try_take(&state.stored, cost), max_wait)
+            };
+            let answer = match now {
+                Some(answer) => answer,
+                None => self.limit.take(state.stored.clone(), cost, max_wait).await,
+            };
+            state.record(answer)
+        })
+    }
+
+    fn give_back(&self, held: &mut Held) {
+        let receipt = held
+            .more
+            .get_mut::<SharedKey>()
+            .and_then(|state| state.receipt.take());
+        if let Some(receipt) = receipt {
+            receipt.undo(self.limit.runtime());
+        }
+    }
+
+    fn settle(&self, held: &mut Held, cost: u64, actual: u64) {
+        let Some(state) = held.more.get_mut::<SharedKey>() else {
+            return;
+        };
+        match state.receipt.take() {
+            Some(receipt) => receipt.settle(actual, self.limit.runtime()),
+            // An estimate of 0 took nothing: the actual cost is all debt.
+            None if actual > 0 && cost == 0 => {
+                self.limit.debit_in_background(&state.stored, actual);
+            }
+            None => {}
+        }
+    }
+
+    /// A node knows only the tokens it holds leased for the key and, once
+    /// refused, the store's wait; with neither (a cold key) it says
+    /// nothing rather than a number it cannot back.
+    fn live(&self, held: &Held) -> Option<(u64, Duration)> {
+        let state = Self::state(held)?;
+        if let Some(wait) = state.store_wait() {
+            return Some((0, wait));
+        }
+        let pooled = self.limit.pooled(&state.stored);
+        (pooled > 0).then(|| (pooled, self.limit.quota().refill_interval()))
+    }
+
+    fn shape(&self, _: &Held) -> Option<Shape> {
+        Some(Shape::from(&self.limit.quota()))
+    }
+
+    /// Only the store's refusal says when: its wait is its own answer,
+    /// whatever else the request charges.
+    fn look(&self, held: &Held, _: u64) -> Option<Result<Duration, AcquireError>> {
+        Self::state(held)?.store_wait().map(Ok)
+    }
+
+    fn identity(&self, _: &Held) -> Option<Identity> {
+        // Its own: no in-process limit is the store's.
+        None
+    }
+
+    fn partition(
+        &self,
+        held: &Held,
+        keys: &PartitionKeys,
+        name: &PolicyName,
+    ) -> Option<PartitionKey> {
+        Some(keys.key(name, Self::state(held)?.key.as_str()))
     }
 }
 
@@ -181,58 +300,68 @@ fn rule_scope(name: &PolicyName) -> String {
     format!("{}:{name}:", name.len())
 }
 
-/// A shared limit bound to one request's key.
-pub(super) struct SharedKey {
-    limit: Arc<dyn ErasedAllowance>,
+/// A shared limit's binding to one request's key, with what charging it
+/// came to and, once taken, its receipt.
+struct SharedKey {
     /// The key as extracted: what partitions the RateLimit fields.
     key: String,
     /// The key as the store names it: scoped by rule.
     stored: String,
+    outcome: SharedOutcome,
+    receipt: Option<SharedReceipt>,
 }
 
 impl SharedKey {
-    /// Takes `cost` from this node's lease of the key, or refuses with
-    /// answers [`HotAnswer::AskStore`] when only the store can decide.
-    pub(super) fn try_take(&self, cost: u64) -> Result<HotAnswer<SharedReceipt>, BudgetError> {
-        self.limit.try_take(&self.stored, cost)
+    /// Records what the store or the lease answered.
+    fn record(&mut self, answer: Result<SharedReceipt, BudgetError>) -> Result<(), Cause> {
+        match answer {
+            Ok(receipt) => {
+                self.outcome = SharedOutcome::Taken;
+                self.receipt = Some(receipt);
+                Ok(())
+            }
+            Err(error) => {
+                self.outcome = SharedOutcome::Refused(error);
+                Err(Cause::from(error))
+            }
+        }
     }
 
-    /// Takes `cost`, from the store if need be, within `max_wait`.
-    pub(super) fn take(&self, cost: u64, max_wait: Duration) -> StoreDecision {
-        self.limit.take(self.stored.clone(), cost, max_wait)
+    /// The store's wait, once it refused for want of tokens.
+    fn store_wait(&self) -> Option<Duration> {
+        match self.outcome {
+            SharedOutcome::Refused(BudgetError::Limit(AcquireError::Insufficient {
+                retry_after,
+            })) => Some(retry_after),
+            _ => None,
+        }
     }
+}
 
-    /// Tokens this node holds leased for the key: a lower bound of what the
-    /// fleet has left, and all this node can vouch for.
-    pub(super) fn pooled(&self) -> u64 {
-        self.limit.pooled(&self.stored)
-    }
-
-    /// The quota the store gives every key now.
-    pub(super) fn quota(&self) -> Quota {
-        self.limit.quota()
-    }
-
-    /// The runtime the key's store calls run on: where what a receipt
-    /// leaves to the store finishes.
-    pub(super) fn runtime(&self) -> &Handle {
-        self.limit.runtime()
-    }
-
-    /// Charges `tokens` to the key in the background, into debt: a settled
-    /// cost that came with no admission (an estimate of 0).
-    pub(super) fn debit_in_background(&self, tokens: u64) {
-        self.limit.debit_in_background(&self.stored, tokens);
-    }
-
-    pub(super) fn partition(&self, keys: &PartitionKeys, name: &PolicyName) -> PartitionKey {
-        keys.key(name, self.key.as_str())
+/// A shared limit's answer without awaiting; `None` if it is worth
+/// waiting on instead: only its store can decide (a key this node holds no
+/// lease of), or its lease is short but a refill may land within
+/// `max_wait`. A node's empty pool is not the fleet's empty budget, so it
+/// is never a 429 while the wait could still admit.
+fn decided_now(
+    attempt: Result<HotAnswer<SharedReceipt>, BudgetError>,
+    max_wait: Duration,
+) -> Option<Result<SharedReceipt, BudgetError>> {
+    match attempt {
+        Ok(HotAnswer::Admitted(receipt)) => Some(Ok(receipt)),
+        Ok(HotAnswer::AskStore) => None,
+        Err(BudgetError::Limit(AcquireError::Insufficient { retry_after }))
+            if retry_after <= max_wait =>
+        {
+            None
+        }
+        Err(refused) => Some(Err(refused)),
     }
 }
 
 /// What charging a shared limit came to, for the fields and the refusal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum SharedOutcome {
+enum SharedOutcome {
     /// Not charged: a rule before it refused, or its cost is 0.
     Untried,
     /// Taken, from a lease or by the store, or let through by the

@@ -4,7 +4,6 @@
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{HeaderMap, Version};
-use http_body::Body;
 
 use super::CostError;
 
@@ -16,14 +15,15 @@ use super::CostError;
 /// alone cannot tell an HTTP/2 request without a body from one that
 /// streams a body of undeclared length.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Framing(Option<u64>);
+pub(crate) struct Framing(Option<u64>);
 
 impl Framing {
-    pub(super) fn of<B: Body>(body: &B) -> Framing {
-        if body.is_end_stream() {
-            return Framing(Some(0));
-        }
-        Framing(body.size_hint().exact())
+    /// The framing of a body that is at its end (`ended`), or whose exact
+    /// length is `exact` if known: what an adapter reads of its body type
+    /// (the tower layer; actix's head alone is read).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn new(ended: bool, exact: Option<u64>) -> Framing {
+        Framing(if ended { Some(0) } else { exact })
     }
 }
 
