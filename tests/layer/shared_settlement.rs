@@ -238,3 +238,56 @@ async fn under_fallback_an_undebited_excess_is_charged_locally() {
         "{refused:?}"
     );
 }
+
+/// A store whose debit panics (user code) when a settlement reaches it
+/// after the response: the response is still answered, the panic stays in
+/// the store's call, and no budget is minted (the debit is lost, as a
+/// failed debit is).
+#[tokio::test]
+async fn a_store_that_panics_in_a_settlement_never_reaches_the_response() {
+    struct Panicking(Arc<LocalStore<ManualClock>>);
+    impl Store for Panicking {
+        type Error = AcquireError;
+        fn quota(&self) -> Quota {
+            self.0.quota()
+        }
+        async fn acquire(&self, key: &str, want: u64) -> Result<Grant, AcquireError> {
+            self.0.acquire(key, want).await
+        }
+        async fn release(&self, key: &str, lease: Lease, unused: u64) -> Result<(), AcquireError> {
+            self.0.release(key, lease, unused).await
+        }
+        async fn debit(&self, _: &str, _: u64) -> Result<(), AcquireError> {
+            panic!("the store's debit panicked")
+        }
+    }
+    let inner = frozen(Quota::new(1_000, 1, Duration::from_secs(3600)).unwrap());
+    let store = Arc::new(Panicking(Arc::clone(&inner)));
+    // An estimate of 0 takes nothing: the usage reported is all debit.
+    let rule = Rule::shared(
+        PolicyName::new("fleet").unwrap(),
+        node(&store),
+        extract::header(API_KEY),
+    )
+    .cost(|_| 0)
+    .settled_by(Settlement::Extension)
+    .unwrap();
+    let layer = RateLimitLayer::builder().rule(rule).build();
+    let request = Request::get("/")
+        .header(API_KEY, "k")
+        .header("x-used", "40")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let service = layer.layer(tower::service_fn(report_usage::<Full<Bytes>>));
+    let response = service.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    let key = format!("{}:fleet:k", "fleet".len());
+    assert_eq!(
+        inner.limiter().available(&key),
+        1_000,
+        "nothing minted, nothing charged"
+    );
+}

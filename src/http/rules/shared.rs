@@ -60,16 +60,20 @@ impl<S: Store> GiveBack for KeyedReceipt<S> {
 /// go back into the key's pool before the response is done), and the rest
 /// (a store call) on `runtime`: the layer's give-backs and settlements
 /// happen where nothing can await, such as a response body's last frame or
-/// its drop.
+/// its drop. A `Store` that panics in that first poll (user code) loses
+/// that call, as a panic in the spawned rest would, and never unwinds into
+/// the response: nothing is given back or charged for it, so nothing is
+/// minted.
 fn finish_in_background(runtime: &Handle, work: impl Future<Output = ()> + Send + 'static) {
     let mut work = Box::pin(work);
     // Inside the runtime, so that a store call may start its timers here.
     let _inside = runtime.enter();
-    if work
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-        .is_pending()
-    {
+    let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        work.as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending()
+    }));
+    if let Ok(true) = first {
         // Polled again at once by the runtime, which registers its waker.
         runtime.spawn(work);
     }
