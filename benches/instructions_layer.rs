@@ -30,7 +30,7 @@ fn open() -> tollgate::Quota {
 }
 
 /// The tower layer's service around an inner service that answers at
-/// once, with the rules of `tests/allocations/layer_request.rs`: a keyed
+/// once, with the rules of `tests/allocations/admitted_request_allocates_nothing.rs`: a keyed
 /// limiter per peer address, a global bucket and a global sliding window,
 /// none kept past `call`.
 type Layered = tollgate::http::tower::RateLimitService<

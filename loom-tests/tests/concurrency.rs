@@ -12,7 +12,7 @@
 //! loom-aware (a loom thread spinning on one would hang the model). Its
 //! per-key counters run the same `counter.rs` code as the models below;
 //! entry removal is argued in `docs/concurrency.md` and stress-tested on
-//! real threads in `tests/bucket/concurrency.rs`. The async waiting of feature
+//! real threads in `tests/bucket/in_flight_bound.rs`. The async waiting of feature
 //! `tokio` is likewise not modelled (neither tokio's timer nor
 //! event-listener's mutex is loom-aware).
 //!

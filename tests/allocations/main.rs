@@ -22,6 +22,6 @@ fn alone() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-mod keyed_bytes;
 #[cfg(feature = "tower")]
-mod layer_request;
+mod admitted_request_allocates_nothing;
+mod keyed_bytes_bounded;

@@ -2,19 +2,19 @@
 //! against the rational model, waits, quota changes, chains, windows, the
 //! pacer, the striped bucket, races, bad input.
 
-mod bad_input;
-mod blocking;
-mod clock_skew;
-mod concurrency;
-mod counted;
-mod hierarchy;
-mod pacer;
-mod quota_change;
-mod reference_model;
-mod seed_traces;
-mod settlement;
-mod stress;
-mod striped;
-mod waits_before_origin;
-mod window;
-mod window_model;
+mod all_or_nothing;
+mod blocking_waits;
+mod clock_jitter_never_mints;
+mod counts_are_exact;
+mod exact_against_model;
+mod exact_on_seed_traces;
+mod exact_under_contention;
+mod in_flight_bound;
+mod pacer_spacing;
+mod quota_change_continuity;
+mod settlement_never_mints;
+mod striped_envelope;
+mod typed_errors;
+mod waits_from_the_reading;
+mod window_boundaries;
+mod windows_against_model;

@@ -2,10 +2,10 @@
 //! allowances and their reconciliation with a store, extreme quotas, the
 //! limiters' common models.
 
-mod allowance;
-mod extremes;
-mod keyed_allowance;
-mod limiter_models;
-mod pacing;
-mod waiting;
-mod window_limit;
+mod allowances_within_the_shared_bound;
+mod async_waits_first_come;
+mod every_limiter_within_its_envelope;
+mod extremes_get_typed_answers;
+mod keyed_allowances_within_the_bound;
+mod pacing_keeps_store_calls_flat;
+mod windows_as_limits;

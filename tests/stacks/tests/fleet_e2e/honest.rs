@@ -4,7 +4,7 @@
 //! one every 10 ms for 2 s (once to one node, once to the three in turn:
 //! each node's demand stays above `cold_below`, so no node gives a lease
 //! back mid-run, which the others would not see until their word of an
-//! empty store ran out: `tests/tokio_layer/keyed_allowance.rs` bounds that case),
+//! empty store ran out: `tests/tokio_layer/keyed_allowances_within_the_bound.rs` bounds that case),
 //! and after each 429 reads the key's state in Redis (`TIME` and `GET` in
 //! one pipeline) to learn what the store held and how long it would have
 //! made the client wait.
