@@ -119,10 +119,10 @@ fn layer_admitted((mut service, requests): (Layered, Vec<LayerRequest>)) -> Laye
     service
 }
 
-/// The layer's admitted request, three in-process rules: 2 472 instructions
-/// measured (the inner service's own answer included), a limit a few
-/// percent above, which the layer's rewrite must stay under.
-const LAYER_ADMITTED: u64 = 2_550_000;
+/// The layer's admitted request, three in-process rules: 2 284 instructions
+/// measured over the rule engine (2 472 over the layer it replaced), the
+/// inner service's own answer included; a limit a few percent above.
+const LAYER_ADMITTED: u64 = 2_400_000;
 
 library_benchmark_group!(
     name = layer_rows;

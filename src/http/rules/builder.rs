@@ -279,6 +279,10 @@ impl<T> RulesBuilder<T> {
         T::from(Rules {
             engine: Arc::new(Engine {
                 reads_costs: self.rules.iter().any(Rule::has_cost),
+                keeps: self.on_success
+                    || self.rules.iter().any(|rule| {
+                        rule.answers_to_response() || rule.kind().held_until_response()
+                    }),
                 shadows: self.rules.iter().any(|rule| rule.role().is_shadow()),
                 texts: self
                     .rules

@@ -59,12 +59,9 @@ impl Engine {
     /// The order the charges are taken in, as indices into `charges`:
     /// every enforced one in the rules' order, then every shadow one, so
     /// that a shadow rule never takes, undoes or retakes what an enforced
-    /// rule holds.
+    /// rule holds. Without shadow rules, the charges' own order.
     fn order(&self, charges: &[Charge]) -> SmallVec<[usize; 4]> {
         let all = 0..charges.len();
-        if !self.shadows {
-            return all.collect();
-        }
         let shadow = |index: &usize| self.is_shadow(&charges[*index]);
         let enforced = all.clone().filter(|index| !shadow(index));
         enforced.chain(all.filter(shadow)).collect()
@@ -75,12 +72,13 @@ impl Engine {
     /// charges, which takes nothing and refuses nothing (the enforced
     /// rule's decision is the limit's, and a second charge of it would
     /// refuse what the enforced rule alone admits).
+    #[inline(always)]
     fn takes(&self, charges: &mut [Charge], index: usize) -> bool {
         let charge = &charges[index];
         if charge.cost == 0 {
             return false;
         }
-        if !self.is_shadow(charge) {
+        if !self.shadows || !self.is_shadow(charge) {
             return true;
         }
         let identity = self.kind(charge).identity(&charge.held);
@@ -94,18 +92,15 @@ impl Engine {
         !shares
     }
 
-    /// What a charge's answer means for the request: a shadow rule's
-    /// refusal marks it (it takes nothing, and is counted if the request
-    /// is admitted); an enforced rule's gives every charge back.
-    fn answered(
+    /// What a charge's refusal means for the request: a shadow rule's
+    /// marks it (it takes nothing, and is counted if the request is
+    /// admitted); an enforced rule's gives every charge back.
+    fn refused_by(
         &self,
         charges: &mut [Charge],
         index: usize,
-        answer: Result<(), Cause>,
+        cause: Cause,
     ) -> Result<(), ChargeRefusal> {
-        let Err(cause) = answer else {
-            return Ok(());
-        };
         if self.is_shadow(&charges[index]) {
             charges[index].shadowed = true;
             charges[index].cost = 0;
@@ -120,22 +115,40 @@ impl Engine {
     /// Charges the request's rules without awaiting, all or nothing; stops
     /// at the first charge only waiting can decide.
     pub(crate) fn charge_now(&self, charges: &mut [Charge]) -> Progress {
-        for (step, index) in self.order(charges).into_iter().enumerate() {
-            if !self.takes(charges, index) {
-                continue;
+        if self.shadows {
+            for (step, index) in self.order(charges).into_iter().enumerate() {
+                if let Some(progress) = self.charge_step(charges, step, index) {
+                    return progress;
+                }
             }
-            let charge = &mut charges[index];
-            let kind = self.rules[charge.rule].kind();
-            let answer = match kind.take(&mut charge.held, charge.cost, self.store_wait) {
-                Now::Taken => Ok(()),
-                Now::Waits => return Progress::Waits(step),
-                Now::Refused(cause) => Err(cause),
-            };
-            if let Err(refused) = self.answered(charges, index, answer) {
-                return Progress::Refused(refused);
+        } else {
+            // The charges' own order: nothing to sort, no role to ask.
+            for index in 0..charges.len() {
+                if let Some(progress) = self.charge_step(charges, index, index) {
+                    return progress;
+                }
             }
         }
         Progress::Admitted
+    }
+
+    /// Takes the charge at `index`, step `step` of the order: `None` to go
+    /// on to the next step.
+    #[inline(always)]
+    fn charge_step(&self, charges: &mut [Charge], step: usize, index: usize) -> Option<Progress> {
+        if !self.takes(charges, index) {
+            return None;
+        }
+        let charge = &mut charges[index];
+        let kind = self.rules[charge.rule].kind();
+        match kind.take(&mut charge.held, charge.cost, self.store_wait) {
+            Now::Taken => None,
+            Now::Waits => Some(Progress::Waits(step)),
+            Now::Refused(cause) => self
+                .refused_by(charges, index, cause)
+                .err()
+                .map(Progress::Refused),
+        }
     }
 
     /// Charges the rules from step `from` of the order on, waiting (the
@@ -161,7 +174,9 @@ impl Engine {
             let answer = kind
                 .take_waiting(&mut charge.held, charge.cost, left, step == from)
                 .await;
-            self.answered(charges, index, answer)?;
+            if let Err(cause) = answer {
+                self.refused_by(charges, index, cause)?;
+            }
         }
         Ok(())
     }

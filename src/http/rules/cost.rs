@@ -12,7 +12,7 @@ use crate::http::RateLimitPolicy;
 ///
 /// ```
 /// use http::StatusCode;
-/// use tollgate::http::tower::{CostError, extract};
+/// use tollgate::http::rules::{CostError, extract};
 ///
 /// let (parts, ()) = http::Request::post("/upload").header("content-length", "ten").body(())?.into_parts();
 /// assert_eq!(extract::content_length(&parts), Err(CostError::InvalidContentLength));
@@ -40,7 +40,7 @@ impl CostError {
     ///
     /// ```
     /// use http::StatusCode;
-    /// use tollgate::http::tower::CostError;
+    /// use tollgate::http::rules::CostError;
     ///
     /// assert_eq!(CostError::LengthRequired.status(), StatusCode::LENGTH_REQUIRED);
     /// ```

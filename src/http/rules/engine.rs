@@ -14,6 +14,7 @@ use http::request::Parts;
 
 use super::charge::{Charge, Charges, Progress};
 use super::key::NoKey;
+use super::kind::Held;
 use super::protocol::Protocol;
 use super::rule::{MissingKey, Rule};
 use super::shadow::Role;
@@ -41,6 +42,10 @@ pub(crate) struct Engine {
     /// Whether a rule is in shadow mode: without one, the charges are
     /// taken in their order, and no rule is asked its role.
     pub(crate) shadows: bool,
+    /// Whether an admitted request may keep a charge until its response
+    /// (to give it back, settle it, advertise it, or hold a permit):
+    /// without one, nothing is kept and no rule is asked.
+    pub(crate) keeps: bool,
     pub(crate) keys: PartitionKeys,
     pub(crate) jitter: Jitter,
     pub(crate) on_success: bool,
@@ -73,31 +78,36 @@ impl Engine {
             if !rule.applies_to(parts) {
                 continue;
             }
-            let held = match rule.kind().bind(parts) {
-                Ok(held) => held,
-                Err(missing) => match missing_key(rule, missing, parts) {
+            // Bound in place: a charge is large (it holds a receipt), and
+            // each move of it is a copy.
+            charges.push(Charge {
+                rule: index,
+                cost: 0,
+                shadowed: false,
+                held: Held::default(),
+            });
+            let Some(charge) = charges.last_mut() else {
+                continue;
+            };
+            if let Err(missing) = rule.kind().bind(parts, &mut charge.held) {
+                charges.pop();
+                match missing_key(rule, missing, parts) {
                     Some(answer) => return answer,
                     None => continue,
-                },
-            };
-            let cost = match rule.cost_of(parts) {
-                Ok(cost) => cost,
+                }
+            }
+            match rule.cost_of(parts) {
+                Ok(cost) => charge.cost = cost,
                 Err(error) => {
                     return Unchargeable::Cost(rule.policy(), error)
                         .decision(Protocol::of(&parts.headers));
                 }
-            };
-            charges.push(Charge {
-                rule: index,
-                cost,
-                shadowed: false,
-                held,
-            });
+            }
         }
         match self.charge_now(&mut charges) {
             Progress::Admitted => {
                 self.count_shadowed(&charges);
-                Decision::Admitted(self.kept(charges))
+                Decision::Admitted(self.kept(&mut charges))
             }
             Progress::Refused(refused) => {
                 Decision::Refused(self.refusal(&charges, refused, Protocol::of(&parts.headers)))
@@ -113,15 +123,16 @@ impl Engine {
     /// response may change (a status that gives back, a cost to settle),
     /// every one when the fields are advertised, and every permit. None in
     /// the common case, which allocates nothing.
-    fn kept(&self, charges: Charges) -> Vec<Charge> {
-        charges
-            .into_iter()
-            .filter(|charge| {
-                self.on_success
-                    || self.kind(charge).held_until_response()
-                    || self.rules[charge.rule].answers_to_response()
-            })
-            .collect()
+    fn kept(&self, charges: &mut Charges) -> Vec<Charge> {
+        let keeps = |charge: &Charge| {
+            self.on_success
+                || self.kind(charge).held_until_response()
+                || self.rules[charge.rule].answers_to_response()
+        };
+        if !self.keeps {
+            return Vec::new();
+        }
+        charges.drain(..).filter(keeps).collect()
     }
 
     /// Counts, for each shadow rule whose limit refused its charge, a

@@ -20,7 +20,7 @@ use crate::identity::{AddrKey, ForwardedResolver, PrefixPolicy};
 /// header the client controls.
 ///
 /// ```
-/// use tollgate::http::tower::extract;
+/// use tollgate::http::rules::extract;
 ///
 /// #[derive(Clone, Debug, PartialEq)]
 /// struct Account(u64);
@@ -42,7 +42,7 @@ pub fn extension<T: Clone + Send + Sync + 'static>()
 ///
 /// ```
 /// use std::net::{IpAddr, SocketAddr};
-/// use tollgate::http::tower::extract;
+/// use tollgate::http::rules::extract;
 ///
 /// let (mut parts, ()) = http::Request::new(()).into_parts();
 /// parts.extensions.insert("192.0.2.7:443".parse::<SocketAddr>()?);
@@ -71,7 +71,7 @@ where
 ///
 /// ```
 /// use std::net::{IpAddr, SocketAddr};
-/// use tollgate::http::tower::{NoPeer, extract};
+/// use tollgate::http::rules::{NoPeer, extract};
 ///
 /// let (mut parts, ()) = http::Request::new(()).into_parts();
 /// assert_eq!(extract::peer_ip(&parts), Err(NoPeer));
@@ -113,7 +113,7 @@ pub fn peer_ip(parts: &Parts) -> Result<IpAddr, NoPeer> {
 ///
 /// ```
 /// use std::net::SocketAddr;
-/// use tollgate::http::tower::extract;
+/// use tollgate::http::rules::extract;
 ///
 /// let (mut parts, ()) = http::Request::new(()).into_parts();
 /// parts.extensions.insert("[2001:db8::1]:80".parse::<SocketAddr>()?);
@@ -130,7 +130,7 @@ pub fn peer_addr(parts: &Parts) -> Result<AddrKey, NoPeer> {
 ///
 /// ```
 /// use std::net::SocketAddr;
-/// use tollgate::http::tower::extract;
+/// use tollgate::http::rules::extract;
 /// use tollgate::identity::PrefixPolicy;
 ///
 /// let per_subscriber = extract::peer_addr_with(PrefixPolicy::new(32, 56)?);
@@ -162,7 +162,7 @@ fn peer_key(parts: &Parts, policy: PrefixPolicy) -> Result<AddrKey, NoPeer> {
 /// ```
 /// use std::net::{IpAddr, SocketAddr};
 /// use tollgate::identity::{ForwardedResolver, HeaderSource, TrustedProxies};
-/// use tollgate::http::tower::extract;
+/// use tollgate::http::rules::extract;
 ///
 /// let resolver = ForwardedResolver::new(HeaderSource::XForwardedFor, TrustedProxies::parse(["127.0.0.1"])?);
 /// let client = extract::forwarded(resolver, extract::peer_ip);
@@ -201,7 +201,7 @@ where
 ///
 /// ```
 /// use http::{HeaderName, Request};
-/// use tollgate::http::tower::extract;
+/// use tollgate::http::rules::extract;
 ///
 /// let api_key = extract::header(HeaderName::from_static("x-api-key"));
 /// let long = "k".repeat(extract::MAX_HEADER_KEY_LEN + 1);
@@ -226,7 +226,7 @@ pub const MAX_HEADER_KEY_LEN: usize = 256;
 ///
 /// ```
 /// use http::HeaderName;
-/// use tollgate::http::tower::extract;
+/// use tollgate::http::rules::extract;
 ///
 /// let api_key = extract::header(HeaderName::from_static("x-api-key"));
 /// let (parts, ()) = http::Request::get("/").header("x-api-key", "k-7f3a").body(())?.into_parts();
@@ -258,7 +258,7 @@ pub fn header(name: HeaderName) -> impl Fn(&Parts) -> Option<String> + Send + Sy
 ///
 /// ```
 /// use http::{HeaderName, Method};
-/// use tollgate::http::tower::extract;
+/// use tollgate::http::rules::extract;
 ///
 /// let (parts, ()) = http::Request::post("/login").body(())?.into_parts();
 /// assert_eq!(extract::method_and_path(&parts), Some((Method::POST, "/login".to_owned())));
@@ -292,7 +292,7 @@ pub fn method_and_path(parts: &Parts) -> Option<(Method, String)> {
 /// than that.
 ///
 /// ```
-/// use tollgate::http::tower::{CostError, extract};
+/// use tollgate::http::rules::{CostError, extract};
 ///
 /// let (parts, ()) = http::Request::post("/upload").header("content-length", "4096").body(())?.into_parts();
 /// assert_eq!(extract::content_length(&parts), Ok(4096));

@@ -12,12 +12,23 @@ use super::kind::{Held, Now, RuleKind, Stage};
 use super::stash::Stash;
 use super::token::WithKey;
 use crate::advertised::Shape;
-use crate::concurrency::KeyedConcurrencyLimiter;
+use crate::concurrency::{KeyedConcurrencyLimiter, KeyedPermit};
 use crate::error::AcquireError;
 use crate::http::refusal::Cause;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
 use crate::limit::Identity;
 use http::request::Parts;
+
+/// A request's key of an in-flight rule, and its permit once taken
+/// (dropping it releases its units).
+struct Slot<K, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    key: K,
+    permit: Option<KeyedPermit<K, S>>,
+}
 
 /// An in-flight rule's limiter with its key extractor.
 pub(super) struct InFlight<K, S>(pub(super) WithKey<KeyedConcurrencyLimiter<K, S>, K>);
@@ -31,17 +42,21 @@ where
         Stage::InFlight
     }
 
-    fn bind(&self, parts: &Parts) -> Result<Held, NoKey> {
-        self.0.key_of(parts).map(Held::key)
+    fn bind(&self, parts: &Parts, held: &mut Held) -> Result<(), NoKey> {
+        held.key = Stash::put(Slot::<K, S> {
+            key: self.0.key_of(parts)?,
+            permit: None,
+        });
+        Ok(())
     }
 
     fn take(&self, held: &mut Held, cost: u64, _: Duration) -> Now {
-        let Some(key) = held.key.get::<K>() else {
+        let Some(slot) = held.key.get_mut::<Slot<K, S>>() else {
             return Now::Refused(Cause::Misconfigured);
         };
-        match self.0.limiter.try_acquire(key, cost) {
+        match self.0.limiter.try_acquire(&slot.key, cost) {
             Ok(permit) => {
-                held.more = Stash::put(permit);
+                slot.permit = Some(permit);
                 Now::Taken
             }
             Err(error) => Now::Refused(Cause::InFlight(error)),
@@ -50,7 +65,9 @@ where
 
     /// Releases the permit: the work it counted is no longer in flight.
     fn give_back(&self, held: &mut Held) {
-        held.more = Stash::Empty;
+        if let Some(slot) = held.key.get_mut::<Slot<K, S>>() {
+            slot.permit = None;
+        }
     }
 
     fn settle(&self, _: &mut Held, _: u64, _: u64) {}

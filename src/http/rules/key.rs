@@ -18,7 +18,7 @@ pub(super) type KeyFn<K> = dyn Fn(&Parts) -> Result<K, NoKey> + Send + Sync;
 /// ([`extract::peer_ip`](super::extract::peer_ip)).
 ///
 /// ```
-/// use tollgate::http::tower::{NoPeer, extract};
+/// use tollgate::http::rules::{NoPeer, extract};
 ///
 /// let (parts, ()) = http::Request::new(()).into_parts();
 /// assert_eq!(extract::peer_ip(&parts), Err(NoPeer));
@@ -35,7 +35,7 @@ pub struct NoPeer;
 /// Why a request has no key for a rule.
 ///
 /// ```
-/// use tollgate::http::tower::{IntoKey, NoKey, NoPeer};
+/// use tollgate::http::rules::{IntoKey, NoKey, NoPeer};
 ///
 /// assert_eq!(None::<u64>.into_key(), Err(NoKey::NotInRequest));
 /// assert_eq!(Err::<u64, _>(NoPeer).into_key(), Err(NoKey::NoPeer));
@@ -60,7 +60,7 @@ pub enum NoKey {
 /// extractor says why a key is missing with one of the two.
 ///
 /// ```
-/// use tollgate::http::tower::IntoKey;
+/// use tollgate::http::rules::IntoKey;
 ///
 /// assert_eq!(Some(7).into_key(), Ok(7));
 /// ```

@@ -18,25 +18,14 @@ use crate::http::refusal::Cause;
 use crate::http::{PartitionKey, PartitionKeys, PolicyName};
 use crate::limit::{Identity, Taken};
 
-/// What a rule's binding holds for one request: its key, and what taking
-/// its cost took (a token limit's receipt inline; anything else, a permit
-/// or a shared budget's receipt, in `more`). Owned, so a charge outlives
-/// the call that bound it with nothing to copy.
+/// What a rule's binding holds for one request: its key (with, for a kind
+/// whose receipt is not a token limit's, that receipt: a permit, a shared
+/// budget's), and a token limit's receipt once taken. Owned, so a charge
+/// outlives the call that bound it with nothing to copy.
 #[derive(Default)]
 pub(crate) struct Held {
     pub(crate) key: Stash,
     pub(crate) taken: Option<Taken>,
-    pub(crate) more: Stash,
-}
-
-impl Held {
-    /// A binding to `key`, nothing taken yet.
-    pub(crate) fn key<K: std::any::Any + Send>(key: K) -> Held {
-        Held {
-            key: Stash::put(key),
-            ..Held::default()
-        }
-    }
 }
 
 /// When a kind of rule is charged among a request's rules. Permits first
@@ -71,8 +60,9 @@ pub(crate) trait RuleKind: Send + Sync {
     /// Where this kind is charged among a request's rules.
     fn stage(&self) -> Stage;
 
-    /// This rule bound to the request's key, or why the request has none.
-    fn bind(&self, parts: &Parts) -> Result<Held, NoKey>;
+    /// This rule bound to the request's key (into `held`, found empty),
+    /// or why the request has none.
+    fn bind(&self, parts: &Parts, held: &mut Held) -> Result<(), NoKey>;
 
     /// Takes `cost` now, or refuses, or says that only waiting (at most
     /// `max_wait`) can tell.

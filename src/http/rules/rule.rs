@@ -29,7 +29,7 @@ use crate::sync::unmodelled::Arc;
 /// misconfiguration, and skipping the rule would quietly lift its limit.
 ///
 /// ```
-/// use tollgate::http::tower::MissingKey;
+/// use tollgate::http::rules::MissingKey;
 ///
 /// assert_eq!(MissingKey::default(), MissingKey::Reject);
 /// ```
@@ -51,7 +51,7 @@ pub enum MissingKey {
 type CostFn = dyn Fn(&Parts) -> Result<u64, CostError> + Send + Sync;
 type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 
-/// One limit of a [`RateLimitLayer`](crate::http::tower::RateLimitLayer): a global
+/// One limit of a set of [`Rules`](super::Rules) (a tower layer's, actix middleware's): a global
 /// [`Limit`](crate::Limit) (a [`TokenBucket`](crate::TokenBucket), a window counter …)
 /// or a [`KeyedLimiter`](crate::KeyedLimiter) with a key extractor, advertised
 /// as a [`RateLimitPolicy`], with a cost per request (1 unless set), an
@@ -66,7 +66,7 @@ type Predicate = dyn Fn(&Parts) -> bool + Send + Sync;
 /// use http::StatusCode;
 /// use tollgate::{KeyedLimiter, Quota};
 /// use tollgate::http::PolicyName;
-/// use tollgate::http::tower::{MissingKey, Rule, extract};
+/// use tollgate::http::rules::{MissingKey, Rule, extract};
 ///
 /// #[derive(Clone, Hash, PartialEq, Eq)]
 /// struct Account(u64); // placed in the extensions by authentication
@@ -120,7 +120,7 @@ impl Rule {
     /// use std::sync::Arc;
     /// use tollgate::{FixedWindow, Quota, TokenBucket, WindowQuota};
     /// use tollgate::http::PolicyName;
-    /// use tollgate::http::tower::Rule;
+    /// use tollgate::http::rules::Rule;
     ///
     /// let global = Rule::global(PolicyName::new("global")?, Arc::new(TokenBucket::new(Quota::per_second(1000)?)));
     /// assert_eq!(global.policy().quota(), 1000);
@@ -148,7 +148,7 @@ impl Rule {
     /// use std::sync::Arc;
     /// use tollgate::{KeyedLimiter, Quota};
     /// use tollgate::http::PolicyName;
-    /// use tollgate::http::tower::Rule;
+    /// use tollgate::http::rules::Rule;
     ///
     /// let per_tenant = Arc::new(KeyedLimiter::<String>::new(Quota::per_second(50)?));
     /// let rule = Rule::keyed(PolicyName::new("per-tenant")?, per_tenant, |parts: &http::request::Parts| {
@@ -216,7 +216,7 @@ impl Rule {
     /// use http::HeaderName;
     /// use tollgate::Quota;
     /// use tollgate::http::PolicyName;
-    /// use tollgate::http::tower::{RateLimitLayer, Rule, extract};
+    /// use tollgate::http::rules::{Rule, Rules, extract};
     /// use tollgate::shared::{FailurePolicy, KeyedAllowance, KeyedAllowanceConfig, LocalStore};
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
@@ -227,8 +227,8 @@ impl Rule {
     /// let api_key = extract::header(HeaderName::from_static("x-api-key"));
     /// let rule = Rule::shared(PolicyName::new("per-api-key")?, per_key, api_key);
     /// assert_eq!((rule.policy().quota(), rule.policy().window_seconds()), (100, Some(60)));
-    /// let layer = RateLimitLayer::builder().rule(rule).build();
-    /// # let _ = layer;
+    /// let rules = Rules::builder().rule(rule).build();
+    /// # let _ = rules;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -275,7 +275,7 @@ impl Rule {
     /// use http::HeaderName;
     /// use tollgate::concurrency::KeyedConcurrencyLimiter;
     /// use tollgate::http::PolicyName;
-    /// use tollgate::http::tower::{RateLimitLayer, Rule, extract};
+    /// use tollgate::http::rules::{Rule, Rules, extract};
     ///
     /// // At most 2 reports generated at once per API key.
     /// let reports = Arc::new(KeyedConcurrencyLimiter::<String>::new(2)?);
@@ -283,7 +283,7 @@ impl Rule {
     /// let rule = Rule::in_flight(PolicyName::new("reports")?, reports, api_key)
     ///     .when(|parts| parts.uri.path().starts_with("/reports"));
     /// assert_eq!(rule.policy().quota(), 2);
-    /// let _layer = RateLimitLayer::builder().rule(rule).build();
+    /// let _rules = Rules::builder().rule(rule).build();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn in_flight<K, S, R, F>(
@@ -327,7 +327,7 @@ impl Rule {
     /// use std::sync::Arc;
     /// use tollgate::{Quota, TokenBucket};
     /// use tollgate::http::{PolicyName, QuotaUnit};
-    /// use tollgate::http::tower::Rule;
+    /// use tollgate::http::rules::Rule;
     ///
     /// let bytes = Rule::global(PolicyName::new("upload")?, Arc::new(TokenBucket::new(Quota::per_second(1 << 20)?)));
     /// let policy = bytes.policy().clone().with_unit(QuotaUnit::ContentBytes);
@@ -349,7 +349,7 @@ impl Rule {
     /// use std::sync::Arc;
     /// use tollgate::{Quota, TokenBucket};
     /// use tollgate::http::PolicyName;
-    /// use tollgate::http::tower::Rule;
+    /// use tollgate::http::rules::Rule;
     ///
     /// // Searches cost five times what the other routes do.
     /// let work = Rule::global(PolicyName::new("work")?, Arc::new(TokenBucket::new(Quota::per_second(100)?)))
@@ -370,7 +370,7 @@ impl Rule {
     /// use std::sync::Arc;
     /// use tollgate::{Quota, TokenBucket};
     /// use tollgate::http::{PolicyName, QuotaUnit};
-    /// use tollgate::http::tower::{Rule, extract};
+    /// use tollgate::http::rules::{Rule, extract};
     ///
     /// let bytes = Arc::new(TokenBucket::new(Quota::per_second(1 << 20)?));
     /// let upload = Rule::global(PolicyName::new("upload")?, bytes).try_cost(extract::content_length);
@@ -394,7 +394,7 @@ impl Rule {
     /// use std::sync::Arc;
     /// use tollgate::{Quota, TokenBucket};
     /// use tollgate::http::PolicyName;
-    /// use tollgate::http::tower::Rule;
+    /// use tollgate::http::rules::Rule;
     ///
     /// let logins = Rule::global(PolicyName::new("login")?, Arc::new(TokenBucket::new(Quota::per_second(10)?)))
     ///     .when(|parts| parts.method == http::Method::POST && parts.uri.path() == "/login");
@@ -413,7 +413,7 @@ impl Rule {
     /// use std::sync::Arc;
     /// use tollgate::{KeyedLimiter, Quota};
     /// use tollgate::http::PolicyName;
-    /// use tollgate::http::tower::{MissingKey, Rule, extract};
+    /// use tollgate::http::rules::{MissingKey, Rule, extract};
     ///
     /// let limiter = Arc::new(KeyedLimiter::<u64>::new(Quota::per_second(5)?));
     /// let rule = Rule::keyed(PolicyName::new("per-user")?, limiter, extract::extension::<u64>())
@@ -451,7 +451,7 @@ impl Rule {
     /// use http::StatusCode;
     /// use tollgate::{KeyedLimiter, Quota};
     /// use tollgate::http::PolicyName;
-    /// use tollgate::http::tower::{Rule, extract};
+    /// use tollgate::http::rules::{Rule, extract};
     ///
     /// let limiter = Arc::new(KeyedLimiter::<u64>::new(Quota::per_second(5)?));
     /// let rule = Rule::keyed(PolicyName::new("per-user")?, limiter, extract::extension::<u64>())
@@ -491,7 +491,7 @@ impl Rule {
     /// use std::sync::Arc;
     /// use tollgate::{Quota, TokenBucket};
     /// use tollgate::http::PolicyName;
-    /// use tollgate::http::tower::{Rule, Shadow};
+    /// use tollgate::http::rules::{Rule, Shadow};
     ///
     /// let tighter = Rule::global(PolicyName::new("next-quarter")?, Arc::new(TokenBucket::new(Quota::per_second(50)?)))
     ///     .shadow(Shadow::Quiet);
@@ -511,7 +511,7 @@ impl Rule {
     /// use std::sync::Arc;
     /// use tollgate::{Quota, TokenBucket};
     /// use tollgate::http::PolicyName;
-    /// use tollgate::http::tower::Rule;
+    /// use tollgate::http::rules::Rule;
     ///
     /// let rule = Rule::global(PolicyName::new("g")?, Arc::new(TokenBucket::new(Quota::per_second(3)?)));
     /// assert_eq!(rule.shadow_refusals(), None);
@@ -557,7 +557,7 @@ impl Rule {
     /// use http::HeaderName;
     /// use tollgate::{KeyedLimiter, Quota};
     /// use tollgate::http::PolicyName;
-    /// use tollgate::http::tower::{Rule, Settlement, extract};
+    /// use tollgate::http::rules::{Rule, Settlement, extract};
     ///
     /// // 100 000 tokens a minute per API key, 1000 estimated per request,
     /// // settled to the usage the handler reports (`ActualCost`).
@@ -589,7 +589,7 @@ impl Rule {
     /// use std::sync::Arc;
     /// use tollgate::{Quota, TokenBucket};
     /// use tollgate::http::PolicyName;
-    /// use tollgate::http::tower::Rule;
+    /// use tollgate::http::rules::Rule;
     ///
     /// let rule = Rule::global(PolicyName::new("g")?, Arc::new(TokenBucket::new(Quota::per_second(3)?)));
     /// assert_eq!(rule.policy().window_seconds(), Some(1));
@@ -605,7 +605,7 @@ impl Rule {
     /// use std::sync::Arc;
     /// use tollgate::{Quota, TokenBucket};
     /// use tollgate::http::PolicyName;
-    /// use tollgate::http::tower::{MissingKey, Rule};
+    /// use tollgate::http::rules::{MissingKey, Rule};
     ///
     /// let rule = Rule::global(PolicyName::new("g")?, Arc::new(TokenBucket::new(Quota::per_second(3)?)));
     /// assert_eq!(rule.missing_key(), MissingKey::Reject);

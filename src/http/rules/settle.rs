@@ -9,7 +9,7 @@ use crate::http::PolicyName;
 /// the handler, for rules settled by [`Settlement::Extension`].
 ///
 /// ```
-/// use tollgate::http::tower::ActualCost;
+/// use tollgate::http::rules::ActualCost;
 ///
 /// let mut response = http::Response::new(());
 /// response.extensions_mut().insert(ActualCost(1_234));
@@ -26,7 +26,7 @@ pub struct ActualCost(pub u64);
 ///
 /// ```
 /// use http::HeaderName;
-/// use tollgate::http::tower::Settlement;
+/// use tollgate::http::rules::Settlement;
 ///
 /// let upstream = Settlement::Header(HeaderName::from_static("x-usage-tokens"));
 /// assert_ne!(upstream, Settlement::Extension);
@@ -75,7 +75,7 @@ impl Settlement {
 /// use std::sync::Arc;
 /// use tollgate::concurrency::KeyedConcurrencyLimiter;
 /// use tollgate::http::PolicyName;
-/// use tollgate::http::tower::{Rule, Settlement};
+/// use tollgate::http::rules::{Rule, Settlement};
 ///
 /// let slots = Arc::new(KeyedConcurrencyLimiter::<()>::new(4)?);
 /// let rule = Rule::in_flight(PolicyName::new("slots")?, slots, |_: &http::request::Parts| Some(()));

@@ -10,7 +10,7 @@ use crate::sync::{AtomicU64, Ordering};
 /// shows itself to clients.
 ///
 /// ```
-/// use tollgate::http::tower::Shadow;
+/// use tollgate::http::rules::Shadow;
 ///
 /// assert_ne!(Shadow::Quiet, Shadow::Advertised);
 /// ```

@@ -172,7 +172,7 @@ impl SharedLimiter {
 impl SharedLimiter {
     /// The key a binding holds, and what charging it came to.
     fn state(held: &Held) -> Option<&SharedKey> {
-        held.more.get::<SharedKey>()
+        held.key.get::<SharedKey>()
     }
 }
 
@@ -181,21 +181,19 @@ impl RuleKind for SharedLimiter {
         Stage::Shared
     }
 
-    fn bind(&self, parts: &Parts) -> Result<Held, NoKey> {
+    fn bind(&self, parts: &Parts, held: &mut Held) -> Result<(), NoKey> {
         let key = (self.key)(parts)?;
-        Ok(Held {
-            more: Stash::put(SharedKey {
-                stored: format!("{}{key}", self.scope),
-                key,
-                outcome: SharedOutcome::Untried,
-                receipt: None,
-            }),
-            ..Held::default()
-        })
+        held.key = Stash::put(SharedKey {
+            stored: format!("{}{key}", self.scope),
+            key,
+            outcome: SharedOutcome::Untried,
+            receipt: None,
+        });
+        Ok(())
     }
 
     fn take(&self, held: &mut Held, cost: u64, max_wait: Duration) -> Now {
-        let Some(state) = held.more.get_mut::<SharedKey>() else {
+        let Some(state) = held.key.get_mut::<SharedKey>() else {
             return Now::Refused(Cause::Misconfigured);
         };
         match decided_now(self.limit.try_take(&state.stored, cost), max_wait) {
@@ -215,7 +213,7 @@ impl RuleKind for SharedLimiter {
         asked: bool,
     ) -> Waiting<'s> {
         Box::pin(async move {
-            let Some(state) = held.more.get_mut::<SharedKey>() else {
+            let Some(state) = held.key.get_mut::<SharedKey>() else {
                 return Err(Cause::Misconfigured);
             };
             // Asked just now, the lease would count its demand twice.
@@ -234,7 +232,7 @@ impl RuleKind for SharedLimiter {
 
     fn give_back(&self, held: &mut Held) {
         let receipt = held
-            .more
+            .key
             .get_mut::<SharedKey>()
             .and_then(|state| state.receipt.take());
         if let Some(receipt) = receipt {
@@ -243,7 +241,7 @@ impl RuleKind for SharedLimiter {
     }
 
     fn settle(&self, held: &mut Held, cost: u64, actual: u64) {
-        let Some(state) = held.more.get_mut::<SharedKey>() else {
+        let Some(state) = held.key.get_mut::<SharedKey>() else {
             return;
         };
         match state.receipt.take() {

@@ -53,7 +53,8 @@ pub(super) struct Keyed<L, K>(pub(super) WithKey<L, K>);
 /// An in-process rule: the limit a binding's key names, and how it is
 /// advertised. Every in-process rule is charged alike ([`RuleKind`] below).
 trait InProcess: Send + Sync {
-    fn bind(&self, parts: &Parts) -> Result<Held, NoKey>;
+    /// The request's key, into `key`.
+    fn bind(&self, parts: &Parts, key: &mut Stash) -> Result<(), NoKey>;
     /// The limit of the key `key` holds.
     fn limit<'a>(&'a self, key: &'a Stash) -> Option<impl Advertised + 'a>;
     fn partition(
@@ -65,8 +66,8 @@ trait InProcess: Send + Sync {
 }
 
 impl<L: Advertised + Send + Sync + 'static> InProcess for Global<L> {
-    fn bind(&self, _: &Parts) -> Result<Held, NoKey> {
-        Ok(Held::default())
+    fn bind(&self, _: &Parts, _: &mut Stash) -> Result<(), NoKey> {
+        Ok(())
     }
 
     fn limit<'a>(&'a self, _: &'a Stash) -> Option<impl Advertised + 'a> {
@@ -84,8 +85,9 @@ where
     L: PerKey<Key = K> + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
-    fn bind(&self, parts: &Parts) -> Result<Held, NoKey> {
-        self.0.key_of(parts).map(Held::key)
+    fn bind(&self, parts: &Parts, key: &mut Stash) -> Result<(), NoKey> {
+        *key = Stash::put(self.0.key_of(parts)?);
+        Ok(())
     }
 
     /// The limiter's own view of the key ([`PerKey::key`]).
@@ -108,8 +110,8 @@ impl<T: InProcess> RuleKind for T {
         Stage::InProcess
     }
 
-    fn bind(&self, parts: &Parts) -> Result<Held, NoKey> {
-        InProcess::bind(self, parts)
+    fn bind(&self, parts: &Parts, held: &mut Held) -> Result<(), NoKey> {
+        InProcess::bind(self, parts, &mut held.key)
     }
 
     fn take(&self, held: &mut Held, cost: u64, _: Duration) -> Now {
