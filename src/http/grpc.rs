@@ -57,13 +57,20 @@ impl Refusal {
             // RetryInfo caps its delay (at some 10 000 years) itself.
             details.push(ErrorDetail::RetryInfo(RetryInfo::new(Some(wait))));
         }
-        // The server's own shortage (503) is no quota of the client's.
-        let violations: Vec<QuotaViolation> = self
-            .policies()
+        // The server's own shortage (503) is no quota of the client's. A
+        // violated limit without a policy in the fields (work in flight,
+        // which has no window to advertise) is a violation all the same.
+        let policies = self.policies();
+        let quoted = policies
             .iter()
             .filter(|policy| self.violated().contains(policy.name()))
-            .map(|policy| QuotaViolation::new(policy.name().as_str(), describe(policy)))
-            .collect();
+            .map(|policy| QuotaViolation::new(policy.name().as_str(), describe(policy)));
+        let unquoted = self
+            .violated()
+            .iter()
+            .filter(|name| !policies.iter().any(|policy| policy.name() == *name))
+            .map(|name| QuotaViolation::new(name.as_str(), "limit of work in flight reached"));
+        let violations: Vec<QuotaViolation> = quoted.chain(unquoted).collect();
         if code == Code::ResourceExhausted && !violations.is_empty() {
             details.push(ErrorDetail::QuotaFailure(QuotaFailure::new(violations)));
         }

@@ -17,6 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::Full;
+use tollgate::concurrency::KeyedConcurrencyLimiter;
 use tollgate::http::PolicyName;
 use tollgate::http::tower::{RateLimitLayer, Rule, extract};
 use tollgate::identity::AddrKey;
@@ -150,6 +151,35 @@ async fn a_caller_over_tls_is_keyed_by_its_address() {
     let caller = AddrKey::from(IpAddr::from([127, 0, 0, 1]));
     assert_eq!(limiter.len(), 1);
     assert_eq!(limiter.key(&caller).available(), 0);
+}
+
+/// Work in flight at its limit is RESOURCE_EXHAUSTED with a QuotaFailure
+/// naming the rule, as docs/grpc.md says, and no RetryInfo: work ends when
+/// it ends. The caller's one slot is held from outside the server, so the
+/// call finds it taken however the server schedules it.
+#[tokio::test]
+async fn work_in_flight_at_its_limit_is_resource_exhausted_with_a_quota_failure() {
+    let slots = Arc::new(KeyedConcurrencyLimiter::<AddrKey>::new(1).unwrap());
+    let caller = AddrKey::from(IpAddr::from([127, 0, 0, 1]));
+    let _held = slots.try_acquire(&caller, 1).unwrap();
+    let rule = Rule::in_flight(
+        PolicyName::new("slots").unwrap(),
+        Arc::clone(&slots),
+        extract::peer_addr,
+    );
+    let addr = serve(RateLimitLayer::builder().rule(rule).build()).await;
+    let refused = client(addr)
+        .await
+        .check(HealthCheckRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    let details = refused.get_error_details();
+    assert!(details.retry_info().is_none(), "{refused:?}");
+    let violations = &details.quota_failure().unwrap().violations;
+    assert_eq!(violations.len(), 1);
+    assert_eq!(violations[0].subject, "slots");
+    assert_eq!(slots.in_flight(&caller), 1, "the refused call held nothing");
 }
 
 /// A call without the key a rule needs is UNAUTHENTICATED; a new key
