@@ -871,8 +871,10 @@ async fn ten_thousand_keys_of_zipf_demand() {
 /// third admission's receipt (half at once, half after a yield that lets
 /// refills and other threads' undos race it). Per key, what stays admitted
 /// is within `B + r·t` on the store's clock and within what the store
-/// granted less what it was sent back. Only bounds are asserted: a
-/// slow machine can loosen them, never break them.
+/// granted less what it was sent back. Nothing is timed: the workers run
+/// for at least 300 ms and on until every key has admitted and a receipt
+/// has gone back (a slow machine takes longer, never fails), failing
+/// loudly if that has not happened in 60 s.
 #[test]
 fn real_threads_as_nodes_hold_each_keys_bounds() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -884,17 +886,39 @@ fn real_threads_as_nodes_hold_each_keys_bounds() {
         let (capacity, rate) = (20, 400);
         let store = Ledger::new(Quota::new(capacity, rate, Duration::from_secs(1)).unwrap());
         let keys: Arc<Vec<String>> = Arc::new((0..16).map(|i| format!("tenant-{i}")).collect());
+        // What every worker has admitted per key, and given back: read by
+        // all of them to know when the run has shown what it must.
+        let progress: Arc<(Vec<AtomicU64>, AtomicU64)> = Arc::new((
+            (0..keys.len()).map(|_| AtomicU64::new(0)).collect(),
+            AtomicU64::new(0),
+        ));
+        let shown = {
+            let progress = Arc::clone(&progress);
+            move || {
+                progress.1.load(Ordering::Relaxed) > 0
+                    && progress.0.iter().all(|one| one.load(Ordering::Relaxed) > 0)
+            }
+        };
+        let floor = tokio::time::Instant::now() + Duration::from_millis(300);
+        let ceiling = tokio::time::Instant::now() + Duration::from_secs(60);
         let mut tasks = Vec::new();
         for _ in 0..4 {
             let node =
                 KeyedAllowance::new(Arc::clone(&store), config(FailurePolicy::Closed)).unwrap();
             for task in 0..4usize {
-                let (node, keys) = (node.clone(), Arc::clone(&keys));
+                let (node, keys, progress, shown) = (
+                    node.clone(),
+                    Arc::clone(&keys),
+                    Arc::clone(&progress),
+                    shown.clone(),
+                );
                 tasks.push(tokio::spawn(async move {
-                    let (mut admitted, mut undone) = (vec![0u64; keys.len()], 0u64);
-                    let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
                     let mut turn = task;
-                    while tokio::time::Instant::now() < deadline {
+                    loop {
+                        let now = tokio::time::Instant::now();
+                        if now >= ceiling || (now >= floor && shown()) {
+                            break;
+                        }
                         turn += 1;
                         // Half the requests on the first four keys.
                         let index = if turn.is_multiple_of(2) {
@@ -923,33 +947,33 @@ fn real_threads_as_nodes_hold_each_keys_bounds() {
                             let back = receipt.undo().await;
                             if leased {
                                 kept -= back;
-                                undone += back;
+                                progress.1.fetch_add(back, Ordering::Relaxed);
                             }
                         } else {
                             receipt.keep();
                         }
-                        admitted[index] += kept;
+                        progress.0[index].fetch_add(kept, Ordering::Relaxed);
                     }
                     node.shutdown().await;
-                    (admitted, undone)
                 }));
             }
         }
-        let (mut admitted, mut undone) = (vec![0u64; keys.len()], 0);
         for task in tasks {
-            let (one, back) = task.await.unwrap();
-            undone += back;
-            for (total, one) in admitted.iter_mut().zip(one) {
-                *total += one;
-            }
+            task.await.unwrap();
         }
-        assert!(undone > 0, "no receipt went back");
+        assert!(
+            shown(),
+            "in 60 s, not every key admitted and no receipt went back: {:?}",
+            progress.0
+        );
+        let admitted: Vec<u64> = progress
+            .0
+            .iter()
+            .map(|one| one.load(Ordering::Relaxed))
+            .collect();
         let envelope = per_second(capacity, rate);
         let admitted = keys.iter().map(String::as_str).zip(admitted);
-        assert_keys_within(&store, &envelope, admitted.clone(), true, "real threads");
-        for (key, spent) in admitted {
-            assert!(spent > 0, "{key} admitted nothing");
-        }
+        assert_keys_within(&store, &envelope, admitted, true, "real threads");
     });
 }
 
@@ -957,9 +981,13 @@ fn real_threads_as_nodes_hold_each_keys_bounds() {
 use tollgate_test_support::redis_server;
 
 /// Three nodes, each with its own connection to a real Redis (started by
-/// the test), hammer eight keys — braces, NUL and a long key among them —
-/// for 400 ms: per key, what they admitted stays within `B + r·t`, `t` on
-/// the server's clock around the run; busy keys went hot.
+/// the test), hammer eight keys — braces, NUL and a long key among them:
+/// per key, what they admitted stays within `B + r·t`, `t` on the server's
+/// clock around the run. Nothing is timed: the nodes run for at least
+/// 400 ms and on until every key has admitted, a busy key went hot, and
+/// the busiest key, asked far beyond its rate, was admitted its burst and
+/// a fifth of a second of refill (the store's refills reach it), failing
+/// loudly if that has not happened in 60 s.
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_over_a_real_redis_hold_each_keys_envelope() {
@@ -978,6 +1006,22 @@ async fn nodes_over_a_real_redis_hold_each_keys_envelope() {
             .to_vec(),
     );
     let start = server.time_micros();
+    // Per key, what the nodes admitted, and whether a key went hot: read by
+    // every node to know when the run has shown what it must.
+    let progress: Arc<(Vec<AtomicU64>, AtomicBool)> = Arc::new((
+        (0..keys.len()).map(|_| AtomicU64::new(0)).collect(),
+        AtomicBool::new(false),
+    ));
+    let shown = {
+        let progress = Arc::clone(&progress);
+        move || {
+            progress.1.load(Ordering::Relaxed)
+                && progress.0[0].load(Ordering::Relaxed) >= capacity + rate / 5
+                && progress.0.iter().all(|one| one.load(Ordering::Relaxed) > 0)
+        }
+    };
+    let floor = tokio::time::Instant::now() + Duration::from_millis(400);
+    let ceiling = tokio::time::Instant::now() + Duration::from_secs(60);
     let mut tasks = Vec::new();
     for _ in 0..3 {
         let store = RedisStore::connect(&server.url(), quota, "fleet:", timeout)
@@ -991,12 +1035,14 @@ async fn nodes_over_a_real_redis_hold_each_keys_envelope() {
             ..config(FailurePolicy::Closed)
         };
         let node = KeyedAllowance::new(Arc::new(store), config).unwrap();
-        let keys = Arc::clone(&keys);
+        let (keys, progress, shown) = (Arc::clone(&keys), Arc::clone(&progress), shown.clone());
         tasks.push(tokio::spawn(async move {
-            let mut admitted = vec![0u64; keys.len()];
-            let deadline = tokio::time::Instant::now() + Duration::from_millis(400);
             let mut turn = 0usize;
-            while tokio::time::Instant::now() < deadline {
+            loop {
+                let now = tokio::time::Instant::now();
+                if now >= ceiling || (now >= floor && shown()) {
+                    break;
+                }
                 // Skewed: the first key every other turn.
                 turn += 1;
                 let index = if turn.is_multiple_of(2) {
@@ -1011,38 +1057,35 @@ async fn nodes_over_a_real_redis_hold_each_keys_envelope() {
                     Err(refused) => Err(refused),
                 };
                 if outcome == Ok(Source::Lease) {
-                    admitted[index] += 1;
+                    progress.0[index].fetch_add(1, Ordering::Relaxed);
                 } else {
                     tokio::task::yield_now().await;
                 }
+                if node.stats().became_hot > 0 {
+                    progress.1.store(true, Ordering::Relaxed);
+                }
             }
             node.shutdown().await;
-            (admitted, node.stats())
         }));
     }
-    let mut admitted = vec![0u64; keys.len()];
-    let mut became_hot = 0;
     for task in tasks {
-        let (node_admitted, stats) = task.await.unwrap();
-        for (total, one) in admitted.iter_mut().zip(node_admitted) {
-            *total += one;
-        }
-        became_hot += stats.became_hot;
+        task.await.unwrap();
     }
     let elapsed_ns = (server.time_micros() - start) * 1000;
+    assert!(
+        shown(),
+        "in 60 s, not every key admitted, none went hot, or the busiest did not get its refill: {:?}",
+        progress
+    );
     let envelope = per_second(capacity, rate);
-    for (key, &spent) in keys.iter().zip(&admitted) {
+    for (key, spent) in keys.iter().zip(&progress.0) {
+        let spent = spent.load(Ordering::Relaxed);
         assert!(
             envelope.admits(u128::from(spent), elapsed_ns),
             "{:?}: {spent} admitted in {elapsed_ns} ns",
             &key[..key.len().min(8)]
         );
-        assert!(spent > 0, "{:?} admitted nothing", &key[..key.len().min(8)]);
     }
-    assert!(became_hot > 0, "no key went hot");
-    // The busiest key's demand is far above its rate: it got most of it.
-    let allowed = capacity + rate * elapsed_ns / 1_000_000_000;
-    assert!(admitted[0] * 2 >= allowed, "{} of {allowed}", admitted[0]);
 }
 
 /// Keys that never go hot: every admission is a cold store decision.
