@@ -221,6 +221,11 @@ pub mod window;
 
 pub use advertised::{Advertised, Shape};
 pub use bucket::TokenBucket;
+/// The default clock's counter held to the OS clock, for the loom models
+/// only.
+#[cfg(tollgate_loom)]
+#[doc(hidden)]
+pub use clock::Anchored;
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{

@@ -18,6 +18,7 @@
 //! [`docs/clocks.md`](crate::guide::clocks) has the measurements, including cross-core behaviour and
 //! the updater thread's cost.
 
+mod anchored;
 mod choice;
 mod coarse;
 mod default;
@@ -27,6 +28,8 @@ mod monotonic;
 mod tokio_time;
 mod tsc;
 
+#[cfg(tollgate_loom)]
+pub use anchored::Anchored;
 pub use choice::ClockChoice;
 pub use coarse::CoarseClock;
 pub use default::DefaultClock;

@@ -16,8 +16,10 @@ use super::Clock;
 /// finds `r·Δ` of refill another core already spent: the real-time envelope
 /// widens by `r·2Δ`. Readings behind another core's never mint credit in
 /// clock time, and a reading below the epoch counts as the epoch rather than
-/// wrapping. Calibration error against the OS clock is a rate error of parts
-/// per million, far inside any quota's precision. The first clock of a
+/// wrapping. Its calibrated rate may be off the OS clock's by hundreds of
+/// parts per million, either way, which scales the envelope by that
+/// fraction; the [`DefaultClock`](crate::DefaultClock) holds the counter to
+/// the OS clock, and this clock alone does not. The first clock of a
 /// process calibrates the counter (up to 200 ms, once); later ones copy that.
 ///
 /// ```
