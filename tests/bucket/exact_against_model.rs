@@ -5,13 +5,19 @@
 //! a refusal changes nothing. Reservations may push the credit below zero
 //! (debt), and the caller starts after the time the debt takes to refill.
 //!
-//! For quotas the implementation claims to represent exactly
-//! (`Quota::is_exact`), every observable must equal the reference. For the
-//! rest, the implementation rounds each charge up (per token, or for fast
+//! Which quotas are represented exactly is decided here, from the rule
+//! `docs/semantics.md` states (the emission interval's reduced denominator
+//! in nanoseconds is at most 8), and `Quota::is_exact` must agree. For
+//! exact quotas every observable must equal the reference. For the rest,
+//! the implementation rounds each charge up (per token, or for fast
 //! irregular rates such as bytes per second, per request), so the reference
 //! is driven by the implementation's own decisions and must never find it
-//! admitting a request the ideal bucket could not afford; and each request
-//! must be charged within the bound `docs/semantics.md` states.
+//! admitting a request the ideal bucket could not afford, nor refusing, or
+//! promising later, what the ideal bucket with the stated rounding of the
+//! requests admitted since it was last full would afford; and each request
+//! must be charged within the bound `docs/semantics.md` states. A request
+//! refused for want of tokens is admitted once its `retry_after` has passed
+//! (and, when exact, still refused a nanosecond before).
 
 use std::time::Duration;
 
@@ -42,6 +48,13 @@ impl Spec {
         .unwrap()
     }
 
+    /// Whether the quota is represented exactly, by the stated rule: the
+    /// emission interval `period / tokens`, reduced, has a denominator of
+    /// at most 8 nanoseconds (the bucket counts eighths of a nanosecond).
+    fn exact(&self) -> bool {
+        Q::new(i128::from(self.period_ns), i128::from(self.tokens)).denom() <= &8
+    }
+
     /// The emission interval, truncated to whole nanoseconds (at least one):
     /// the scale on which clock gaps are drawn.
     fn interval_ns(&self) -> u64 {
@@ -60,8 +73,8 @@ impl Spec {
     /// the interval rounded up to eighths of a nanosecond for each token;
     /// charged per request, three eighths of a nanosecond
     /// (`docs/semantics.md`, "Exactness").
-    fn charge_error_ns(&self, quota: &Quota, cost: u64) -> Q {
-        if quota.is_exact() {
+    fn charge_error_ns(&self, cost: u64) -> Q {
+        if self.exact() {
             return q(0);
         }
         let exact = Q::new(i128::from(self.period_ns), i128::from(self.tokens));
@@ -184,14 +197,20 @@ enum Op {
     Reserve(Cost, Budget),
     Refund(Cost),
     Reset,
+    /// The last request refused for want of tokens, asked again: after a
+    /// [`Gap::LastRetry`], it must be admitted.
+    Again,
 }
 
 fn acquire() -> impl Strategy<Value = Op> {
-    cost().prop_map(Op::Acquire)
+    prop_oneof![4 => cost().prop_map(Op::Acquire), 1 => Just(Op::Again)]
 }
 
 fn reserve() -> impl Strategy<Value = Op> {
-    (cost(), budget()).prop_map(|(cost, budget)| Op::Reserve(cost, budget))
+    prop_oneof![
+        4 => (cost(), budget()).prop_map(|(cost, budget)| Op::Reserve(cost, budget)),
+        1 => Just(Op::Again),
+    ]
 }
 
 fn refund() -> impl Strategy<Value = Op> {
@@ -257,6 +276,15 @@ impl Model {
     }
 }
 
+/// A request as asked: its cost, and its wait budget if a reservation;
+/// refused, the wait it was promised.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Request {
+    cost: u64,
+    max_wait: Option<Duration>,
+    retry_after: Duration,
+}
+
 /// A real bucket and the model run side by side on one trace, asserting on
 /// every step.
 struct Harness {
@@ -267,6 +295,13 @@ struct Harness {
     model: Model,
     now_ns: u64,
     last_retry: Option<Duration>,
+    /// The last request refused for want of tokens, while nothing has been
+    /// admitted since: its promise (`retry_after`) still stands.
+    refused: Option<Request>,
+    /// The most the bucket may lag the ideal one by the stated rounding:
+    /// each admission's charge error since the ideal bucket was last full
+    /// for that long (the real one is full by then too).
+    slack: Q,
     /// Admitted `(start_ns, cost)`: an immediate admission starts at its
     /// decision time, a reservation after the wait it was given.
     starts: Vec<(u64, u64)>,
@@ -277,14 +312,17 @@ impl Harness {
         let quota = spec.quota();
         let clock = ManualClock::new();
         clock.set(Duration::from_nanos(spec.created_ns));
+        assert_eq!(quota.is_exact(), spec.exact(), "{spec:?}");
         Harness {
-            exact: quota.is_exact(),
+            exact: spec.exact(),
             bucket: TokenBucket::with_clock(quota, clock.clone()),
             model: Model::new(&spec),
             now_ns: spec.created_ns,
             clock,
             spec,
             last_retry: None,
+            refused: None,
+            slack: spec.charge_error_ns(spec.capacity - Model::new(&spec).available()),
             starts: Vec::new(),
         }
     }
@@ -293,6 +331,11 @@ impl Harness {
         let mut h = Harness::new(spec);
         h.check_available();
         for &(gap, op) in events {
+            // The promise a refusal made, and whether this gap waits it out.
+            let (promise, waited) = (h.refused, matches!(gap, Gap::LastRetry));
+            if let (Some(promise), true) = (promise, waited) {
+                h.probe_just_before(promise);
+            }
             h.advance(gap);
             match op {
                 Op::Acquire(cost) => h.acquire(h.cost(cost)),
@@ -302,11 +345,28 @@ impl Harness {
                     h.bucket.refund(cost);
                     let credit = h.model.credit + q(cost);
                     h.model.credit = credit.min(h.model.capacity);
+                    h.slack += h.spec.charge_error_ns(cost);
+                    // Credit given back may admit the refused request
+                    // before its promise: the promise no longer says when.
+                    h.refused = None;
                 }
                 Op::Reset => {
                     h.bucket.reset();
                     h.model.credit = h.model.capacity;
+                    h.slack = q(0);
+                    h.refused = None;
                 }
+                Op::Again => match promise {
+                    Some(promise) => {
+                        let got = h.ask(promise);
+                        // Waited out, the promise is kept.
+                        assert!(
+                            !waited || got.is_ok(),
+                            "{promise:?} refused again after waiting its retry_after: {got:?}"
+                        );
+                    }
+                    None => h.acquire(1.min(h.spec.capacity)),
+                },
             }
             h.check_available();
         }
@@ -336,9 +396,60 @@ impl Harness {
             Gap::Refills(n) => self.spec.full_refill_ns() * n / 64,
             Gap::LastRetry => self.last_retry.map_or(0, nanos),
         };
+        // Full for at least `slack` nanoseconds, the real bucket is full too.
+        let uncapped = self.model.credit + self.model.rate * q(by);
+        if uncapped >= self.model.capacity + self.model.rate * self.slack {
+            self.slack = q(0);
+        }
         self.now_ns += by;
         self.clock.set(Duration::from_nanos(self.now_ns));
         self.model.refill(self.now_ns);
+    }
+
+    /// Asks `request` again, as it was asked.
+    fn ask(&mut self, request: Request) -> Result<Duration, AcquireError> {
+        let before = self.refused;
+        match request.max_wait {
+            None => self.acquire(request.cost),
+            Some(max_wait) => self.reserve(request.cost, max_wait),
+        }
+        // Admitted, it consumed the promise; refused, it made a new one.
+        if self.refused == before && self.refused.is_some() {
+            return Err(AcquireError::Insufficient {
+                retry_after: request.retry_after,
+            });
+        }
+        match self.refused {
+            Some(again) if Some(again) != before => Err(AcquireError::Insufficient {
+                retry_after: again.retry_after,
+            }),
+            _ => Ok(Duration::ZERO),
+        }
+    }
+
+    /// Where the quota is exact, the request a refusal promised to admit
+    /// after `retry_after` is still refused a nanosecond before it: the
+    /// promise is the earliest time, not just a time that works. A refusal
+    /// changes nothing, so the probe leaves the bucket as it was.
+    fn probe_just_before(&self, promise: Request) {
+        let wait = nanos(promise.retry_after);
+        if !self.exact || wait == 0 {
+            return;
+        }
+        let early = self.now_ns + wait - 1;
+        self.clock.set(Duration::from_nanos(early));
+        let got = match promise.max_wait {
+            None => self
+                .bucket
+                .try_acquire(promise.cost)
+                .map(|()| Duration::ZERO),
+            Some(max_wait) => self.bucket.reserve(promise.cost, max_wait),
+        };
+        assert!(
+            matches!(got, Err(AcquireError::Insufficient { .. })),
+            "{promise:?} admitted a nanosecond before its retry_after: {got:?}"
+        );
+        self.clock.set(Duration::from_nanos(self.now_ns));
     }
 
     fn acquire(&mut self, cost: u64) {
@@ -358,7 +469,7 @@ impl Harness {
         } else {
             self.assert_never_early(cost, got.map(|()| Duration::ZERO), Duration::ZERO);
         }
-        self.record(cost, got.map(|()| Duration::ZERO));
+        self.record(cost, None, got.map(|()| Duration::ZERO));
     }
 
     fn reserve(&mut self, cost: u64, max_wait: Duration) {
@@ -389,13 +500,17 @@ impl Harness {
                 "waited {w:?}, more than the {max_wait:?} allowed"
             );
         }
-        self.record(cost, got);
+        self.record(cost, Some(max_wait), got);
     }
 
-    /// For a rounded quota: the bucket may be more conservative than the ideal
-    /// one, never less. An admission must be affordable to the ideal bucket
-    /// by its start time, and a refusal must not promise an earlier fit than
-    /// the ideal bucket could give.
+    /// For a rounded quota: the bucket may be more conservative than the
+    /// ideal one, never less, and never by more than the stated rounding of
+    /// what it admitted since it was last full (`slack`). An admission must
+    /// be affordable to the ideal bucket by its start time, and start no
+    /// later than the rounding explains; a refusal must not promise an
+    /// earlier fit than the ideal bucket could give, nor come where the
+    /// ideal bucket with the rounding would have admitted, nor promise a
+    /// later fit than the rounding explains.
     fn assert_never_early(
         &self,
         cost: u64,
@@ -403,28 +518,60 @@ impl Harness {
         max_wait: Duration,
     ) {
         let wait = self.model.wait(cost);
+        let (slack, budget) = (self.slack, q(nanos(max_wait)));
+        let at = self.now_ns;
         match got {
-            Ok(w) => assert!(
-                q(nanos(w)) >= wait,
-                "cost {cost} admitted to start after {w:?}, but the ideal bucket has \
-                 credit {} at {} ns",
-                self.model.credit,
-                self.now_ns
-            ),
+            Ok(w) => {
+                assert!(
+                    q(nanos(w)) >= wait,
+                    "cost {cost} admitted to start after {w:?}, but the ideal bucket has \
+                     credit {} at {at} ns",
+                    self.model.credit,
+                );
+                let latest = ceil_nanos(wait.max(q(0)) + slack);
+                assert!(
+                    nanos(w) <= latest,
+                    "cost {cost} to start after {w:?}, later than {latest} ns (slack {slack}) at {at} ns"
+                );
+            }
             Err(AcquireError::Insufficient { retry_after }) => {
-                assert!(q(nanos(retry_after)) + q(nanos(max_wait)) >= wait);
+                assert!(q(nanos(retry_after)) + budget >= wait);
+                assert!(
+                    wait + slack > budget,
+                    "cost {cost} refused at {at} ns within {max_wait:?}, but the ideal bucket \
+                     waits {wait} ns, {slack} ns of rounding at most"
+                );
+                let latest = ceil_nanos(wait + slack - budget);
+                assert!(
+                    nanos(retry_after) <= latest,
+                    "cost {cost} promised after {retry_after:?}, later than {latest} ns at {at} ns"
+                );
             }
             Err(other) => panic!("cost {cost} refused with {other:?}"),
         }
     }
 
-    fn record(&mut self, cost: u64, got: Result<Duration, AcquireError>) {
+    fn record(
+        &mut self,
+        cost: u64,
+        max_wait: Option<Duration>,
+        got: Result<Duration, AcquireError>,
+    ) {
         match got {
             Ok(wait) => {
                 self.model.credit -= q(cost);
                 self.starts.push((self.now_ns + nanos(wait), cost));
+                self.slack += self.spec.charge_error_ns(cost);
+                self.refused = None;
             }
-            Err(refusal) => self.last_retry = refusal.retry_after(),
+            Err(refusal) => {
+                self.last_retry = refusal.retry_after();
+                self.refused = refusal.retry_after().map(|retry_after| Request {
+                    cost,
+                    max_wait,
+                    retry_after,
+                });
+            }
         }
     }
 
@@ -498,13 +645,12 @@ proptest! {
     ) {
         let spec = Spec { initial: InitialCredit::Full, ..spec };
         let h = Harness::new(spec);
-        let quota = h.bucket.quota();
         let (mut admitted, mut error) = (q(0), q(0));
         for cost in costs {
             let cost = h.cost(cost);
             if h.bucket.try_acquire(cost).is_ok() {
                 admitted += q(cost);
-                error += spec.charge_error_ns(&quota, cost);
+                error += spec.charge_error_ns(cost);
             }
         }
         let debt = h.bucket.retry_after(spec.capacity).unwrap();

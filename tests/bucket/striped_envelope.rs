@@ -299,6 +299,22 @@ impl Shape {
                     "after {step:?}: {available} available beside {pooled} pooled"
                 );
             }
+            // The other half: a bucket that refused everything would keep
+            // the envelope. Idle for four refills past anything the trace
+            // did (what the pools held has expired), it admits its whole
+            // burst, a lease at a time.
+            clock.advance(Duration::from_nanos(4 * refill_ns + 1_000_000_000));
+            let lease = self.lease % self.capacity + 1;
+            let mut taken = 0;
+            while taken < self.capacity {
+                let cost = lease.min(self.capacity - taken);
+                assert!(
+                    takers.take(0, cost),
+                    "idle and full, refused after {taken} of {}",
+                    self.capacity
+                );
+                taken += cost;
+            }
         });
         admitted
     }
@@ -316,7 +332,8 @@ proptest! {
     /// long jumps, flushes and the clock going back: over every pair of
     /// event times, the cost admitted is at most `B + r·(t_e − t_s)`,
     /// computed exactly, and after every step the bucket's credit plus the
-    /// usable pooled tokens is at most `B`.
+    /// usable pooled tokens is at most `B`; idle at the end, the whole burst
+    /// is admitted.
     #[test]
     fn random_traces_on_many_stripes_stay_within_the_envelope(
         shape in shape(),

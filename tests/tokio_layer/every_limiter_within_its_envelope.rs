@@ -10,6 +10,11 @@
 //! step back (`docs/semantics.md`, "Giving back"), so each starts a new epoch
 //! and windows are checked within an epoch. Exact integer arithmetic
 //! throughout (`common::Envelope`).
+//!
+//! And the other half: a limiter that refused everything would keep every
+//! envelope, so each trace ends with an idle stretch far longer than any
+//! refill or reservation, after which each limit must admit its whole
+//! burst ([`IDLE`]).
 
 use std::time::Duration;
 
@@ -75,6 +80,11 @@ fn op(capacity: u64) -> impl Strategy<Value = Op> {
         1 => (0u64..500_000_000).prop_map(Op::Back),
     ]
 }
+
+/// Longer than any trace's refills and reservations (a burst of at most 6
+/// tokens at one token per 700 ms at worst, reservations of 3 s, clock
+/// moves of 2 s): after it, every limit is full.
+const IDLE: Duration = Duration::from_secs(3600);
 
 /// The keys receipts borrow: they live as long as the test.
 const KEYS: [u8; 3] = [0, 1, 2];
@@ -225,6 +235,8 @@ proptest! {
         }
         held.into_iter().for_each(|(receipt, _)| receipt.keep());
         ledger[0].assert_within(&envelope(capacity, tokens, period_ms));
+        clock.advance(IDLE);
+        prop_assert_eq!(bucket.try_acquire(capacity), Ok(()), "idle, full, and refused");
     }
 
     /// A `KeyedLimiter` with a small key cap, under either policy at the
@@ -290,6 +302,13 @@ proptest! {
         for ledger in &ledgers {
             ledger.assert_within(&envelope(capacity, tokens, period_ms));
         }
+        // Each key in turn, after an idle stretch and a sweep that frees
+        // the table's places: the whole burst.
+        for key in KEYS {
+            clock.advance(IDLE);
+            limiter.sweep();
+            prop_assert_eq!(limiter.try_acquire(&key, capacity), Ok(()), "key {} idle and refused", key);
+        }
     }
 
     /// A hierarchy of a per-key limit and a global bucket: each limit keeps
@@ -354,6 +373,13 @@ proptest! {
             ledger.assert_within(&own);
         }
         ledgers[3].assert_within(&envelope(capacity + 1, tokens, period_ms));
+        clock.advance(IDLE);
+        let limit = per_key.key(&0);
+        prop_assert_eq!(
+            try_acquire_all(&[limit.cost(capacity), global.cost(capacity)]),
+            Ok(()),
+            "idle, full, and the chain refused"
+        );
     }
 
     /// A striped bucket: what its pools and its bucket admit together keeps
@@ -403,6 +429,15 @@ proptest! {
             prop_assert!(striped.bucket().available() + striped.pooled() <= capacity);
         }
         ledger[0].assert_within(&envelope(capacity, tokens, period_ms));
+        // Idle: what the pools hold has expired and the bucket is full, so
+        // a burst in leases of at most `lease` is admitted whole.
+        clock.advance(IDLE);
+        let mut taken = 0;
+        while taken < capacity {
+            let cost = lease.min(capacity - taken);
+            prop_assert_eq!(striped.try_acquire(cost), Ok(()), "idle, {} of {} taken", taken, capacity);
+            taken += cost;
+        }
     }
 
     /// A local allowance over the in-process store: what it admits from
