@@ -13,9 +13,9 @@ pub(crate) const PERIOD_NANOS: u64 = 1_000_000;
 /// hundreds of parts per million either way, which over a long run admits
 /// beyond `B + r·t` by the OS clock (fast) or refuses what the quota allows
 /// (slow). Every [`PERIOD_NANOS`] of readings, a reader that finds the
-/// period over reads the trusted clock, answers with it, and moves the
-/// counter's offset so that the counter reads the same: several readers
-/// past one period each do so, harmlessly.
+/// period over reads the trusted clock and answers with it, and one such
+/// reader at a time moves the counter's offset so that the counter reads
+/// the same.
 ///
 /// The bound, whatever the counter's rate error `e` (fast or slow): every
 /// reading is at most `e · PERIOD_NANOS` ahead of the trusted clock, and
@@ -39,6 +39,10 @@ pub struct Anchored<C, O> {
     /// The reading at or past which a reader compares with the trusted
     /// clock.
     due: AtomicU64,
+    /// 1 while a comparison stores its offset and period: one at a time,
+    /// so that a comparison stalled between its reads and its stores never
+    /// overwrites a later one's offset with its own older pair.
+    storing: AtomicU64,
 }
 
 impl<C: Clock, O: Clock> Anchored<C, O> {
@@ -50,6 +54,7 @@ impl<C: Clock, O: Clock> Anchored<C, O> {
             trusted,
             offset: AtomicU64::new(0),
             due: AtomicU64::new(0),
+            storing: AtomicU64::new(0),
         }
     }
 
@@ -72,12 +77,18 @@ impl<C: Clock, O: Clock> Anchored<C, O> {
         // The trusted clock first: the counter read after it can only be
         // later, so the offset never puts the counter ahead.
         let trusted = self.trusted.now_nanos();
-        let counter = i64::try_from(self.counter.now_nanos()).unwrap_or(i64::MAX);
-        let trusted_signed = i64::try_from(trusted).unwrap_or(i64::MAX);
-        let offset = trusted_signed.saturating_sub(counter);
-        self.offset.store(offset as u64, Ordering::Relaxed);
-        self.due
-            .store(trusted.saturating_add(PERIOD_NANOS), Ordering::Release);
+        // The others past the period answer with their own trusted reading.
+        if self.storing.swap(1, Ordering::Acquire) == 0 {
+            let counter = i64::try_from(self.counter.now_nanos()).unwrap_or(i64::MAX);
+            let trusted_signed = i64::try_from(trusted).unwrap_or(i64::MAX);
+            let offset = trusted_signed.saturating_sub(counter);
+            self.offset.store(offset as u64, Ordering::Relaxed);
+            // From the pair's own trusted reading: a comparison that stalled
+            // finds its period already over, and the next reader compares.
+            self.due
+                .store(trusted.saturating_add(PERIOD_NANOS), Ordering::Release);
+            self.storing.store(0, Ordering::Release);
+        }
         trusted
     }
 }
@@ -102,6 +113,7 @@ impl<C: Clock + Clone, O: Clock + Clone> Clone for Anchored<C, O> {
             trusted: self.trusted.clone(),
             offset: AtomicU64::new(self.offset.load(Ordering::Relaxed)),
             due: AtomicU64::new(0),
+            storing: AtomicU64::new(0),
         }
     }
 }

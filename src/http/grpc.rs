@@ -69,7 +69,12 @@ impl Refusal {
             .violated()
             .iter()
             .filter(|name| !policies.iter().any(|policy| policy.name() == *name))
-            .map(|name| QuotaViolation::new(name.as_str(), "limit of work in flight reached"));
+            .map(|name| {
+                QuotaViolation::new(
+                    name.as_str(),
+                    "limit of work in flight: no room for the request",
+                )
+            });
         let violations: Vec<QuotaViolation> = quoted.chain(unquoted).collect();
         if code == Code::ResourceExhausted && !violations.is_empty() {
             details.push(ErrorDetail::QuotaFailure(QuotaFailure::new(violations)));

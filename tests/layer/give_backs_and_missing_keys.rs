@@ -181,6 +181,36 @@ async fn a_missing_key_is_refused_with_400_unless_skipped() {
     assert!(limiter.is_empty());
 }
 
+/// Of several rules a request cannot be charged by, the first bound
+/// answers: the token rules' keys are read before the permits', whatever
+/// the order the rules were added in (a missing account is the client's
+/// 400, before a permit rule's missing peer address, the server's 500).
+#[tokio::test]
+async fn a_token_rules_missing_key_answers_before_a_permit_rules() {
+    let limiter = per_account(hourly(2), &ManualClock::new());
+    let slots = Arc::new(KeyedConcurrencyLimiter::<std::net::IpAddr>::new(1).unwrap());
+    let permits = Rule::in_flight(PolicyName::new("slots").unwrap(), slots, extract::peer_ip);
+    for permits_first in [true, false] {
+        let builder = RateLimitLayer::builder();
+        let layer = if permits_first {
+            builder.rule(permits.clone()).rule(account_rule(&limiter))
+        } else {
+            builder.rule(account_rule(&limiter)).rule(permits.clone())
+        }
+        .build();
+        let response = layer
+            .layer(tower::service_fn(answer))
+            .oneshot(request(None, 200))
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::BAD_REQUEST,
+            "permits first: {permits_first}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_full_key_table_is_a_503_with_its_own_retry_after() {
     let clock = ManualClock::new();

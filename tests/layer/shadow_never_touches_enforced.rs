@@ -431,3 +431,45 @@ async fn a_shadow_rule_on_an_enforced_rules_bucket_changes_no_answer() {
         assert_eq!(after, alone, "[S, E], B = {capacity}, {spent} spent");
     }
 }
+
+/// A shadow rule beside an enforced one on the same bucket, both settled to
+/// the response's usage: the limit is settled once, by the enforced rule.
+/// The shadow rule took nothing, so it settles nothing (its usage charged
+/// as debt would refuse real clients early).
+#[tokio::test]
+async fn a_shadow_rule_on_an_enforced_rules_bucket_is_not_settled_twice() {
+    use tollgate::http::tower::{ActualCost, Settlement};
+    async fn used<B>(_: Request<B>) -> Result<Response<Full<Bytes>>, Infallible> {
+        let mut response = Response::new(Full::new(Bytes::new()));
+        response.extensions_mut().insert(ActualCost(20));
+        Ok(response)
+    }
+    let bucket = Arc::new(TokenBucket::with_clock(
+        Quota::new(100, 100, Duration::from_secs(3600)).unwrap(),
+        ManualClock::new(),
+    ));
+    let rule = |name: &str| {
+        Rule::global(PolicyName::new(name).unwrap(), Arc::clone(&bucket))
+            .cost(|_| 10)
+            .settled_by(Settlement::Extension)
+            .unwrap()
+    };
+    for shadow_first in [false, true] {
+        bucket.reset();
+        let (enforced, shadow) = (rule("now"), rule("next").shadow(Shadow::Quiet));
+        let layer = if shadow_first {
+            RateLimitLayer::builder().rule(shadow).rule(enforced)
+        } else {
+            RateLimitLayer::builder().rule(enforced).rule(shadow)
+        }
+        .build();
+        let response = layer
+            .layer(tower::service_fn(used::<Full<Bytes>>))
+            .oneshot(as_account(0))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        // 10 estimated, settled to 20 once: 80 left.
+        assert_eq!(bucket.available(), 80, "shadow first: {shadow_first}");
+    }
+}

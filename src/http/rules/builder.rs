@@ -268,14 +268,19 @@ impl<T> RulesBuilder<T> {
     where
         T: From<Rules>,
     {
-        // Shared rules after the in-process ones, each group in the order
-        // added: a request refused in this process never costs the fleet's
-        // store a round trip, and the in-process chain is all or nothing on
-        // its own before any shared budget is touched. In-flight rules
-        // between them: they are no part of the chain, and their permits
-        // are taken before it is charged (`Engine::charge_now` takes the
-        // charges in this order).
-        self.rules.sort_by_key(Rule::stage);
+        // Bound in-process rules first, then shared ones, then permits
+        // (`Stage::bound`), each group in the order added; charged permits
+        // first, then in-process, then shared (`Stage`), so that a request
+        // refused a permit takes no token and one refused in this process
+        // never costs the fleet's store a round trip; shadow rules after
+        // every enforced one. `reorders` says whether the two orders differ.
+        self.rules.sort_by_key(|rule| rule.stage().bound());
+        let shadows = self.rules.iter().any(|rule| rule.role().is_shadow());
+        let reorders = shadows
+            || self
+                .rules
+                .windows(2)
+                .any(|pair| pair[0].stage() > pair[1].stage());
         T::from(Rules {
             engine: Arc::new(Engine {
                 reads_costs: self.rules.iter().any(Rule::has_cost),
@@ -283,7 +288,8 @@ impl<T> RulesBuilder<T> {
                     || self.rules.iter().any(|rule| {
                         rule.answers_to_response() || rule.kind().held_until_response()
                     }),
-                shadows: self.rules.iter().any(|rule| rule.role().is_shadow()),
+                shadows,
+                reorders,
                 texts: self
                     .rules
                     .iter()

@@ -28,6 +28,10 @@ pub(crate) struct Charge {
     /// A shadow rule's charge that its limit refused: it takes nothing,
     /// and is counted if the request is admitted.
     pub(crate) shadowed: bool,
+    /// A shadow rule's charge on a limit an enforced rule of the request
+    /// charges: it takes nothing, and settles and gives back nothing (the
+    /// enforced rule's charge is the limit's).
+    pub(crate) beside: bool,
     pub(crate) held: Held,
 }
 
@@ -57,14 +61,20 @@ impl Engine {
     }
 
     /// The order the charges are taken in, as indices into `charges`:
-    /// every enforced one in the rules' order, then every shadow one, so
-    /// that a shadow rule never takes, undoes or retakes what an enforced
-    /// rule holds. Without shadow rules, the charges' own order.
+    /// every enforced one by its kind's stage (permits, in-process limits,
+    /// shared budgets), then every shadow one the same way, so that a
+    /// shadow rule never takes, undoes or retakes what an enforced rule
+    /// holds. Without a shadow rule or a permit beside token rules, the
+    /// charges' own order.
     fn order(&self, charges: &[Charge]) -> SmallVec<[usize; 4]> {
-        let all = 0..charges.len();
-        let shadow = |index: &usize| self.is_shadow(&charges[*index]);
-        let enforced = all.clone().filter(|index| !shadow(index));
-        enforced.chain(all.filter(shadow)).collect()
+        let mut order: SmallVec<[usize; 4]> = (0..charges.len()).collect();
+        if self.reorders {
+            order.sort_by_key(|&index| {
+                let charge = &charges[index];
+                (self.is_shadow(charge), self.rules[charge.rule].stage())
+            });
+        }
+        order
     }
 
     /// Whether the charge at `index` is taken: one with a cost, unless it
@@ -88,6 +98,7 @@ impl Engine {
             });
         if shares {
             charges[index].cost = 0;
+            charges[index].beside = true;
         }
         !shares
     }
@@ -115,14 +126,14 @@ impl Engine {
     /// Charges the request's rules without awaiting, all or nothing; stops
     /// at the first charge only waiting can decide.
     pub(crate) fn charge_now(&self, charges: &mut [Charge]) -> Progress {
-        if self.shadows {
+        if self.reorders {
             for (step, index) in self.order(charges).into_iter().enumerate() {
                 if let Some(progress) = self.charge_step(charges, step, index) {
                     return progress;
                 }
             }
         } else {
-            // The charges' own order: nothing to sort, no role to ask.
+            // The charges' own order: nothing to sort.
             for index in 0..charges.len() {
                 if let Some(progress) = self.charge_step(charges, index, index) {
                     return progress;

@@ -30,8 +30,8 @@ pub(crate) type RefusalHook = dyn Fn(&Refusal) -> Option<Response<Bytes>> + Send
 /// The rules and how their answers are written, shared by every service
 /// an adapter wraps.
 pub(crate) struct Engine {
-    /// Sorted by the stage their kind is charged in, each stage in the
-    /// order added.
+    /// Sorted in the order they are bound (`Stage::bound`), each kind in
+    /// the order added.
     pub(crate) rules: Vec<Rule>,
     /// Each rule's policy as the fields write it, serialised once.
     pub(crate) texts: Vec<PolicyText>,
@@ -42,6 +42,9 @@ pub(crate) struct Engine {
     /// Whether a rule is in shadow mode: without one, the charges are
     /// taken in their order, and no rule is asked its role.
     pub(crate) shadows: bool,
+    /// Whether the charges are taken in another order than they are bound
+    /// (a shadow rule, or permits beside token rules).
+    pub(crate) reorders: bool,
     /// Whether an admitted request may keep a charge until its response
     /// (to give it back, settle it, advertise it, or hold a permit):
     /// without one, nothing is kept and no rule is asked.
@@ -84,6 +87,7 @@ impl Engine {
                 rule: index,
                 cost: 0,
                 shadowed: false,
+                beside: false,
                 held: Held::default(),
             });
             let Some(charge) = charges.last_mut() else {

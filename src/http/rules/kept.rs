@@ -37,9 +37,11 @@ impl KeptCharges {
             let rule = &self.engine.rules[charge.rule];
             if rule.gives_back(status) {
                 rule.kind().give_back(&mut charge.held);
-            } else if charge.shadowed {
+            } else if charge.shadowed || charge.beside {
                 // A shadow rule that would have refused the request took
-                // nothing for it: enforced, it would have cost nothing.
+                // nothing for it: enforced, it would have cost nothing. One
+                // beside an enforced rule on its limit took nothing either:
+                // the enforced rule settles the limit.
             } else if let Some(how) = rule.settlement() {
                 if *how == Settlement::BodyBytes {
                     by_bytes = true;
@@ -69,6 +71,7 @@ impl KeptCharges {
             .filter(|charge| {
                 let rule = &engine.rules[charge.rule];
                 !charge.shadowed
+                    && !charge.beside
                     && !rule.gives_back(status)
                     && rule.settlement() == Some(&Settlement::BodyBytes)
             })

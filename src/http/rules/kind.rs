@@ -39,6 +39,21 @@ pub(crate) enum Stage {
     Shared,
 }
 
+impl Stage {
+    /// Where a kind's key and cost are read among a request's rules: the
+    /// in-process rules', then the shared ones', then the permits', so that
+    /// of several rules a request cannot be charged by, the answer is the
+    /// first of those (a missing account key's 400 before a permit rule's
+    /// missing peer's 500).
+    pub(crate) fn bound(self) -> u8 {
+        match self {
+            Stage::InProcess => 0,
+            Stage::Shared => 1,
+            Stage::InFlight => 2,
+        }
+    }
+}
+
 /// What taking a rule's cost came to, without awaiting.
 pub(crate) enum Now {
     Taken,

@@ -62,8 +62,8 @@ impl<S: Store> GiveBack for KeyedReceipt<S> {
 /// happen where nothing can await, such as a response body's last frame or
 /// its drop. A `Store` that panics in that first poll (user code) loses
 /// that call, as a panic in the spawned rest would, and never unwinds into
-/// the response: nothing is given back or charged for it, so nothing is
-/// minted.
+/// the response: a give-back is lost (nothing minted), and a settlement's
+/// excess goes uncharged, as when the store fails the call.
 fn finish_in_background(runtime: &Handle, work: impl Future<Output = ()> + Send + 'static) {
     let mut work = Box::pin(work);
     // Inside the runtime, so that a store call may start its timers here.
