@@ -18,7 +18,7 @@ use tollgate::{
     Clock, DefaultClock, Limit, ManualClock, Quota, Receipt, StripedBucket, TokenBucket,
 };
 
-use common::race;
+use common::{Interleaving, race, until_interleaved};
 use tollgate_test_support::common;
 
 const THREADS: usize = 4;
@@ -244,23 +244,32 @@ fn the_default_clock_keeps_a_raced_bucket_in_the_envelope_of_its_readings() {
             reading
         }
     }
-    let clock = Recorded {
-        clock: DefaultClock::new(),
-        min: AtomicU64::new(u64::MAX),
-        max: AtomicU64::new(0),
-    };
-    let bucket = TokenBucket::with_clock(quota(), &clock);
-    let admitted: u64 = race(THREADS, |_| {
-        (0..DECISIONS_PER_THREAD)
-            .filter(|_| bucket.try_acquire(1).is_ok())
-            .count() as u64
-    })
-    .iter()
-    .sum();
-    let span = clock.max.load(Ordering::Acquire) - clock.min.load(Ordering::Acquire);
-    assert!(
-        admitted <= envelope(span),
-        "{admitted} admitted over readings spanning {span} ns"
-    );
-    assert!(admitted >= BURST, "the full burst was not admitted");
+    // Shown to race: a run counts only if two threads' decisions
+    // interleaved (`common::Interleaving`).
+    until_interleaved(1, |_| {
+        let clock = Recorded {
+            clock: DefaultClock::new(),
+            min: AtomicU64::new(u64::MAX),
+            max: AtomicU64::new(0),
+        };
+        let bucket = TokenBucket::with_clock(quota(), &clock);
+        let order = Interleaving::default();
+        let tallies = race(THREADS, |_| {
+            let mut me = order.worker();
+            let mut admitted = 0;
+            for _ in 0..DECISIONS_PER_THREAD {
+                admitted += u64::from(bucket.try_acquire(1).is_ok());
+                me.step();
+            }
+            (admitted, me.interleaved())
+        });
+        let admitted: u64 = tallies.iter().map(|t| t.0).sum();
+        let span = clock.max.load(Ordering::Acquire) - clock.min.load(Ordering::Acquire);
+        assert!(
+            admitted <= envelope(span),
+            "{admitted} admitted over readings spanning {span} ns"
+        );
+        assert!(admitted >= BURST, "the full burst was not admitted");
+        tallies.iter().any(|t| t.1)
+    });
 }

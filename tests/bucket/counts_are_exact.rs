@@ -7,33 +7,46 @@ use std::time::Duration;
 use tollgate::KeyedLimiter;
 use tollgate::{Counted, Limit, ManualClock, Quota, TokenBucket};
 
-use common::race;
+use common::{Interleaving, race, until_interleaved};
 use tollgate_test_support::common;
 
 #[test]
 fn counts_are_exact_under_racing_threads() {
     const CAPACITY: u64 = 1_000;
     for threads in [2, 4, 8] {
-        let clock = ManualClock::new();
-        clock.set(Duration::from_secs(1));
-        let bucket = Counted::new(TokenBucket::with_clock(
-            Quota::per_second(CAPACITY).unwrap(),
-            clock,
-        ));
-        let admitted: u64 = race(threads, |_| {
-            (0..500).filter(|_| bucket.try_acquire(1).is_ok()).count() as u64
-        })
-        .iter()
-        .sum();
-        let attempts = 500 * threads as u64;
-        let stats = bucket.stats();
-        assert_eq!(admitted, CAPACITY.min(attempts));
-        assert_eq!((stats.admitted, stats.admitted_cost), (admitted, admitted));
-        assert_eq!(
-            (stats.denied, stats.denied_cost),
-            (attempts - admitted, attempts - admitted)
-        );
-        assert_eq!(stats.rejected, 0);
+        // Shown to race: a round counts only if the decisions of two
+        // threads interleaved (`common::Interleaving`).
+        until_interleaved(1, |_| {
+            let clock = ManualClock::new();
+            clock.set(Duration::from_secs(1));
+            let bucket = Counted::new(TokenBucket::with_clock(
+                Quota::per_second(CAPACITY).unwrap(),
+                clock,
+            ));
+            let order = Interleaving::default();
+            let tallies = race(threads, |_| {
+                let mut me = order.worker();
+                let mut admitted = 0;
+                for _ in 0..500 {
+                    if bucket.try_acquire(1).is_ok() {
+                        admitted += 1;
+                    }
+                    me.step();
+                }
+                (admitted, me.interleaved())
+            });
+            let admitted: u64 = tallies.iter().map(|t| t.0).sum();
+            let attempts = 500 * threads as u64;
+            let stats = bucket.stats();
+            assert_eq!(admitted, CAPACITY.min(attempts));
+            assert_eq!((stats.admitted, stats.admitted_cost), (admitted, admitted));
+            assert_eq!(
+                (stats.denied, stats.denied_cost),
+                (attempts - admitted, attempts - admitted)
+            );
+            assert_eq!(stats.rejected, 0);
+            tallies.iter().any(|t| t.1)
+        });
     }
 }
 

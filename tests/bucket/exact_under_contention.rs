@@ -2,12 +2,15 @@
 //! totals are exact, so any lost update or double admission under contention
 //! changes a number. With the real clock the only timing assertion is the
 //! token-bucket envelope, which holds however the threads are scheduled.
+//! Each test proves its race happened: its rounds go on until one in which
+//! a thread's admissions had another thread's admission between them
+//! (`common::Interleaving`).
 
 use std::time::Duration;
 
 use tollgate::{AcquireError, Clock, Limit, ManualClock, MonotonicClock, Quota, TokenBucket};
 
-use common::{Envelope, race};
+use common::{Envelope, Interleaving, race, until_interleaved};
 use tollgate_test_support::common;
 
 const THREAD_COUNTS: [usize; 3] = [2, 4, 8];
@@ -57,18 +60,25 @@ fn acquire(bucket: &TokenBucket<ManualClock>, cost: u64) -> u64 {
 fn unit_costs_admit_exactly_the_capacity() {
     for threads in THREAD_COUNTS {
         let bucket = frozen_bucket();
-        for round in 0..ROUNDS {
+        until_interleaved(ROUNDS, |round| {
             bucket.reset();
-            let admitted: u64 = race(threads, |_| {
-                (0..ATTEMPTS_PER_THREAD)
-                    .map(|_| acquire(&bucket, 1))
-                    .sum::<u64>()
-            })
-            .into_iter()
-            .sum();
+            let order = Interleaving::default();
+            let tallies = race(threads, |_| {
+                let mut me = order.worker();
+                let mut admitted = 0;
+                for _ in 0..ATTEMPTS_PER_THREAD {
+                    if acquire(&bucket, 1) > 0 {
+                        me.step();
+                        admitted += 1;
+                    }
+                }
+                (admitted, me.interleaved())
+            });
+            let admitted: u64 = tallies.iter().map(|t| t.0).sum();
             assert_eq!(admitted, CAPACITY, "{threads} threads, round {round}");
             assert_eq!(bucket.available(), 0);
-        }
+            tallies.iter().any(|t| t.1)
+        });
     }
 }
 
@@ -76,15 +86,22 @@ fn unit_costs_admit_exactly_the_capacity() {
 fn mixed_costs_never_overspend_and_account_for_every_token() {
     for threads in THREAD_COUNTS {
         let bucket = frozen_bucket();
-        for round in 0..ROUNDS {
+        until_interleaved(ROUNDS, |round| {
             bucket.reset();
-            let admitted: u64 = race(threads, |t| {
-                (0..ATTEMPTS_PER_THREAD)
-                    .map(|i| acquire(&bucket, 1 + (i * 7 + t as u64) % 5))
-                    .sum::<u64>()
-            })
-            .into_iter()
-            .sum();
+            let order = Interleaving::default();
+            let tallies = race(threads, |t| {
+                let mut me = order.worker();
+                let mut admitted = 0;
+                for i in 0..ATTEMPTS_PER_THREAD {
+                    let got = acquire(&bucket, 1 + (i * 7 + t as u64) % 5);
+                    if got > 0 {
+                        me.step();
+                        admitted += got;
+                    }
+                }
+                (admitted, me.interleaved())
+            });
+            let admitted: u64 = tallies.iter().map(|t| t.0).sum();
             let remaining = bucket.available();
             assert!(admitted <= CAPACITY, "{threads} threads, round {round}");
             assert_eq!(
@@ -96,7 +113,8 @@ fn mixed_costs_never_overspend_and_account_for_every_token() {
             // unit acquisitions still succeed.
             let left: u64 = (0..=remaining).map(|_| acquire(&bucket, 1)).sum();
             assert_eq!(left, remaining);
-        }
+            tallies.iter().any(|t| t.1)
+        });
     }
 }
 
@@ -107,20 +125,30 @@ fn mixed_costs_never_overspend_and_account_for_every_token() {
 fn racing_reservations_get_distinct_slots() {
     const SLOTS_AFTER_BURST: u64 = 500;
     for threads in THREAD_COUNTS {
-        let bucket = frozen_bucket();
-        let max_wait = INTERVAL * u32::try_from(SLOTS_AFTER_BURST).unwrap();
-        let mut waits: Vec<Duration> = race(threads, |_| {
-            (0..ATTEMPTS_PER_THREAD)
-                .filter_map(|_| bucket.reserve(1, max_wait).ok())
-                .collect::<Vec<_>>()
-        })
-        .concat();
-        waits.sort_unstable();
-        let expected: Vec<Duration> = (0..CAPACITY)
-            .map(|_| Duration::ZERO)
-            .chain((1..=SLOTS_AFTER_BURST).map(|k| INTERVAL * u32::try_from(k).unwrap()))
-            .collect();
-        assert_eq!(waits, expected, "{threads} threads");
+        until_interleaved(1, |_| {
+            let bucket = frozen_bucket();
+            let order = Interleaving::default();
+            let max_wait = INTERVAL * u32::try_from(SLOTS_AFTER_BURST).unwrap();
+            let tallies = race(threads, |_| {
+                let mut me = order.worker();
+                let mut waits = Vec::new();
+                for _ in 0..ATTEMPTS_PER_THREAD {
+                    if let Ok(wait) = bucket.reserve(1, max_wait) {
+                        me.step();
+                        waits.push(wait);
+                    }
+                }
+                (waits, me.interleaved())
+            });
+            let mut waits: Vec<Duration> = tallies.iter().flat_map(|t| t.0.clone()).collect();
+            waits.sort_unstable();
+            let expected: Vec<Duration> = (0..CAPACITY)
+                .map(|_| Duration::ZERO)
+                .chain((1..=SLOTS_AFTER_BURST).map(|k| INTERVAL * u32::try_from(k).unwrap()))
+                .collect();
+            assert_eq!(waits, expected, "{threads} threads");
+            tallies.iter().any(|t| t.1)
+        });
     }
 }
 
@@ -134,40 +162,48 @@ fn real_clock_admissions_stay_within_the_envelope() {
     const OPS_PER_THREAD: u64 = 5_000;
     let interval = Duration::from_secs(1) / u32::try_from(RATE_PER_SECOND).unwrap();
     for threads in THREAD_COUNTS {
-        let quota = Quota::new(BURST, RATE_PER_SECOND, Duration::from_secs(1)).unwrap();
-        let bucket = TokenBucket::with_clock(quota, MonotonicClock::new());
-        let start = bucket.clock().now_nanos();
-        let tallies = race(threads, |_| {
-            let (mut admitted, mut longest_wait) = (0, Duration::ZERO);
-            for _ in 0..OPS_PER_THREAD {
-                match try_acquire(&bucket, 1) {
-                    Ok(cost) => admitted += cost,
-                    Err(wait) => longest_wait = longest_wait.max(wait),
+        until_interleaved(1, |_| {
+            let quota = Quota::new(BURST, RATE_PER_SECOND, Duration::from_secs(1)).unwrap();
+            let bucket = TokenBucket::with_clock(quota, MonotonicClock::new());
+            let order = Interleaving::default();
+            let start = bucket.clock().now_nanos();
+            let tallies = race(threads, |_| {
+                let mut me = order.worker();
+                let (mut admitted, mut longest_wait) = (0, Duration::ZERO);
+                for _ in 0..OPS_PER_THREAD {
+                    match try_acquire(&bucket, 1) {
+                        Ok(cost) => {
+                            me.step();
+                            admitted += cost;
+                        }
+                        Err(wait) => longest_wait = longest_wait.max(wait),
+                    }
                 }
-            }
-            (admitted, longest_wait)
+                (admitted, longest_wait, me.interleaved())
+            });
+            let elapsed = bucket.clock().now_nanos() - start;
+            let admitted: u64 = tallies.iter().map(|t| t.0).sum();
+            assert!(
+                admitted >= BURST,
+                "{threads} threads admitted only {admitted}"
+            );
+            // A thread deciding on a reading that others have since
+            // overtaken sees less credit and a longer wait, never a shorter
+            // one; but the staleness is bounded by the run, so a wait beyond
+            // one interval plus the whole run would be wrong.
+            let longest_wait = tallies.iter().map(|t| t.1).max().unwrap();
+            assert!(longest_wait <= interval + Duration::from_nanos(elapsed));
+            let envelope = Envelope {
+                capacity: BURST,
+                tokens: RATE_PER_SECOND,
+                period_ns: 1_000_000_000,
+            };
+            assert!(
+                envelope.admits(u128::from(admitted), elapsed),
+                "{threads} threads admitted {admitted} in {elapsed} ns"
+            );
+            tallies.iter().any(|t| t.2)
         });
-        let elapsed = bucket.clock().now_nanos() - start;
-        let admitted: u64 = tallies.iter().map(|t| t.0).sum();
-        assert!(
-            admitted >= BURST,
-            "{threads} threads admitted only {admitted}"
-        );
-        // A thread deciding on a reading that others have since overtaken
-        // sees less credit and a longer wait, never a shorter one; but the
-        // staleness is bounded by the run, so a wait beyond one interval plus
-        // the whole run would be wrong.
-        let longest_wait = tallies.iter().map(|t| t.1).max().unwrap();
-        assert!(longest_wait <= interval + Duration::from_nanos(elapsed));
-        let envelope = Envelope {
-            capacity: BURST,
-            tokens: RATE_PER_SECOND,
-            period_ns: 1_000_000_000,
-        };
-        assert!(
-            envelope.admits(u128::from(admitted), elapsed),
-            "{threads} threads admitted {admitted} in {elapsed} ns"
-        );
     }
 }
 
@@ -178,18 +214,25 @@ fn real_clock_admissions_stay_within_the_envelope() {
 fn refunds_racing_acquisitions_are_all_accounted_for() {
     for threads in THREAD_COUNTS {
         let bucket = frozen_bucket();
-        for round in 0..ROUNDS {
+        until_interleaved(ROUNDS, |round| {
             bucket.reset();
+            let order = Interleaving::default();
             let tallies = race(threads, |_| {
+                let mut me = order.worker();
                 let (mut admitted, mut refunded) = (0, 0);
                 for _ in 0..ATTEMPTS_PER_THREAD {
-                    admitted += acquire(&bucket, 1);
+                    let got = acquire(&bucket, 1);
+                    if got > 0 {
+                        me.step();
+                        admitted += got;
+                    }
                     if admitted > 2 * refunded + 1 {
                         bucket.refund(1);
+                        me.step();
                         refunded += 1;
                     }
                 }
-                (admitted, refunded)
+                (admitted, refunded, me.interleaved())
             });
             let admitted: u64 = tallies.iter().map(|t| t.0).sum();
             let refunded: u64 = tallies.iter().map(|t| t.1).sum();
@@ -199,6 +242,7 @@ fn refunds_racing_acquisitions_are_all_accounted_for() {
                 CAPACITY - (admitted - refunded),
                 "{threads} threads, round {round}: {admitted} admitted, {refunded} refunded"
             );
-        }
+            tallies.iter().any(|t| t.2)
+        });
     }
 }

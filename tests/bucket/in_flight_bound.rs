@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 
-use common::race;
+use common::{race, until_interleaved};
 use tollgate_test_support::common;
 
 use proptest::prelude::*;
@@ -71,30 +71,36 @@ fn busy(iterations: u64) {
 fn weighted_holders_never_exceed_the_limit() {
     const MAX: u64 = 10;
     for threads in THREAD_COUNTS {
-        let limiter = ConcurrencyLimiter::new(MAX).unwrap();
-        let tally = Tally::default();
-        let granted: u64 = race(threads, |t| {
-            let mut granted = 0;
-            for i in 0..ATTEMPTS_PER_THREAD {
-                let weight = 1 + (i + t as u64) % 4;
-                match limiter.try_acquire(weight) {
-                    Ok(permit) => {
-                        assert_eq!(permit.weight(), weight);
-                        tally.holding(weight, || busy(i % 32));
-                        drop(permit);
-                        granted += 1;
+        // The race is shown by the peak: a thread holds one permit at a
+        // time, of at most 4 units, so more than 4 held at once are two
+        // threads' permits at the same time.
+        until_interleaved(1, |_| {
+            let limiter = ConcurrencyLimiter::new(MAX).unwrap();
+            let tally = Tally::default();
+            let granted: u64 = race(threads, |t| {
+                let mut granted = 0;
+                for i in 0..ATTEMPTS_PER_THREAD {
+                    let weight = 1 + (i + t as u64) % 4;
+                    match limiter.try_acquire(weight) {
+                        Ok(permit) => {
+                            assert_eq!(permit.weight(), weight);
+                            tally.holding(weight, || busy(i % 32));
+                            drop(permit);
+                            granted += 1;
+                        }
+                        Err(refused) => assert_could_not_fit(refused, weight, MAX),
                     }
-                    Err(refused) => assert_could_not_fit(refused, weight, MAX),
                 }
-            }
-            granted
-        })
-        .into_iter()
-        .sum();
-        let peak = tally.peak.load(Ordering::SeqCst);
-        assert!(peak <= MAX, "{threads} threads held {peak} units of {MAX}");
-        assert!(granted > 0);
-        assert_eq!(limiter.in_flight(), 0, "{threads} threads");
+                granted
+            })
+            .into_iter()
+            .sum();
+            let peak = tally.peak.load(Ordering::SeqCst);
+            assert!(peak <= MAX, "{threads} threads held {peak} units of {MAX}");
+            assert!(granted > 0);
+            assert_eq!(limiter.in_flight(), 0, "{threads} threads");
+            peak > 4
+        });
     }
 }
 
@@ -104,35 +110,46 @@ fn owned_permits_released_on_other_threads_keep_the_bound() {
     // its own, so grants and releases run on different threads.
     const MAX: u64 = 6;
     for threads in THREAD_COUNTS {
-        let limiter = Arc::new(ConcurrencyLimiter::new(MAX).unwrap());
-        let tally = Arc::new(Tally::default());
-        race(threads, |t| {
-            let (send, receive) = std::sync::mpsc::channel();
-            let tally_for_dropper = Arc::clone(&tally);
-            let dropper = thread::spawn(move || {
-                for (permit, weight) in receive {
-                    busy(8);
-                    tally_for_dropper.held.fetch_sub(weight, Ordering::SeqCst);
-                    drop(permit);
-                }
-            });
-            for i in 0..ATTEMPTS_PER_THREAD / 4 {
-                let weight = 1 + (i * 3 + t as u64) % 3;
-                match limiter.try_acquire_owned(weight) {
-                    Ok(permit) => {
-                        let now = tally.held.fetch_add(weight, Ordering::SeqCst) + weight;
-                        tally.peak.fetch_max(now, Ordering::SeqCst);
-                        send.send((permit, weight)).unwrap();
+        // The race is shown by a grant made while another thread's permits
+        // were held: more units held than this thread's own.
+        until_interleaved(1, |_| {
+            let limiter = Arc::new(ConcurrencyLimiter::new(MAX).unwrap());
+            let tally = Arc::new(Tally::default());
+            let shown = race(threads, |t| {
+                let (send, receive) = std::sync::mpsc::channel();
+                let mine = Arc::new(AtomicU64::new(0));
+                let (tally_for_dropper, mine_for_dropper) = (Arc::clone(&tally), Arc::clone(&mine));
+                let dropper = thread::spawn(move || {
+                    for (permit, weight) in receive {
+                        busy(8);
+                        mine_for_dropper.fetch_sub(weight, Ordering::SeqCst);
+                        tally_for_dropper.held.fetch_sub(weight, Ordering::SeqCst);
+                        drop(permit);
                     }
-                    Err(refused) => assert_could_not_fit(refused, weight, MAX),
+                });
+                let mut beside_others = false;
+                for i in 0..ATTEMPTS_PER_THREAD / 4 {
+                    let weight = 1 + (i * 3 + t as u64) % 3;
+                    match limiter.try_acquire_owned(weight) {
+                        Ok(permit) => {
+                            let own = mine.fetch_add(weight, Ordering::SeqCst) + weight;
+                            let now = tally.held.fetch_add(weight, Ordering::SeqCst) + weight;
+                            tally.peak.fetch_max(now, Ordering::SeqCst);
+                            beside_others |= now > own;
+                            send.send((permit, weight)).unwrap();
+                        }
+                        Err(refused) => assert_could_not_fit(refused, weight, MAX),
+                    }
                 }
-            }
-            drop(send);
-            dropper.join().unwrap();
+                drop(send);
+                dropper.join().unwrap();
+                beside_others
+            });
+            let peak = tally.peak.load(Ordering::SeqCst);
+            assert!(peak <= MAX, "{threads} threads held {peak} units of {MAX}");
+            assert_eq!(limiter.in_flight(), 0, "{threads} threads");
+            shown.into_iter().any(|shown| shown)
         });
-        let peak = tally.peak.load(Ordering::SeqCst);
-        assert!(peak <= MAX, "{threads} threads held {peak} units of {MAX}");
-        assert_eq!(limiter.in_flight(), 0, "{threads} threads");
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tollgate::{AcquireError, Clock, ManualClock, Pacer};
 
-use common::{race, race_beside};
+use common::{Interleaving, race, race_beside, until_interleaved};
 use tollgate_test_support::common;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -133,18 +133,30 @@ proptest! {
 #[test]
 fn the_queue_bound_holds_under_racing_threads() {
     for threads in [2, 4, 8] {
-        let pacer = pacer(SECOND);
-        let mut waits: Vec<Duration> = race(threads, |_| {
-            (0..100)
-                .filter_map(|_| pacer.reserve().ok())
-                .collect::<Vec<_>>()
-        })
-        .concat();
-        waits.sort_unstable();
-        let expected: Vec<Duration> = (0..pacer.max_queue() as u32)
-            .map(|k| INTERVAL * k)
-            .collect();
-        assert_eq!(waits, expected, "{threads} threads");
+        // Shown to race: a run counts only if two threads' places
+        // interleaved (`common::Interleaving`).
+        until_interleaved(1, |_| {
+            let pacer = pacer(SECOND);
+            let order = Interleaving::default();
+            let tallies = race(threads, |_| {
+                let mut me = order.worker();
+                let mut waits = Vec::new();
+                for _ in 0..100 {
+                    if let Ok(wait) = pacer.reserve() {
+                        me.step();
+                        waits.push(wait);
+                    }
+                }
+                (waits, me.interleaved())
+            });
+            let mut waits: Vec<Duration> = tallies.iter().flat_map(|t| t.0.clone()).collect();
+            waits.sort_unstable();
+            let expected: Vec<Duration> = (0..pacer.max_queue() as u32)
+                .map(|k| INTERVAL * k)
+                .collect();
+            assert_eq!(waits, expected, "{threads} threads");
+            tallies.iter().any(|t| t.1)
+        });
     }
 }
 

@@ -24,7 +24,10 @@ use num_rational::Ratio;
 use proptest::prelude::*;
 use tollgate::{AcquireError, Limit, ManualClock, Quota, Receipt, StripedBucket, TokenBucket};
 
-use common::{Envelope, FAST_RATES, PERIODS_NS, Q, ceil_nanos, nanos, q, race, race_beside};
+use common::{
+    Envelope, FAST_RATES, Interleaving, PERIODS_NS, Q, ceil_nanos, nanos, q, race, race_beside,
+    until_interleaved,
+};
 use tollgate_test_support::common;
 
 fn floor_tokens(x: Q) -> u64 {
@@ -647,16 +650,24 @@ fn changes_on_a_frozen_clock_never_mint() {
 
 #[test]
 fn concurrent_changes_leave_one_of_them_in_force() {
-    let clock = ManualClock::new();
-    let bucket = TokenBucket::with_clock(quota(10, 10, SECOND), clock.clone());
-    let quotas: Vec<Quota> = (1..=8).map(|n| quota(n, n, SECOND)).collect();
-    race(8, |i| {
-        for _ in 0..200 {
-            bucket.set_quota(quotas[i]);
-        }
+    // Shown to race: a run counts only if two threads' changes interleaved.
+    until_interleaved(1, |_| {
+        let clock = ManualClock::new();
+        let bucket = TokenBucket::with_clock(quota(10, 10, SECOND), clock.clone());
+        let quotas: Vec<Quota> = (1..=8).map(|n| quota(n, n, SECOND)).collect();
+        let order = Interleaving::default();
+        let interleaved = race(8, |i| {
+            let mut me = order.worker();
+            for _ in 0..200 {
+                bucket.set_quota(quotas[i]);
+                me.step();
+            }
+            me.interleaved()
+        });
+        assert!(quotas.contains(&bucket.quota()));
+        assert!(bucket.available() <= bucket.quota().capacity());
+        interleaved.into_iter().any(|shown| shown)
     });
-    assert!(quotas.contains(&bucket.quota()));
-    assert!(bucket.available() <= bucket.quota().capacity());
 }
 
 #[test]

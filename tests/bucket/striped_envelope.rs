@@ -10,7 +10,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tollgate::{Clock, Limit, ManualClock, Quota, StripedBucket};
 
-use common::{Envelope, race, race_beside};
+use common::{Envelope, Interleaving, race, race_beside, until_interleaved};
 use tollgate_test_support::common;
 
 /// On a frozen clock, however threads and stripes race, what they admitted
@@ -21,27 +21,40 @@ use tollgate_test_support::common;
 fn frozen_clock_accounting_is_exact() {
     const CAPACITY: u64 = 5_000;
     for (threads, stripes) in [(2, 2), (4, 2), (8, 4), (8, 8)] {
-        let clock = ManualClock::new();
-        clock.set(Duration::from_secs(3));
-        let bucket =
-            StripedBucket::with_clock(Quota::per_second(CAPACITY).unwrap(), clock, stripes, 64);
-        let admitted: u64 = race(threads, |_| {
-            (0..2_000).filter(|_| bucket.try_acquire(1).is_ok()).count() as u64
-        })
-        .iter()
-        .sum();
-        let pooled = bucket.pooled();
-        assert_eq!(
-            admitted + pooled + bucket.bucket().available(),
-            CAPACITY,
-            "{threads} threads, {stripes} stripes: {admitted} admitted, {pooled} pooled"
-        );
-        let returned = bucket.flush();
-        assert!(returned <= pooled);
-        assert_eq!(bucket.pooled(), 0);
-        let available = bucket.bucket().available();
-        assert!(admitted + available <= CAPACITY);
-        assert!(admitted + available + stripes as u64 * 64 >= CAPACITY);
+        // Shown to race: a run counts only if two threads' admissions
+        // interleaved (`common::Interleaving`).
+        until_interleaved(1, |_| {
+            let clock = ManualClock::new();
+            clock.set(Duration::from_secs(3));
+            let bucket =
+                StripedBucket::with_clock(Quota::per_second(CAPACITY).unwrap(), clock, stripes, 64);
+            let order = Interleaving::default();
+            let tallies = race(threads, |_| {
+                let mut me = order.worker();
+                let mut admitted = 0;
+                for _ in 0..2_000 {
+                    if bucket.try_acquire(1).is_ok() {
+                        me.step();
+                        admitted += 1;
+                    }
+                }
+                (admitted, me.interleaved())
+            });
+            let admitted: u64 = tallies.iter().map(|t| t.0).sum();
+            let pooled = bucket.pooled();
+            assert_eq!(
+                admitted + pooled + bucket.bucket().available(),
+                CAPACITY,
+                "{threads} threads, {stripes} stripes: {admitted} admitted, {pooled} pooled"
+            );
+            let returned = bucket.flush();
+            assert!(returned <= pooled);
+            assert_eq!(bucket.pooled(), 0);
+            let available = bucket.bucket().available();
+            assert!(admitted + available <= CAPACITY);
+            assert!(admitted + available + stripes as u64 * 64 >= CAPACITY);
+            tallies.iter().any(|t| t.1)
+        });
     }
 }
 
@@ -50,30 +63,39 @@ fn frozen_clock_accounting_is_exact() {
 fn real_clock_admissions_stay_within_the_envelope() {
     let (capacity, rate) = (100, 50_000);
     for threads in [2, 4, 8] {
-        let bucket = StripedBucket::new(
-            Quota::new(capacity, rate, Duration::from_secs(1)).unwrap(),
-            4,
-            16,
-        );
-        let start = bucket.bucket().clock().now_nanos();
-        let admitted: u64 = race(threads, |_| {
-            (0..20_000)
-                .filter(|_| bucket.try_acquire(1).is_ok())
-                .count() as u64
-        })
-        .iter()
-        .sum();
-        let elapsed = bucket.bucket().clock().now_nanos() - start;
-        let envelope = Envelope {
-            capacity,
-            tokens: rate,
-            period_ns: 1_000_000_000,
-        };
-        assert!(admitted >= capacity / 2, "{threads} threads: {admitted}");
-        assert!(
-            envelope.admits(u128::from(admitted), elapsed),
-            "{admitted} in {elapsed} ns"
-        );
+        until_interleaved(1, |_| {
+            let bucket = StripedBucket::new(
+                Quota::new(capacity, rate, Duration::from_secs(1)).unwrap(),
+                4,
+                16,
+            );
+            let order = Interleaving::default();
+            let start = bucket.bucket().clock().now_nanos();
+            let tallies = race(threads, |_| {
+                let mut me = order.worker();
+                let mut admitted = 0;
+                for _ in 0..20_000 {
+                    if bucket.try_acquire(1).is_ok() {
+                        me.step();
+                        admitted += 1;
+                    }
+                }
+                (admitted, me.interleaved())
+            });
+            let admitted: u64 = tallies.iter().map(|t| t.0).sum();
+            let elapsed = bucket.bucket().clock().now_nanos() - start;
+            let envelope = Envelope {
+                capacity,
+                tokens: rate,
+                period_ns: 1_000_000_000,
+            };
+            assert!(admitted >= capacity / 2, "{threads} threads: {admitted}");
+            assert!(
+                envelope.admits(u128::from(admitted), elapsed),
+                "{admitted} in {elapsed} ns"
+            );
+            tallies.iter().any(|t| t.1)
+        });
     }
 }
 

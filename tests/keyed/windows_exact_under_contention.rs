@@ -14,11 +14,11 @@ use tollgate::{
     MonotonicClock, Receipt, SlidingWindow, WindowQuota,
 };
 
-use common::{race, race_beside};
+use common::{Interleaving, race, race_beside, until_interleaved};
 use tollgate_test_support::common;
 
 const THREAD_COUNTS: [usize; 3] = [2, 4, 8];
-const ROUNDS: u64 = 10;
+const ROUNDS: usize = 10;
 const LIMIT: u64 = 1_000;
 const ATTEMPTS_PER_THREAD: u64 = 1_000;
 const WINDOW: Duration = Duration::from_secs(1);
@@ -49,24 +49,32 @@ fn frozen_windows_admit_exactly_the_limit<K: WindowKind>() {
     for threads in THREAD_COUNTS {
         let clock = ManualClock::new();
         let limiter = WindowCounter::<K, _>::with_clock(quota(), &clock).unwrap();
-        for round in 0..ROUNDS {
+        until_interleaved(ROUNDS, |round| {
             // Two windows on, so a sliding window's previous count is 0 too.
             clock.set(WINDOW * (2 * round as u32));
             let mixed = round % 2 == 1;
-            let admitted: u64 = race(threads, |t| {
-                (0..ATTEMPTS_PER_THREAD)
-                    .map(|i| acquire(&limiter, if mixed { 1 + (i * 7 + t as u64) % 5 } else { 1 }))
-                    .sum::<u64>()
-            })
-            .into_iter()
-            .sum();
+            let order = Interleaving::default();
+            let tallies = race(threads, |t| {
+                let mut me = order.worker();
+                let mut admitted = 0;
+                for i in 0..ATTEMPTS_PER_THREAD {
+                    let got = acquire(&limiter, if mixed { 1 + (i * 7 + t as u64) % 5 } else { 1 });
+                    if got > 0 {
+                        me.step();
+                        admitted += got;
+                    }
+                }
+                (admitted, me.interleaved())
+            });
+            let admitted: u64 = tallies.iter().map(|t| t.0).sum();
             let left = limiter.available();
             assert_eq!(admitted + left, LIMIT, "{threads} threads, round {round}");
             if !mixed {
                 assert_eq!(left, 0, "{threads} threads, round {round}");
             }
             assert_eq!((0..=left).map(|_| acquire(&limiter, 1)).sum::<u64>(), left);
-        }
+            tallies.iter().any(|t| t.1)
+        });
     }
 }
 
@@ -80,15 +88,28 @@ fn frozen_sliding_windows_admit_exactly_the_limit() {
     frozen_windows_admit_exactly_the_limit::<tollgate::window::Sliding>();
 }
 
-/// Units admitted to `threads` threads racing `ATTEMPTS_PER_THREAD` each.
-fn race_for_units<K: WindowKind>(threads: usize, limiter: &WindowCounter<K, &ManualClock>) -> u64 {
-    race(threads, |_| {
-        (0..ATTEMPTS_PER_THREAD)
-            .map(|_| acquire(limiter, 1))
-            .sum::<u64>()
-    })
-    .into_iter()
-    .sum()
+/// Units admitted to `threads` threads racing `ATTEMPTS_PER_THREAD` each,
+/// and whether their admissions interleaved.
+fn race_for_units<K: WindowKind>(
+    threads: usize,
+    limiter: &WindowCounter<K, &ManualClock>,
+) -> (u64, bool) {
+    let order = Interleaving::default();
+    let tallies = race(threads, |_| {
+        let mut me = order.worker();
+        let mut admitted = 0;
+        for _ in 0..ATTEMPTS_PER_THREAD {
+            if acquire(limiter, 1) > 0 {
+                me.step();
+                admitted += 1;
+            }
+        }
+        (admitted, me.interleaved())
+    });
+    (
+        tallies.iter().map(|t| t.0).sum(),
+        tallies.iter().any(|t| t.1),
+    )
 }
 
 /// Threads racing for the first decisions of a new window roll it once:
@@ -98,11 +119,12 @@ fn racing_roll_overs_reset_a_fixed_window_once() {
     for threads in THREAD_COUNTS {
         let clock = ManualClock::new();
         let limiter = FixedWindow::with_clock(quota(), &clock).unwrap();
-        for round in 0..ROUNDS {
+        until_interleaved(ROUNDS, |round| {
             clock.set(WINDOW * round as u32);
-            let admitted = race_for_units(threads, &limiter);
+            let (admitted, interleaved) = race_for_units(threads, &limiter);
             assert_eq!(admitted, LIMIT, "{threads} threads, round {round}");
-        }
+            interleaved
+        });
     }
 }
 
@@ -113,15 +135,17 @@ fn racing_roll_overs_carry_a_sliding_window_once() {
     for threads in THREAD_COUNTS {
         let clock = ManualClock::new();
         let limiter = SlidingWindow::with_clock(quota(), &clock).unwrap();
-        for round in 0..ROUNDS as u32 {
+        until_interleaved(ROUNDS, |round| {
+            let round = round as u32;
             // A full window after an empty one, then the race half way into
             // the next, where the full one weighs half the limit.
             clock.set(WINDOW * (3 * round));
             limiter.try_acquire(LIMIT).unwrap();
             clock.set(WINDOW * (3 * round + 1) + WINDOW / 2);
-            let admitted = race_for_units(threads, &limiter);
+            let (admitted, interleaved) = race_for_units(threads, &limiter);
             assert_eq!(admitted, LIMIT / 2, "{threads} threads, round {round}");
-        }
+            interleaved
+        });
     }
 }
 

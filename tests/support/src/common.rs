@@ -57,22 +57,98 @@ pub fn ceil_nanos(x: Q) -> u64 {
     u64::try_from(x.ceil().to_integer().max(0)).unwrap()
 }
 
-/// Runs `work(thread_index)` on `threads` threads released together by a
-/// barrier, and returns what each returned.
+/// Runs `work(thread_index)` on `threads` threads released together, and
+/// returns what each returned. Past the barrier, each thread also waits
+/// (yielding) until every other one is running: a barrier wakes threads,
+/// it does not run them, and a thread still waking when the first has
+/// drained a bucket races nothing. Whether their operations then
+/// interleaved is each test's to prove ([`Interleaving`]).
 pub fn race<T: Send>(threads: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
     let barrier = Barrier::new(threads);
+    let running = AtomicU64::new(0);
     thread::scope(|s| {
-        let (barrier, work) = (&barrier, &work);
+        let (barrier, running, work) = (&barrier, &running, &work);
         let handles: Vec<_> = (0..threads)
             .map(|i| {
                 s.spawn(move || {
                     barrier.wait();
+                    running.fetch_add(1, Ordering::AcqRel);
+                    while running.load(Ordering::Acquire) < threads as u64 {
+                        thread::yield_now();
+                    }
                     work(i)
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+/// The operations of racing threads, counted to prove that they
+/// interleaved: a worker whose first and last operations have another
+/// worker's operation between them ran at the same time as it, on the
+/// same object. A test that claims a race repeats its rounds until one
+/// shows it ([`until_interleaved`]).
+#[derive(Debug, Default)]
+pub struct Interleaving {
+    total: AtomicU64,
+}
+
+impl Interleaving {
+    /// One worker's view of the count.
+    pub fn worker(&self) -> Worker<'_> {
+        Worker {
+            shared: self,
+            own: 0,
+            first: None,
+            last: 0,
+        }
+    }
+}
+
+/// One racing worker's operations among all of them.
+#[derive(Debug)]
+pub struct Worker<'a> {
+    shared: &'a Interleaving,
+    own: u64,
+    first: Option<u64>,
+    last: u64,
+}
+
+impl Worker<'_> {
+    /// Counts one operation of this worker, just after it.
+    pub fn step(&mut self) {
+        let at = self.shared.total.fetch_add(1, Ordering::SeqCst);
+        self.first.get_or_insert(at);
+        self.last = at;
+        self.own += 1;
+    }
+
+    /// Whether another worker's operation came between this worker's
+    /// first and last.
+    pub fn interleaved(&self) -> bool {
+        self.first
+            .is_some_and(|first| self.last - first + 1 > self.own)
+    }
+}
+
+/// Runs `round(n)` for `n = 0, 1, ...` until at least `rounds` have run and
+/// at least one of them answered that its threads interleaved, failing
+/// loudly if that has not happened within [`RACE_DEADLINE`]. Returns the
+/// rounds run.
+pub fn until_interleaved(rounds: usize, mut round: impl FnMut(usize) -> bool) -> usize {
+    let deadline = Instant::now() + RACE_DEADLINE;
+    let mut seen = false;
+    let mut ran = 0;
+    while ran < rounds || !seen {
+        assert!(
+            Instant::now() < deadline,
+            "no interleaving in {ran} rounds within {RACE_DEADLINE:?}"
+        );
+        seen |= round(ran);
+        ran += 1;
+    }
+    ran
 }
 
 /// How long a racing side may take to do its part before the test fails.
