@@ -7,7 +7,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate::{AcquireError, KeyedLimiter, ManualClock, Quota};
+use tollgate::{AcquireError, KeyedLimiter, ManualClock, Quota, Receipt};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -235,6 +235,56 @@ fn changes_and_sweeps_racing_cached_decisions_neither_mint_nor_lose() {
     // new change at every 500th of them.
     assert!(changes.load(Ordering::Relaxed) >= CAPACITY / 1000);
     assert_eq!(limiter.available(&7), 0);
+}
+
+/// A sweeper that drops the hot key whenever it is full, racing two threads
+/// that decide on it from their caches and give each admission straight
+/// back by its receipt (exact on a clock that does not move), so that the
+/// key is full, and droppable, between their decisions: the sweeps really
+/// drop it (counted: the deciders go on until 100 drops landed among their
+/// decisions), every decision after a drop lands on the bucket the table
+/// holds, not on the cached copy of the dropped one, and nothing is
+/// minted: afterwards the key admits exactly its capacity.
+#[test]
+fn sweeps_that_drop_a_cached_key_between_its_decisions_mint_nothing() {
+    const CAPACITY: u64 = 10;
+    let clock = ManualClock::new();
+    let limiter = limiter(Quota::new(CAPACITY, 1, SECOND).unwrap(), &clock);
+    let dropped = AtomicU64::new(0);
+    let done = AtomicBool::new(false);
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Acquire) {
+                dropped.fetch_add(limiter.sweep() as u64, Ordering::AcqRel);
+            }
+        });
+        let deciders: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let key = limiter.key(&7);
+                    let mut decided = 0u64;
+                    while decided < 1_000 || dropped.load(Ordering::Acquire) < 100 {
+                        assert!(
+                            std::time::Instant::now() < deadline,
+                            "{} drops among {decided} decisions in 600 s",
+                            dropped.load(Ordering::Acquire)
+                        );
+                        if let Ok(receipt) = Receipt::take(&key, 1) {
+                            receipt.undo();
+                        }
+                        decided += 1;
+                    }
+                })
+            })
+            .collect();
+        for decider in deciders {
+            decider.join().unwrap();
+        }
+        done.store(true, Ordering::Release);
+    });
+    assert!(dropped.load(Ordering::Relaxed) >= 100);
+    assert_eq!(admitted_until_refused(&limiter, 7, &|| {}), CAPACITY);
 }
 
 /// A key the full table refuses is never cached, however often it comes.
