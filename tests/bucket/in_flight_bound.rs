@@ -294,25 +294,36 @@ fn keyed_holders_keep_each_key_within_its_limit() {
     const MAX: u64 = 3;
     const KEYS: u32 = 3;
     for threads in THREAD_COUNTS {
-        let limiter = KeyedConcurrencyLimiter::new(MAX).unwrap();
-        let tally = KeyTally::default();
-        race(threads, |t| {
-            for i in 0..ATTEMPTS_PER_THREAD / 2 {
-                let key = (i as u32 + t as u32) % KEYS;
-                let weight = 1 + (i + 2 * t as u64) % 2;
-                match limiter.try_acquire(&key, weight) {
-                    Ok(permit) => {
-                        assert_eq!((*permit.key(), permit.weight()), (key, weight));
-                        tally.holding(key, weight, MAX, usize::MAX, || busy(i % 16));
+        // Shown to race by a refusal: a thread holds one permit at a time,
+        // of at most 2 units of a key's 3, so it is refused only while
+        // another thread holds the same key.
+        until_interleaved(1, |_| {
+            let limiter = KeyedConcurrencyLimiter::new(MAX).unwrap();
+            let tally = KeyTally::default();
+            let crowded = race(threads, |t| {
+                let mut crowded = false;
+                for i in 0..ATTEMPTS_PER_THREAD / 2 {
+                    let key = (i as u32 + t as u32) % KEYS;
+                    let weight = 1 + (i + 2 * t as u64) % 2;
+                    match limiter.try_acquire(&key, weight) {
+                        Ok(permit) => {
+                            assert_eq!((*permit.key(), permit.weight()), (key, weight));
+                            tally.holding(key, weight, MAX, usize::MAX, || busy(i % 16));
+                        }
+                        Err(refused) => {
+                            assert_could_not_fit(refused, weight, MAX);
+                            crowded = true;
+                        }
                     }
-                    Err(refused) => assert_could_not_fit(refused, weight, MAX),
                 }
+                crowded
+            });
+            assert_eq!(limiter.len(), 0, "{threads} threads");
+            for key in 0..KEYS {
+                assert_eq!(limiter.in_flight(&key), 0);
             }
+            crowded.into_iter().any(|crowded| crowded)
         });
-        assert_eq!(limiter.len(), 0, "{threads} threads");
-        for key in 0..KEYS {
-            assert_eq!(limiter.in_flight(&key), 0);
-        }
     }
 }
 
@@ -325,27 +336,41 @@ fn keyed_churn_removes_every_entry_and_respects_the_key_cap() {
     const MAX_KEYS: usize = 4;
     const KEYS: u32 = 16;
     for threads in THREAD_COUNTS {
-        let cap = tollgate::MaxKeys::new(MAX_KEYS).unwrap();
-        let limiter = KeyedConcurrencyLimiter::with_max_keys(1, cap).unwrap();
-        let tally = KeyTally::default();
-        race(threads, |t| {
-            for i in 0..ATTEMPTS_PER_THREAD {
-                let key = (i as u32 * 5 + t as u32 * 3) % KEYS;
-                match limiter.try_acquire(&key, 1) {
-                    Ok(_permit) => tally.holding(key, 1, 1, MAX_KEYS, || busy(i % 4)),
-                    Err(InFlightError::TooManyKeys { max_keys }) => assert_eq!(max_keys, MAX_KEYS),
-                    Err(refused) => assert_could_not_fit(refused, 1, 1),
+        // Shown to race by a refusal: a thread holds one key at a time, so
+        // a key held or a table full is another thread's doing.
+        until_interleaved(1, |_| {
+            let cap = tollgate::MaxKeys::new(MAX_KEYS).unwrap();
+            let limiter = KeyedConcurrencyLimiter::with_max_keys(1, cap).unwrap();
+            let tally = KeyTally::default();
+            let crowded = race(threads, |t| {
+                let mut crowded = false;
+                for i in 0..ATTEMPTS_PER_THREAD {
+                    let key = (i as u32 * 5 + t as u32 * 3) % KEYS;
+                    match limiter.try_acquire(&key, 1) {
+                        Ok(_permit) => tally.holding(key, 1, 1, MAX_KEYS, || busy(i % 4)),
+                        Err(InFlightError::TooManyKeys { max_keys }) => {
+                            assert_eq!(max_keys, MAX_KEYS);
+                            crowded = true;
+                        }
+                        Err(refused) => {
+                            assert_could_not_fit(refused, 1, 1);
+                            crowded = true;
+                        }
+                    }
                 }
-            }
+                crowded
+            });
+            assert_eq!(limiter.len(), 0, "{threads} threads");
+            // Every slot of the key cap came back: `MAX_KEYS` new keys fit
+            // at once.
+            let permits: Vec<_> = (100..100 + MAX_KEYS as u32)
+                .map(|key| limiter.try_acquire(&key, 1).unwrap())
+                .collect();
+            assert_eq!(limiter.len(), MAX_KEYS);
+            drop(permits);
+            assert_eq!(limiter.len(), 0);
+            crowded.into_iter().any(|crowded| crowded)
         });
-        assert_eq!(limiter.len(), 0, "{threads} threads");
-        // Every slot of the key cap came back: `MAX_KEYS` new keys fit at once.
-        let permits: Vec<_> = (100..100 + MAX_KEYS as u32)
-            .map(|key| limiter.try_acquire(&key, 1).unwrap())
-            .collect();
-        assert_eq!(limiter.len(), MAX_KEYS);
-        drop(permits);
-        assert_eq!(limiter.len(), 0);
     }
 }
 
@@ -356,17 +381,28 @@ fn one_hot_key_hammered_by_every_thread() {
     // the same key is never refused as a new key, since its slot is
     // returned under the same lock that removes it.
     for threads in THREAD_COUNTS {
-        let limiter = KeyedConcurrencyLimiter::with_max_keys(2, NonZeroUsize::MIN.into()).unwrap();
-        let tally = KeyTally::default();
-        race(threads, |_| {
-            for i in 0..ATTEMPTS_PER_THREAD {
-                match limiter.try_acquire(&7, 1) {
-                    Ok(_permit) => tally.holding(7, 1, 2, 1, || busy(i % 4)),
-                    Err(refused) => assert_could_not_fit(refused, 1, 2),
+        // Shown to race: two threads held the key at once.
+        until_interleaved(1, |_| {
+            let limiter =
+                KeyedConcurrencyLimiter::with_max_keys(2, NonZeroUsize::MIN.into()).unwrap();
+            let tally = KeyTally::default();
+            let (at_once, most) = (AtomicU64::new(0), AtomicU64::new(0));
+            race(threads, |_| {
+                for i in 0..ATTEMPTS_PER_THREAD {
+                    match limiter.try_acquire(&7, 1) {
+                        Ok(_permit) => tally.holding(7, 1, 2, 1, || {
+                            let now = at_once.fetch_add(1, Ordering::SeqCst) + 1;
+                            most.fetch_max(now, Ordering::SeqCst);
+                            busy(i % 4);
+                            at_once.fetch_sub(1, Ordering::SeqCst);
+                        }),
+                        Err(refused) => assert_could_not_fit(refused, 1, 2),
+                    }
                 }
-            }
+            });
+            assert_eq!(limiter.len(), 0, "{threads} threads");
+            most.load(Ordering::SeqCst) >= 2
         });
-        assert_eq!(limiter.len(), 0, "{threads} threads");
     }
 }
 

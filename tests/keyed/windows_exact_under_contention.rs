@@ -255,27 +255,34 @@ fn the_real_clock_never_lets_a_window_exceed_its_limit() {
 #[test]
 fn racing_receipts_leave_exactly_what_was_kept() {
     for threads in THREAD_COUNTS {
-        let clock = ManualClock::new();
-        let limiter = SlidingWindow::with_clock(quota(), &clock).unwrap();
-        let kept: u64 = race(threads, |t| {
-            let mut kept = 0;
-            for i in 0..ATTEMPTS_PER_THREAD {
-                let cost = 1 + (i + t as u64) % 4;
-                if let Ok(receipt) = Receipt::take(&limiter, cost) {
-                    if i % 2 == 0 {
-                        receipt.undo();
-                    } else {
-                        kept += cost;
-                        receipt.keep();
+        // Shown to race: a run counts only if two threads' receipts
+        // interleaved (`common::Interleaving`).
+        until_interleaved(1, |_| {
+            let clock = ManualClock::new();
+            let limiter = SlidingWindow::with_clock(quota(), &clock).unwrap();
+            let order = Interleaving::default();
+            let tallies = race(threads, |t| {
+                let mut me = order.worker();
+                let mut kept = 0;
+                for i in 0..ATTEMPTS_PER_THREAD {
+                    let cost = 1 + (i + t as u64) % 4;
+                    if let Ok(receipt) = Receipt::take(&limiter, cost) {
+                        if i % 2 == 0 {
+                            receipt.undo();
+                        } else {
+                            kept += cost;
+                            receipt.keep();
+                        }
+                        me.step();
                     }
                 }
-            }
-            kept
-        })
-        .into_iter()
-        .sum();
-        assert!(kept <= LIMIT);
-        assert_eq!(limiter.available(), LIMIT - kept, "{threads} threads");
+                (kept, me.interleaved())
+            });
+            let kept: u64 = tallies.iter().map(|t| t.0).sum();
+            assert!(kept <= LIMIT);
+            assert_eq!(limiter.available(), LIMIT - kept, "{threads} threads");
+            tallies.iter().any(|t| t.1)
+        });
     }
 }
 
@@ -293,30 +300,39 @@ fn racing_reservations_on_a_sliding_window_are_granted_each_slot_once() {
         .map(|k| Duration::from_nanos((k * window_nanos).div_ceil(LIMIT)))
         .collect();
     for threads in THREAD_COUNTS {
-        let clock = ManualClock::new();
-        let limiter = SlidingWindow::with_clock(quota(), &clock).unwrap();
-        limiter.try_acquire(LIMIT).unwrap();
-        clock.set(WINDOW);
-        let per_thread = race(threads, |_| {
-            (0..ATTEMPTS_PER_THREAD)
-                .filter_map(|_| match limiter.reserve(1, WINDOW) {
-                    Ok(wait) => Some(wait),
-                    Err(refused) => {
-                        assert_eq!(
+        // Shown to race: a run counts only if two threads' grants
+        // interleaved (`common::Interleaving`).
+        until_interleaved(1, |_| {
+            let clock = ManualClock::new();
+            let limiter = SlidingWindow::with_clock(quota(), &clock).unwrap();
+            limiter.try_acquire(LIMIT).unwrap();
+            clock.set(WINDOW);
+            let order = Interleaving::default();
+            let per_thread = race(threads, |_| {
+                let mut me = order.worker();
+                let mut granted = Vec::new();
+                for _ in 0..ATTEMPTS_PER_THREAD {
+                    match limiter.reserve(1, WINDOW) {
+                        Ok(wait) => {
+                            me.step();
+                            granted.push(wait);
+                        }
+                        Err(refused) => assert_eq!(
                             refused,
                             AcquireError::Insufficient {
                                 retry_after: WINDOW
                             }
-                        );
-                        None
+                        ),
                     }
-                })
-                .collect::<Vec<_>>()
+                }
+                (granted, me.interleaved())
+            });
+            let mut granted: Vec<Duration> = per_thread.iter().flat_map(|t| t.0.clone()).collect();
+            granted.sort();
+            assert_eq!(granted, expected, "{threads} threads");
+            assert_eq!(limiter.available(), 0);
+            per_thread.iter().any(|t| t.1)
         });
-        let mut granted: Vec<Duration> = per_thread.into_iter().flatten().collect();
-        granted.sort();
-        assert_eq!(granted, expected, "{threads} threads");
-        assert_eq!(limiter.available(), 0);
     }
 }
 
