@@ -261,8 +261,12 @@ fn check<L>(
     }
 }
 
+/// Exact quotas (a refill interval whose reduced denominator is at most 8
+/// ns) and rounded ones: 11 or 13 a period, and byte rates charged per
+/// request, which the bucket represents only up to its stated rounding.
 fn quota() -> impl Strategy<Value = Quota> {
-    (1u64..=8, 1u64..=5, 1u64..=5_000).prop_map(|(capacity, tokens, millis)| {
+    let tokens = prop_oneof![4 => 1u64..=5, 1 => Just(11u64), 1 => Just(13), 1 => Just(1_000_003)];
+    (1u64..=8, tokens, 1u64..=5_000).prop_map(|(capacity, tokens, millis)| {
         Quota::new(capacity, tokens, Duration::from_millis(millis)).unwrap()
     })
 }
