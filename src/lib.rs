@@ -252,6 +252,10 @@ pub use pacer::Pacer;
 pub use quota::{InitialCredit, Quota};
 pub use receipt::Receipt;
 pub use striped::StripedBucket;
+/// The stripe a loom thread is pinned to, for the loom models only.
+#[cfg(tollgate_loom)]
+#[doc(hidden)]
+pub use thread_id::pin_stripe;
 pub use window::{FixedWindow, SlidingWindow, WindowQuota};
 #[cfg(feature = "keyed")]
 pub use window::{KeyedFixedWindow, KeyedSlidingWindow};

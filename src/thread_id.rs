@@ -60,7 +60,27 @@ pub(crate) fn current() -> Option<usize> {
 /// evenly, and a thread always lands on the same stripe.
 #[inline]
 pub(crate) fn stripe(stripes: usize) -> usize {
+    #[cfg(tollgate_loom)]
+    if let Some(pinned) = PINNED.with(std::cell::Cell::get) {
+        return pinned % stripes;
+    }
     current().unwrap_or(0) % stripes
+}
+
+#[cfg(tollgate_loom)]
+loom::thread_local! {
+    /// Under loom, the stripe a model pins its thread to: loom's threads
+    /// share one OS thread and so one id, and a model of two pools needs
+    /// two threads on two stripes. A `Cell` of a `Copy`, so no destructor
+    /// reaches for a static loom has already dropped.
+    static PINNED: std::cell::Cell<Option<usize>> = std::cell::Cell::new(None);
+}
+
+/// Pins the calling loom thread to `stripe` of every striped structure
+/// (for the loom models only).
+#[cfg(tollgate_loom)]
+pub fn pin_stripe(stripe: usize) {
+    PINNED.with(|pinned| pinned.set(Some(stripe)));
 }
 
 #[cfg(test)]
