@@ -7,8 +7,10 @@
 //! shared entry with the quota its cache copied (`try_acquire_shared`), the
 //! change's steps with `convert_shared`, and the drop's `drop_shared`. A
 //! loom read-write lock over the table's slot stands in for the dashmap
-//! shard, taken as the limiter takes it: for writing by the walk and the
-//! drop, for reading by a decision that met the seal and went to the table.
+//! shard, taken as the limiter takes it: for writing by the walk, the drop
+//! and a decision that must insert its key again, for reading by a decision
+//! that met the seal and found its key in the table. Two threads' caches of
+//! one key race the conversion in one model.
 //!
 //! Without `--cfg tollgate_loom` the file is empty.
 
@@ -60,6 +62,16 @@ impl Table {
     fn decide(&self, cached: &SharedEntry, cost: u64) -> Result<u64, AcquireError> {
         if let Some(decided) = self.generations.try_acquire_shared(cached, NOW, cost) {
             return decided;
+        }
+        // A key in the table is decided under the shard's read lock; only
+        // one born again takes the write lock, to insert it.
+        {
+            let slot = self.slot.read().unwrap();
+            match &*slot {
+                Slot::Shared(entry) => return self.generations.try_acquire(entry, NOW, cost),
+                Slot::Inline(entry) => return self.generations.try_acquire(entry, NOW, cost),
+                Slot::Absent => {}
+            }
         }
         let mut slot = self.slot.write().unwrap();
         if let Slot::Absent = *slot {
@@ -156,4 +168,61 @@ fn a_cached_decision_racing_a_drop_is_decided_once() {
         outcomes,
         [(Ok(0), false, 9), (Ok(0), true, 9)].into_iter().collect()
     );
+}
+
+/// Two threads' caches of one hot key, each deciding 3 of 10 tokens, race
+/// a change to a capacity of 4: a decision before the seal is made under
+/// the old quota and what is left carries over (at most 4); one after it
+/// meets the seal and is made in the table under the new capacity. Every
+/// outcome is one of those orders: both before (4 left), one before and
+/// one after (1 left), both after (the second refused, 1 left).
+#[test]
+fn two_cached_decisions_racing_a_conversion_are_each_decided_once() {
+    let outcomes = gather(|| {
+        let quota = per_second(10);
+        let generations = Generations::new(&quota);
+        let entry = Arc::new(generations.born(NOW));
+        let caches = [
+            generations.share(Arc::clone(&entry)),
+            generations.share(Arc::clone(&entry)),
+        ];
+        let table = Arc::new(Table {
+            generations,
+            slot: RwLock::new(Slot::Shared(entry)),
+        });
+        let changer = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                let generations = &table.generations;
+                let change = generations.begin(&per_second(4), |_| NOW);
+                change.publish(NOW);
+                {
+                    let mut slot = table.slot.write().unwrap();
+                    if let Slot::Shared(entry) = &*slot {
+                        let converted = change.convert_shared(entry, || NOW).unwrap();
+                        *slot = Slot::Inline(converted);
+                    }
+                }
+                change.finish(NOW);
+            })
+        };
+        let [first, second] = caches;
+        let other = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.decide(&second, 3).is_ok())
+        };
+        let mine = table.decide(&first, 3).is_ok();
+        let theirs = other.join().unwrap();
+        changer.join().unwrap();
+        let mut admitted = [mine, theirs];
+        admitted.sort_unstable();
+        (admitted, table.tokens())
+    });
+    let allowed = [([true, true], 4), ([true, true], 1), ([false, true], 1)];
+    for outcome in &outcomes {
+        assert!(allowed.contains(outcome), "{outcome:?} of {outcomes:?}");
+    }
+    // The orders all happened: the seal landed before, between and after
+    // the decisions.
+    assert_eq!(outcomes.len(), allowed.len(), "{outcomes:?}");
 }
