@@ -79,6 +79,8 @@ impl<C: Clock, O: Clock> Anchored<C, O> {
         let trusted = self.trusted.now_nanos();
         // The others past the period answer with their own trusted reading.
         if self.storing.swap(1, Ordering::Acquire) == 0 {
+            // Released however this ends, a panicking counter included.
+            let _storing = Storing(&self.storing);
             let counter = i64::try_from(self.counter.now_nanos()).unwrap_or(i64::MAX);
             let trusted_signed = i64::try_from(trusted).unwrap_or(i64::MAX);
             let offset = trusted_signed.saturating_sub(counter);
@@ -87,9 +89,17 @@ impl<C: Clock, O: Clock> Anchored<C, O> {
             // finds its period already over, and the next reader compares.
             self.due
                 .store(trusted.saturating_add(PERIOD_NANOS), Ordering::Release);
-            self.storing.store(0, Ordering::Release);
         }
         trusted
+    }
+}
+
+/// The comparison's claim to store, given up when dropped.
+struct Storing<'a>(&'a AtomicU64);
+
+impl Drop for Storing<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
     }
 }
 

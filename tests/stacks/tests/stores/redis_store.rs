@@ -435,6 +435,9 @@ struct Race {
     kept: u64,
     /// Grants on the first key short of their ask.
     short: u64,
+    /// Whether a store's grants had another store's grant between them:
+    /// the stores' calls really raced at the server.
+    interleaved: bool,
 }
 
 /// Each store in a task of its own, `rounds` times: an acquire of `ask`
@@ -445,17 +448,26 @@ async fn race<F>(stores: Vec<RedisStore>, rounds: usize, ask: F) -> Race
 where
     F: Fn(&mut Rng) -> u64 + Clone + Send + 'static,
 {
+    // Every grant, numbered in the order the tasks saw them: a store whose
+    // first and last grants are further apart than its own count had
+    // another store's grant land between them.
+    let order = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let tasks: Vec<_> = stores
         .into_iter()
         .enumerate()
         .map(|(i, store)| {
-            let ask = ask.clone();
+            let (ask, order) = (ask.clone(), Arc::clone(&order));
             tokio::spawn(async move {
                 let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1));
                 let mut race = Race::default();
-                for _ in 0..rounds {
+                let (mut first, mut last) = (None, 0);
+                for round in 0..rounds {
                     let want = ask(&mut rng);
                     let grant = store.acquire("plain", want).await.unwrap();
+                    let at = order.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    first.get_or_insert(at);
+                    last = at;
+                    race.interleaved |= last - first.unwrap_or(at) > round as u64;
                     race.plain += grant.tokens;
                     race.short += u64::from(grant.tokens < want);
                     let grant = store.acquire("released", ask(&mut rng)).await.unwrap();
@@ -479,6 +491,7 @@ where
         total.plain += race.plain;
         total.kept += race.kept;
         total.short += race.short;
+        total.interleaved |= race.interleaved;
     }
     total
 }
@@ -490,13 +503,15 @@ impl Race {
     /// the envelope needs no slack (it would only if the server's clock
     /// were stepped back during the run). A release gives back at most its
     /// unused tokens, so the tokens kept obey the envelope too. Demand
-    /// exceeded supply: at least the burst went out.
+    /// exceeded supply: at least the burst went out. And the race happened: a
+    /// store's grants had another's between them.
     fn within(&self, quota: &Quota, elapsed: Duration) {
         let envelope = quota.envelope(elapsed);
         eprintln!("{elapsed:?}: {self:?}, envelope {envelope}");
         assert!(self.plain <= envelope, "{self:?} over {elapsed:?}");
         assert!(self.kept <= envelope, "{self:?} over {elapsed:?}");
         assert!(self.plain >= quota.capacity(), "{self:?}");
+        assert!(self.interleaved, "the stores' calls never raced: {self:?}");
     }
 }
 
