@@ -460,14 +460,13 @@ where
             tokio::spawn(async move {
                 let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1));
                 let mut race = Race::default();
-                let (mut first, mut last) = (None, 0);
+                let mut first = None;
                 for round in 0..rounds {
                     let want = ask(&mut rng);
                     let grant = store.acquire("plain", want).await.unwrap();
                     let at = order.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    first.get_or_insert(at);
-                    last = at;
-                    race.interleaved |= last - first.unwrap_or(at) > round as u64;
+                    let first = *first.get_or_insert(at);
+                    race.interleaved |= at - first > round as u64;
                     race.plain += grant.tokens;
                     race.short += u64::from(grant.tokens < want);
                     let grant = store.acquire("released", ask(&mut rng)).await.unwrap();
