@@ -236,20 +236,20 @@ fn a_flush_walking_another_stripes_pool_races_its_take() {
                 take(&bucket, 2)
             })
         };
+        // A flush walks every stripe's pool, whichever thread calls it.
         let flusher = {
             let bucket = Arc::clone(&bucket);
-            thread::spawn(move || {
-                tollgate::pin_stripe(0);
-                bucket.flush()
-            })
+            thread::spawn(move || bucket.flush())
         };
         let admitted = warmed + taker.join().unwrap();
         flusher.join().unwrap();
         assert_nothing_minted(&bucket, capacity, admitted);
         bucket.flush();
         let accounted = admitted + bucket.bucket().available();
+        // The racing flush may lose the one token its `next` moves past;
+        // the last flush, alone, loses nothing more.
         assert!(
-            accounted <= capacity && accounted + 2 >= capacity,
+            accounted <= capacity && accounted + 1 >= capacity,
             "{admitted} admitted and {} available of {capacity} after two flushes",
             bucket.bucket().available()
         );

@@ -39,9 +39,10 @@ pub struct Anchored<C, O> {
     /// The reading at or past which a reader compares with the trusted
     /// clock.
     due: AtomicU64,
-    /// 1 while a comparison stores its offset and period: one at a time,
-    /// so that a comparison stalled between its reads and its stores never
-    /// overwrites a later one's offset with its own older pair.
+    /// 1 while a comparison reads the two clocks and stores its offset and
+    /// period: one at a time, so that a comparison stalled between its
+    /// reads and its stores never overwrites a later one's offset with its
+    /// own older pair.
     storing: AtomicU64,
 }
 
@@ -74,22 +75,27 @@ impl<C: Clock, O: Clock> Anchored<C, O> {
     #[cold]
     #[inline(never)]
     fn compare(&self) -> u64 {
-        // The trusted clock first: the counter read after it can only be
-        // later, so the offset never puts the counter ahead.
-        let trusted = self.trusted.now_nanos();
-        // The others past the period answer with their own trusted reading.
-        if self.storing.swap(1, Ordering::Acquire) == 0 {
-            // Released however this ends, a panicking counter included.
-            let _storing = Storing(&self.storing);
-            let counter = i64::try_from(self.counter.now_nanos()).unwrap_or(i64::MAX);
-            let trusted_signed = i64::try_from(trusted).unwrap_or(i64::MAX);
-            let offset = trusted_signed.saturating_sub(counter);
-            self.offset.store(offset as u64, Ordering::Relaxed);
-            // From the pair's own trusted reading: a comparison that stalled
-            // finds its period already over, and the next reader compares.
-            self.due
-                .store(trusted.saturating_add(PERIOD_NANOS), Ordering::Release);
+        // One comparison stores at a time; the others past the period
+        // answer with their own trusted reading.
+        if self.storing.swap(1, Ordering::Acquire) != 0 {
+            return self.trusted.now_nanos();
         }
+        // Released however this ends, a panicking clock included.
+        let _storing = Storing(&self.storing);
+        // The trusted clock first, under the claim, so that no other
+        // comparison stores between this one's reads and its stores: the
+        // counter read after it can only be later, so the offset never
+        // puts the counter ahead (a stall between the two reads leaves the
+        // readings behind by the stall, until the next comparison).
+        let trusted = self.trusted.now_nanos();
+        let counter = i64::try_from(self.counter.now_nanos()).unwrap_or(i64::MAX);
+        let trusted_signed = i64::try_from(trusted).unwrap_or(i64::MAX);
+        let offset = trusted_signed.saturating_sub(counter);
+        self.offset.store(offset as u64, Ordering::Relaxed);
+        // From the pair's own trusted reading: a comparison that stalled
+        // finds its period already over, and the next reader compares.
+        self.due
+            .store(trusted.saturating_add(PERIOD_NANOS), Ordering::Release);
         trusted
     }
 }

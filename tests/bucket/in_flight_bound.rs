@@ -122,8 +122,10 @@ fn owned_permits_released_on_other_threads_keep_the_bound() {
                 let dropper = thread::spawn(move || {
                     for (permit, weight) in receive {
                         busy(8);
-                        mine_for_dropper.fetch_sub(weight, Ordering::SeqCst);
+                        // The total first: a grant read between the two
+                        // then finds the total no larger than its own.
                         tally_for_dropper.held.fetch_sub(weight, Ordering::SeqCst);
+                        mine_for_dropper.fetch_sub(weight, Ordering::SeqCst);
                         drop(permit);
                     }
                 });

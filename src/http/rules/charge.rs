@@ -1,10 +1,11 @@
 //! Charging one request's rules, all or nothing, each through its kind
-//! ([`RuleKind`](super::kind::RuleKind)): the enforced rules first, in the order
-//! the engine sorted them (permits, in-process limits, shared budgets);
-//! once they all took their cost, each shadow rule apart. If an enforced
-//! rule refuses, every charge taken so far is given back through its own
-//! receipt, latest first, and the refusal reports the longest wait among
-//! the limits that would refuse now what the request charges them.
+//! ([`RuleKind`](super::kind::RuleKind)): the enforced rules first, by
+//! stage (permits, in-process limits, shared budgets); once they all took
+//! their cost, each shadow rule apart. If an enforced rule refuses, every
+//! charge taken so far is given back through its own receipt (in reverse
+//! of the order bound: latest first within a stage), and the refusal
+//! reports the longest wait among the limits that would refuse now what
+//! the request charges them.
 
 use std::time::Duration;
 

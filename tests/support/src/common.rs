@@ -84,11 +84,13 @@ pub fn race<T: Send>(threads: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T>
     })
 }
 
-/// The operations of racing threads, counted to prove that they
-/// interleaved: a worker whose first and last operations have another
-/// worker's operation between them ran at the same time as it, on the
-/// same object. A test that claims a race repeats its rounds until one
-/// shows it ([`until_interleaved`]).
+/// The operations of racing threads, numbered in one order as each
+/// completes, to show that the threads ran at the same time: a worker
+/// whose first and last numbers have another worker's number between them
+/// was still running while the other completed an operation. It shows the
+/// runs overlapped on the object, not that one operation's own steps were
+/// split by another's (a loom model shows that). A test that claims a race
+/// repeats its rounds until one shows it ([`until_interleaved`]).
 #[derive(Debug, Default)]
 pub struct Interleaving {
     total: AtomicU64,
@@ -124,8 +126,8 @@ impl Worker<'_> {
         self.own += 1;
     }
 
-    /// Whether another worker's operation came between this worker's
-    /// first and last.
+    /// Whether another worker numbered an operation between this worker's
+    /// first and last numbers.
     pub fn interleaved(&self) -> bool {
         self.first
             .is_some_and(|first| self.last - first + 1 > self.own)
